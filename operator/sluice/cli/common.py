@@ -1,0 +1,71 @@
+"""Pieces several commands share: options, loading manifests, printing errors."""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+from sluice.spec.models import DagManifest
+from sluice.spec.validation import SpecError, load_dag_documents
+
+DatabaseUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url",
+        envvar="SLUICE_DATABASE_URL",
+        help="Postgres URL (postgresql://user:pass@host:5432/db).",
+        show_envvar=True,
+    ),
+]
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    print(f"error: {message}", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+def parse_datetime(value: str, option: str) -> datetime:
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        fail(f"{option} {value!r} is not an ISO 8601 date-time, e.g. 2026-11-01T00:00:00Z")
+    if parsed.tzinfo is None:
+        fail(f"{option} {value!r} has no timezone; add one, e.g. 2026-11-01T00:00:00Z")
+    return parsed
+
+
+def manifest_files(path: Path) -> list[Path]:
+    if path.is_dir():
+        return sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+    return [path]
+
+
+def load_manifests(paths: list[Path]) -> list[DagManifest]:
+    """Every DAG in `paths` (files or directories); exits 1 listing every issue if any is bad."""
+    manifests: list[DagManifest] = []
+    problems: list[str] = []
+    for path in paths:
+        if not path.exists():
+            fail(f"{path} does not exist")
+        for file in manifest_files(path):
+            for result in load_dag_documents(file.read_text()):
+                if isinstance(result, SpecError):
+                    name = result.dag_name or "?"
+                    problems.extend(
+                        f"{file}: DAG/{name}: {issue.path}: {issue.message}"
+                        for issue in result.issues
+                    )
+                else:
+                    manifests.append(result)
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        fail(f"{len(problems)} problem(s) in the DAG manifests; nothing was run", code=1)
+    names = [m.metadata.name for m in manifests]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        fail(f"DAG name(s) defined more than once: {', '.join(duplicates)}", code=1)
+    return manifests

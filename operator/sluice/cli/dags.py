@@ -1,0 +1,144 @@
+"""`sluice dags validate|test|trigger`: check, try out, and start DAGs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from sluice.cli.common import DatabaseUrl, fail, load_manifests, parse_datetime
+from sluice.cli.dags_validate import validate_command
+from sluice.config import ConfigError, require_database_url
+from sluice.db.dags import SpecCache, clear_schedule
+from sluice.db.engine import make_engine, session_factory
+from sluice.runtime import LocalRuntime
+from sluice.scheduler.loop import utcnow
+from sluice.scheduler.triggers import TriggerError, trigger_run
+from sluice.spec.models import DagManifest
+from sluice.spec.states import TERMINAL_RUN_STATES, RunState
+from sluice.summaries import as_json, read_runs, tasks_table
+
+app = typer.Typer(help="Check, try out and trigger DAGs.", no_args_is_help=True)
+
+Output = Annotated[str, typer.Option("--output", "-o", help="table or json")]
+
+
+def _conf(value: str | None) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    try:
+        conf = json.loads(value)
+    except json.JSONDecodeError as exc:
+        fail(f"--conf is not valid JSON ({exc.msg} at column {exc.colno})")
+    if not isinstance(conf, dict):
+        fail('--conf must be a JSON object, e.g. \'{"key": "value"}\'')
+    return conf
+
+
+def _check_output(output: str) -> None:
+    if output not in ("table", "json"):
+        fail(f"--output {output!r} is not supported; use table or json")
+
+
+@app.command()
+def validate(
+    files: Annotated[list[Path], typer.Argument(help="YAML files ('-' for stdin)")],
+) -> None:
+    """Validate DAG manifests: one line per problem, exit 1 if any."""
+    raise typer.Exit(validate_command(files))
+
+
+def _pick(manifests: list[DagManifest], dag: str | None, file: Path) -> DagManifest:
+    names = [m.metadata.name for m in manifests]
+    if dag is not None:
+        for m in manifests:
+            if m.metadata.name == dag:
+                return m
+        fail(f"no DAG named {dag!r} in {file}; it has: {', '.join(names) or 'none'}")
+    if len(manifests) != 1:
+        fail(f"{file} has {len(manifests)} DAGs ({', '.join(names)}); choose one with --dag")
+    return manifests[0]
+
+
+@app.command("test")
+def dag_test(
+    file: Annotated[Path, typer.Argument(help="a DAG manifest (YAML)")],
+    dag: Annotated[str | None, typer.Option(help="which DAG, if the file has several")] = None,
+    logical_date: Annotated[
+        str | None, typer.Option(help="ISO 8601 logical date (default: now)")
+    ] = None,
+    conf: Annotated[str | None, typer.Option(help="run conf as a JSON object")] = None,
+    output: Output = "table",
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Run one DAG run to completion locally; exit 0 if it succeeded, 1 if it failed."""
+    _check_output(output)
+    manifest = _pick(load_manifests([file]), dag, file)
+    when = parse_datetime(logical_date, "--logical-date") if logical_date else None
+    run_conf = _conf(conf)
+    with LocalRuntime(database_url=database_url) as runtime:
+        runtime.register([manifest])
+        with runtime.sessions() as session:
+            clear_schedule(session, manifest.metadata.name)
+            try:
+                run = trigger_run(
+                    session,
+                    SpecCache(),
+                    manifest.metadata.name,
+                    utcnow(),
+                    logical_date=when,
+                    conf=run_conf,
+                )
+            except TriggerError as exc:
+                fail(str(exc))
+            session.commit()
+
+        def finished() -> bool:
+            with runtime.sessions() as s:
+                return read_runs(s, [run.id])[0].state in TERMINAL_RUN_STATES
+
+        runtime.run(finished)
+        with runtime.sessions() as session:
+            (summary,) = read_runs(session, [run.id])
+    if output == "json":
+        print(json.dumps(as_json([summary]), indent=2))
+    else:
+        Console().print(tasks_table(summary))
+    raise typer.Exit(0 if summary.state == RunState.SUCCESS else 1)
+
+
+@app.command()
+def trigger(
+    dag: Annotated[str, typer.Argument(help="DAG name")],
+    conf: Annotated[str | None, typer.Option(help="run conf as a JSON object")] = None,
+    logical_date: Annotated[str | None, typer.Option(help="ISO 8601 (default: now)")] = None,
+    run_id: Annotated[str | None, typer.Option(help="run id (default: manual__DATE)")] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Create a manual run; the scheduler replicas pick it up."""
+    try:
+        url = require_database_url(database_url)
+    except ConfigError as exc:
+        fail(str(exc))
+    when = parse_datetime(logical_date, "--logical-date") if logical_date else None
+    engine = make_engine(url)
+    with session_factory(engine)() as session:
+        try:
+            new = trigger_run(
+                session,
+                SpecCache(),
+                dag,
+                utcnow(),
+                logical_date=when,
+                conf=_conf(conf),
+                run_id=run_id,
+            )
+        except TriggerError as exc:
+            fail(str(exc))
+        session.commit()
+    engine.dispose()
+    print(f"created run {new.run_id}", file=sys.stdout)

@@ -1,0 +1,96 @@
+"""`sluice scheduler`: one replica of the active-active scheduler."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from sluice.cli.common import DatabaseUrl, fail, load_manifests
+from sluice.config import ConfigError, require_database_url
+from sluice.db.dags import sync_dag
+from sluice.db.engine import make_engine, session_factory
+from sluice.db.migrate import upgrade
+from sluice.executors.base import Executor
+from sluice.executors.local import LocalExecutor
+from sluice.executors.noop import NoopExecutor
+from sluice.logs import configure_logging
+from sluice.scheduler.config import SchedulerConfig
+from sluice.scheduler.loop import SchedulerLoop, utcnow
+
+_defaults = SchedulerConfig()
+
+
+def scheduler(
+    database_url: DatabaseUrl = None,
+    executor: Annotated[str, typer.Option(help="local or noop")] = "local",
+    dags: Annotated[
+        Path | None, typer.Option(help="sync the DAG manifests in this directory at start")
+    ] = None,
+    log_dir: Annotated[Path, typer.Option(help="task logs (local executor)")] = Path("sluice-logs"),
+    migrate: Annotated[bool, typer.Option(help="run `db upgrade` first")] = True,
+    tick_interval: Annotated[float, typer.Option()] = _defaults.tick_interval,
+    runs_created_per_tick: Annotated[int, typer.Option()] = _defaults.runs_created_per_tick,
+    runs_examined_per_tick: Annotated[int, typer.Option()] = _defaults.runs_examined_per_tick,
+    max_tis_per_query: Annotated[int, typer.Option()] = _defaults.max_tis_per_query,
+    zombie_threshold: Annotated[float, typer.Option()] = _defaults.zombie_threshold,
+    heartbeat_interval: Annotated[float, typer.Option()] = _defaults.heartbeat_interval,
+    scheduler_dead_after: Annotated[float, typer.Option()] = _defaults.scheduler_dead_after,
+    log_level: Annotated[str, typer.Option()] = "info",
+    log_json: Annotated[bool, typer.Option()] = False,
+) -> None:
+    """Run the four-phase loop until SIGTERM or SIGINT."""
+    configure_logging(log_level, json=log_json)
+    try:
+        url = require_database_url(database_url)
+    except ConfigError as exc:
+        fail(str(exc))
+    chosen: Executor
+    if executor == "local":
+        chosen = LocalExecutor(log_dir)
+    elif executor == "noop":
+        chosen = NoopExecutor()
+    else:
+        fail(f"--executor {executor!r} is not known; use local or noop")
+    for name, value in (
+        ("--runs-created-per-tick", runs_created_per_tick),
+        ("--runs-examined-per-tick", runs_examined_per_tick),
+        ("--max-tis-per-query", max_tis_per_query),
+    ):
+        if value < 1:
+            fail(f"{name} must be at least 1 (got {value})")
+    config = SchedulerConfig(
+        tick_interval=tick_interval,
+        runs_created_per_tick=runs_created_per_tick,
+        runs_examined_per_tick=runs_examined_per_tick,
+        max_tis_per_query=max_tis_per_query,
+        dispatch_batch=max_tis_per_query,
+        heartbeat_interval=heartbeat_interval,
+        scheduler_dead_after=scheduler_dead_after,
+        zombie_threshold=zombie_threshold,
+    )
+    if migrate:
+        upgrade(url)
+    engine = make_engine(url)
+    sessions = session_factory(engine)
+    if dags is not None:
+        manifests = load_manifests([dags])
+        with sessions() as session:
+            for manifest in manifests:
+                sync_dag(session, manifest, utcnow())
+            session.commit()
+    stopping = {"now": False}
+
+    def request_stop(signum: int, frame: object) -> None:
+        stopping["now"] = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    loop = SchedulerLoop(sessions, chosen, config)
+    try:
+        loop.run(lambda: stopping["now"])
+    finally:
+        loop.close()
+        engine.dispose()

@@ -1,0 +1,100 @@
+"""`sluice standalone DIR`: the whole scheduler on one machine, on an embedded Postgres."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.live import Live
+
+from sluice.cli.common import DatabaseUrl, fail, load_manifests
+from sluice.logs import configure_logging
+from sluice.runtime import LocalRuntime
+from sluice.scheduler.config import SchedulerConfig
+from sluice.scheduler.loop import TickReport, utcnow
+from sluice.summaries import RunSummary, as_json, read_runs, runs_table
+
+
+def standalone(
+    dag_dir: Annotated[Path, typer.Argument(help="directory (or file) of DAG manifests")],
+    until_idle: Annotated[
+        bool, typer.Option(help="exit when no run is active and none is due")
+    ] = False,
+    output: Annotated[str, typer.Option("--output", "-o", help="table or json")] = "table",
+    database_url: DatabaseUrl = None,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(help="keep the embedded database and task logs here (default: temporary)"),
+    ] = None,
+    tick_interval: Annotated[float, typer.Option(help="idle sleep between ticks (s)")] = 0.5,
+) -> None:
+    """Schedule every DAG in DIR locally: tasks run as subprocesses."""
+    if output not in ("table", "json"):
+        fail(f"--output {output!r} is not supported; use table or json")
+    configure_logging("warning")
+    manifests = load_manifests([dag_dir])
+    if not manifests:
+        fail(f"no DAG manifests (*.yaml, *.yml) in {dag_dir}", code=1)
+    stop = _stop_on_signals()
+    console = Console(stderr=output == "json")
+    config = SchedulerConfig(tick_interval=tick_interval)
+    with LocalRuntime(database_url=database_url, state_dir=state_dir, config=config) as runtime:
+        runtime.register(manifests)
+        console.print(
+            f"[bold]sluice standalone[/bold]: {len(manifests)} DAG(s) from {dag_dir}; "
+            f"logs in {runtime.state_dir / 'logs'}"
+        )
+
+        def snapshot() -> list[RunSummary]:
+            with runtime.sessions() as session:
+                return read_runs(session)
+
+        def done() -> bool:
+            return stop.requested or (until_idle and runtime.is_idle(utcnow()))
+
+        live_view = console.is_terminal and output == "table"
+        if live_view:
+            with Live(runs_table(snapshot()), console=console, refresh_per_second=4) as live:
+                last = time.monotonic()
+
+                def refresh(_: TickReport) -> None:
+                    nonlocal last
+                    if time.monotonic() - last > 0.25:
+                        last = time.monotonic()
+                        live.update(runs_table(snapshot()))
+
+                runtime.run(done, on_tick=refresh)
+                live.update(runs_table(snapshot()))
+        else:
+            runtime.run(done)
+        runs = snapshot()
+    if output == "json":
+        print(json.dumps(as_json(runs), indent=2))
+    elif not live_view:
+        console.print(runs_table(runs))
+    failed = [r for r in runs if r.state == "failed"]
+    if failed:
+        print(f"{len(failed)} run(s) failed", file=sys.stderr)
+        if until_idle:
+            raise typer.Exit(1)
+
+
+class _Stop:
+    requested = False
+
+
+def _stop_on_signals() -> _Stop:
+    stop = _Stop()
+
+    def handler(signum: int, frame: object) -> None:
+        stop.requested = True
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    return stop

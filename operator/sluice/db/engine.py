@@ -1,0 +1,34 @@
+"""Engines and sessions: the only place that knows how to reach Postgres."""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.orm import Session, sessionmaker
+
+
+def normalize_url(url: str) -> str:
+    """Accept plain `postgresql://` URLs and pin the psycopg2 driver."""
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://") :]
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg2://" + url[len("postgresql://") :]
+    if not url.startswith("postgresql+psycopg2://"):
+        raise ValueError(
+            f"database URL {url!r} is not a Postgres URL; "
+            "use postgresql://user:password@host:port/dbname (Sluice runs on Postgres only)"
+        )
+    return url
+
+
+def make_engine(url: str, *, pool_size: int = 5, application_name: str = "sluice") -> Engine:
+    return create_engine(
+        normalize_url(url),
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        connect_args={"application_name": application_name, "connect_timeout": 10},
+    )
+
+
+def session_factory(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)

@@ -1,0 +1,295 @@
+"""The metadata database: SQLAlchemy 2 typed models for Postgres.
+
+Postgres holds all run and task state (docs/architecture.md). The tables keep
+what the scheduler's hot queries need on the row itself: a task instance carries
+its upstream counters (event-driven readiness), its priority, pool and DAG, so
+the critical section never joins to the spec. Unique keys make duplicate runs
+impossible (invariant 4); indexes are partial on the states the loop scans.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from sluice.spec.states import RunState, RunType, TaskState
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+DEFAULT_POOL = "default"
+DEFAULT_POOL_SLOTS = 128
+
+
+def _in(column: str, values: Any) -> str:
+    return f"{column} IN ({', '.join(repr(str(v)) for v in values)})"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        datetime: DateTime(timezone=True),
+        dict[str, Any]: JSONB,
+        list[str]: ARRAY(Text),
+    }
+
+
+class Dag(Base):
+    """A DAG as the scheduler sees it: its current version and when its next run is due."""
+
+    __tablename__ = "dag"
+
+    dag_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    namespace: Mapped[str | None] = mapped_column(Text)
+    # A plain pointer, not a foreign key: dag and dag_version reference each other.
+    current_version_id: Mapped[int | None] = mapped_column(Integer)
+    is_paused: Mapped[bool] = mapped_column(Boolean, default=False)
+    is_active: Mapped[bool] = mapped_column(Boolean, default=True)
+    schedule: Mapped[str | None] = mapped_column(Text)
+    timezone: Mapped[str] = mapped_column(Text, default="UTC")
+    catchup: Mapped[bool] = mapped_column(Boolean, default=False)
+    max_active_runs: Mapped[int] = mapped_column(Integer, default=16)
+    max_active_tasks: Mapped[int] = mapped_column(Integer, default=16)
+    # The next run the timetable calls for; null when it calls for none.
+    next_logical_date: Mapped[datetime | None]
+    next_data_interval_start: Mapped[datetime | None]
+    next_data_interval_end: Mapped[datetime | None]
+    next_run_after: Mapped[datetime | None]
+    updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+    __table_args__ = (
+        Index(
+            "ix_dag_due",
+            "next_run_after",
+            postgresql_where=text("NOT is_paused AND is_active AND next_run_after IS NOT NULL"),
+        ),
+    )
+
+
+class DagVersion(Base):
+    """An immutable DAG spec; runs keep the version they were created with."""
+
+    __tablename__ = "dag_version"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    dag_id: Mapped[str] = mapped_column(ForeignKey("dag.dag_id", ondelete="CASCADE"))
+    version_number: Mapped[int] = mapped_column(Integer)
+    spec_hash: Mapped[str] = mapped_column(Text)
+    spec: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+    __table_args__ = (
+        UniqueConstraint("dag_id", "version_number", name="uq_dag_version_number"),
+        UniqueConstraint("dag_id", "spec_hash", name="uq_dag_version_hash"),
+    )
+
+
+class Backfill(Base):
+    __tablename__ = "backfill"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    dag_id: Mapped[str] = mapped_column(ForeignKey("dag.dag_id", ondelete="CASCADE"))
+    from_date: Mapped[datetime]
+    to_date: Mapped[datetime]
+    max_active_runs: Mapped[int] = mapped_column(Integer)
+    rerun_failed: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    completed_at: Mapped[datetime | None]
+
+
+class DagRun(Base):
+    __tablename__ = "dag_run"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    dag_id: Mapped[str] = mapped_column(ForeignKey("dag.dag_id", ondelete="CASCADE"))
+    run_id: Mapped[str] = mapped_column(Text)
+    run_type: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(Text, default=RunState.QUEUED)
+    dag_version_id: Mapped[int] = mapped_column(ForeignKey("dag_version.id"))
+    backfill_id: Mapped[int | None] = mapped_column(ForeignKey("backfill.id"))
+    logical_date: Mapped[datetime]
+    data_interval_start: Mapped[datetime]
+    data_interval_end: Mapped[datetime]
+    conf: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    start_date: Mapped[datetime | None]
+    end_date: Mapped[datetime | None]
+    last_scheduling_decision: Mapped[datetime | None]
+    tasks_total: Mapped[int] = mapped_column(Integer, default=0)
+    tasks_done: Mapped[int] = mapped_column(Integer, default=0)
+
+    __table_args__ = (
+        UniqueConstraint("dag_id", "run_id", name="uq_dag_run_run_id"),
+        UniqueConstraint("dag_id", "logical_date", "run_type", name="uq_dag_run_logical_date"),
+        CheckConstraint(_in("state", RunState), name="state"),
+        CheckConstraint(_in("run_type", RunType), name="run_type"),
+        Index(
+            "ix_dag_run_active",
+            "dag_id",
+            "state",
+            "logical_date",
+            postgresql_where=text("state IN ('queued', 'running')"),
+        ),
+        Index(
+            "ix_dag_run_examine",
+            "last_scheduling_decision",
+            postgresql_where=text("state = 'running'"),
+        ),
+        Index("ix_dag_run_dag_logical_date", "dag_id", "logical_date"),
+    )
+
+
+class TaskInstance(Base):
+    """One task of one run; the counters make readiness an O(1) check on the row."""
+
+    __tablename__ = "task_instance"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    dag_run_id: Mapped[int] = mapped_column(ForeignKey("dag_run.id", ondelete="CASCADE"))
+    dag_id: Mapped[str] = mapped_column(Text)
+    task_id: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(Text, default=TaskState.NONE)
+    try_number: Mapped[int] = mapped_column(Integer, default=0)
+    max_tries: Mapped[int] = mapped_column(Integer, default=0)
+    logical_date: Mapped[datetime]
+    priority_weight: Mapped[int] = mapped_column(Integer, default=1)
+    pool: Mapped[str] = mapped_column(Text, default=DEFAULT_POOL)
+    pool_slots: Mapped[int] = mapped_column(Integer, default=1)
+    trigger_rule: Mapped[str] = mapped_column(Text)
+    upstream_task_ids: Mapped[list[str]] = mapped_column(ARRAY(Text), default=list)
+    downstream_task_ids: Mapped[list[str]] = mapped_column(ARRAY(Text), default=list)
+    # Event-driven readiness: the last terminal state reported by each upstream,
+    # and the counters derived from it (kept in step by one UPDATE per report).
+    upstream_states: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+    n_success: Mapped[int] = mapped_column(Integer, default=0)
+    n_failed: Mapped[int] = mapped_column(Integer, default=0)
+    n_skipped: Mapped[int] = mapped_column(Integer, default=0)
+    n_upstream_failed: Mapped[int] = mapped_column(Integer, default=0)
+    # Set when the counters changed since the scheduler last looked at this row.
+    needs_eval: Mapped[bool] = mapped_column(Boolean, default=False)
+    depends_on_past: Mapped[bool] = mapped_column(Boolean, default=False)
+    wait_for_downstream: Mapped[bool] = mapped_column(Boolean, default=False)
+    queued_at: Mapped[datetime | None]
+    start_date: Mapped[datetime | None]
+    end_date: Mapped[datetime | None]
+    next_retry_at: Mapped[datetime | None]
+    last_heartbeat_at: Mapped[datetime | None]
+    queued_by_job_id: Mapped[int | None] = mapped_column(Integer)
+    running_by_job_id: Mapped[int | None] = mapped_column(Integer)
+    external_id: Mapped[str | None] = mapped_column(Text)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    reason: Mapped[str | None] = mapped_column(Text)
+    evidence: Mapped[dict[str, Any] | None] = mapped_column(JSONB(none_as_null=True))
+
+    __table_args__ = (
+        UniqueConstraint("dag_run_id", "task_id", name="uq_task_instance_run_task"),
+        CheckConstraint(_in("state", TaskState), name="state"),
+        # The critical section's scan, in its ORDER BY.
+        Index(
+            "ix_ti_scheduled",
+            text("priority_weight DESC"),
+            "logical_date",
+            "id",
+            postgresql_where=text("state = 'scheduled'"),
+        ),
+        Index(
+            "ix_ti_occupying",
+            "pool",
+            "dag_id",
+            postgresql_where=text("state IN ('queued', 'running')"),
+        ),
+        Index("ix_ti_needs_eval", "dag_run_id", postgresql_where=text("needs_eval")),
+        Index("ix_ti_retry", "next_retry_at", postgresql_where=text("state = 'up_for_retry'")),
+        Index("ix_ti_dag_task", "dag_id", "task_id", "logical_date"),
+    )
+
+
+class TaskTry(Base):
+    """History: one row per try of a task instance."""
+
+    __tablename__ = "task_try"
+
+    task_instance_id: Mapped[int] = mapped_column(
+        ForeignKey("task_instance.id", ondelete="CASCADE"), primary_key=True
+    )
+    try_number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    state: Mapped[str] = mapped_column(Text)
+    queued_at: Mapped[datetime | None]
+    start_date: Mapped[datetime | None]
+    end_date: Mapped[datetime | None]
+    scheduler_job_id: Mapped[int | None] = mapped_column(Integer)
+    external_id: Mapped[str | None] = mapped_column(Text)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    reason: Mapped[str | None] = mapped_column(Text)
+
+
+class SlotPool(Base):
+    """Pools: their rows are also the critical section's lock (FOR UPDATE NOWAIT)."""
+
+    __tablename__ = "slot_pool"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(Text, unique=True)
+    slots: Mapped[int] = mapped_column(Integer)
+    description: Mapped[str] = mapped_column(Text, default="")
+
+    __table_args__ = (CheckConstraint("slots >= 0", name="slots_nonnegative"),)
+
+
+class SchedulerJob(Base):
+    __tablename__ = "scheduler_job"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    hostname: Mapped[str] = mapped_column(Text)
+    pid: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(Text, default="running")
+    started_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    latest_heartbeat: Mapped[datetime] = mapped_column(server_default=func.now())
+    ended_at: Mapped[datetime | None]
+
+
+class Outbox(Base):
+    """Side effects written in the transaction that causes them, drained by any replica."""
+
+    __tablename__ = "outbox"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    kind: Mapped[str] = mapped_column(Text)
+    payload: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    not_before: Mapped[datetime] = mapped_column(server_default=func.now())
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_outbox_ready", "not_before", "id"),)
+
+
+class SchedulerMetric(Base):
+    """Counters the loop keeps in the database so every replica's work adds up."""
+
+    __tablename__ = "scheduler_metric"
+
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger, default=0)

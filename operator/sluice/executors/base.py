@@ -1,0 +1,92 @@
+"""The executor interface: what the scheduler hands over, and what comes back.
+
+An executor starts task tries and reports how they ended. It never writes to
+the database itself: the scheduler applies its reports through guarded
+compare-and-set updates keyed by (task instance, try number), so a late or
+duplicate report is a no-op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from sluice.spec.states import TaskState
+
+
+@dataclass(frozen=True)
+class TaskLaunch:
+    """Everything needed to start one try of one task instance."""
+
+    ti_id: int
+    try_number: int
+    dag_id: str
+    task_id: str
+    run_id: str
+    logical_date: datetime
+    data_interval_start: datetime
+    data_interval_end: datetime
+    conf: dict[str, Any]
+    image: str | None
+    command: list[str]
+    args: list[str]
+    env: dict[str, str]
+    execution_timeout: timedelta | None
+    skip_on_exit_code: frozenset[int]
+    resources: dict[str, dict[str, str]] = field(default_factory=dict)
+    pod_template: dict[str, Any] | None = None
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.ti_id, self.try_number)
+
+    def context_env(self) -> dict[str, str]:
+        """The run context every task sees as environment variables."""
+        import json
+
+        return {
+            "SLUICE_DAG": self.dag_id,
+            "SLUICE_TASK": self.task_id,
+            "SLUICE_RUN_ID": self.run_id,
+            "SLUICE_LOGICAL_DATE": self.logical_date.isoformat(),
+            "SLUICE_DATA_INTERVAL_START": self.data_interval_start.isoformat(),
+            "SLUICE_DATA_INTERVAL_END": self.data_interval_end.isoformat(),
+            "SLUICE_TRY_NUMBER": str(self.try_number),
+            "SLUICE_CONF": json.dumps(self.conf, sort_keys=True),
+        }
+
+
+@dataclass(frozen=True)
+class TaskEvent:
+    """How one try ended, as the executor saw it."""
+
+    ti_id: int
+    try_number: int
+    state: TaskState  # success, failed or skipped
+    exit_code: int | None = None
+    reason: str | None = None
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.ti_id, self.try_number)
+
+
+class Executor(Protocol):
+    name: str
+
+    def start(self, launches: Sequence[TaskLaunch]) -> None:
+        """Start each try; must not block on the tasks themselves."""
+
+    def poll(self) -> list[TaskEvent]:
+        """Tries that ended since the last poll."""
+
+    def alive(self) -> list[tuple[int, int]]:
+        """(task instance, try) keys of the tries this executor has running now."""
+
+    def kill(self, key: tuple[int, int], reason: str) -> None:
+        """Stop a try that the database says must not run any more (fenced)."""
+
+    def shutdown(self) -> None:
+        """Stop everything this executor started."""

@@ -1,0 +1,34 @@
+"""An executor that runs nothing: every try succeeds at the next poll (benchmarks)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sluice.executors.base import TaskEvent, TaskLaunch
+from sluice.spec.states import TaskState
+
+
+class NoopExecutor:
+    name = "noop"
+
+    def __init__(self) -> None:
+        self._started: list[TaskLaunch] = []
+        self.launched = 0
+
+    def start(self, launches: Sequence[TaskLaunch]) -> None:
+        self._started.extend(launches)
+        self.launched += len(launches)
+
+    def poll(self) -> list[TaskEvent]:
+        events = [TaskEvent(t.ti_id, t.try_number, TaskState.SUCCESS, 0) for t in self._started]
+        self._started.clear()
+        return events
+
+    def alive(self) -> list[tuple[int, int]]:
+        return [t.key for t in self._started]
+
+    def kill(self, key: tuple[int, int], reason: str) -> None:
+        self._started = [t for t in self._started if t.key != key]
+
+    def shutdown(self) -> None:
+        self._started.clear()

@@ -1,0 +1,153 @@
+"""Backfill: the scheduler's own machinery over a given list of logical dates.
+
+A backfill records its range and its own maxActiveRuns, then creates one
+`backfill` run per cron tick in `[start, end]` (both inclusive) that has no run
+yet. With `rerun_failed`, a date whose run failed is cleared instead: its failed
+and upstream_failed tasks go back to `none` with a fresh set of retries and the
+run is queued again under the backfill. Replicas then schedule these runs like
+any other; `start_queued_runs` holds them to the backfill's limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from sluice.db.dags import SpecCache
+from sluice.db.models import Backfill, DagRun, TaskInstance
+from sluice.scheduler.runs import insert_run
+from sluice.scheduler.transitions import Settled, lock_runs, propagate
+from sluice.spec.states import RunState, RunType, TaskState
+from sluice.spec.timetables import CronTimetable
+
+
+class BackfillError(ValueError):
+    """A backfill that cannot be created, with the reason and the fix."""
+
+
+@dataclass
+class BackfillPlan:
+    backfill_id: int
+    created: list[str] = field(default_factory=list)
+    rerun: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def run_count(self) -> int:
+        return len(self.created) + len(self.rerun)
+
+
+def create_backfill(
+    session: Session,
+    specs: SpecCache,
+    dag_id: str,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    *,
+    max_active_runs: int | None = None,
+    rerun_failed: bool = False,
+) -> BackfillPlan:
+    try:
+        compiled = specs.current(session, dag_id)
+    except LookupError:
+        raise BackfillError(f"DAG {dag_id!r} is not registered; apply its manifest first") from None
+    if not isinstance(compiled.timetable, CronTimetable):
+        raise BackfillError(
+            f"DAG {dag_id!r} has schedule {compiled.spec.schedule!r}; backfill needs a cron "
+            "schedule to know its logical dates (use a manual run instead)"
+        )
+    if start.tzinfo is None or end.tzinfo is None:
+        raise BackfillError("--start and --end need a timezone, e.g. 2026-11-01T00:00:00Z")
+    if start > end:
+        raise BackfillError(f"--start {start.isoformat()} is after --end {end.isoformat()}")
+    if max_active_runs is not None and max_active_runs < 1:
+        raise BackfillError("--max-active-runs must be at least 1")
+    infos = compiled.timetable.runs_between(start, end)
+    if not infos:
+        raise BackfillError(
+            f"schedule {compiled.spec.schedule!r} has no logical dates between "
+            f"{start.isoformat()} and {end.isoformat()}"
+        )
+    backfill = Backfill(
+        dag_id=dag_id,
+        from_date=start,
+        to_date=end,
+        max_active_runs=max_active_runs or compiled.spec.max_active_runs,
+        rerun_failed=rerun_failed,
+        created_at=now,
+    )
+    session.add(backfill)
+    session.flush()
+    plan = BackfillPlan(backfill.id)
+    existing = {
+        row.logical_date: row
+        for row in session.execute(
+            select(DagRun.id, DagRun.logical_date, DagRun.state, DagRun.run_id).where(
+                DagRun.dag_id == dag_id,
+                DagRun.logical_date.in_([info.logical_date for info in infos]),
+            )
+        )
+    }
+    for info in infos:
+        prior = existing.get(info.logical_date)
+        if prior is None:
+            new = insert_run(
+                session,
+                compiled,
+                run_type=RunType.BACKFILL,
+                info=info,
+                now=now,
+                backfill_id=backfill.id,
+            )
+            assert new is not None
+            plan.created.append(new.run_id)
+        elif prior.state == RunState.FAILED and rerun_failed:
+            clear_failed_tasks(session, specs, prior.id, backfill_id=backfill.id)
+            plan.rerun.append(prior.run_id)
+        else:
+            why = f"run {prior.run_id} exists ({prior.state})"
+            plan.skipped.append((info.logical_date.isoformat(), why))
+    return plan
+
+
+def clear_failed_tasks(
+    session: Session, specs: SpecCache, run_id: int, *, backfill_id: int | None
+) -> int:
+    """Put a finished run's failed tasks back to `none` and queue the run again."""
+    lock_runs(session, [run_id])
+    run = session.get_one(DagRun, run_id)
+    compiled = specs.get(session, run.dag_version_id)
+    cleared = (
+        session.execute(
+            select(TaskInstance)
+            .where(
+                TaskInstance.dag_run_id == run_id,
+                TaskInstance.state.in_([TaskState.FAILED, TaskState.UPSTREAM_FAILED]),
+            )
+            .order_by(TaskInstance.id)
+            .with_for_update()
+        )
+        .scalars()
+        .all()
+    )
+    for ti in cleared:
+        ti.state = TaskState.NONE
+        ti.max_tries = ti.try_number + compiled.tasks[ti.task_id].retries
+        ti.needs_eval = True
+        ti.end_date = None
+        ti.reason = None
+    session.flush()
+    propagate(
+        session,
+        [Settled(run_id, ti.task_id, ti.downstream_task_ids, None) for ti in cleared],
+    )
+    session.execute(
+        update(DagRun)
+        .where(DagRun.id == run_id)
+        .values(state=RunState.QUEUED, start_date=None, end_date=None, backfill_id=backfill_id)
+    )
+    return len(cleared)

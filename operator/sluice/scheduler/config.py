@@ -1,0 +1,25 @@
+"""The scheduler's knobs, with Airflow-like defaults; one frozen object passed down."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    # Sleep between ticks when a tick found nothing to do (seconds).
+    tick_interval: float = 1.0
+    # Phase 1: scheduled runs created per tick (Airflow: max_dagruns_to_create_per_loop).
+    runs_created_per_tick: int = 10
+    # Phase 2: running runs examined per tick (Airflow: max_dagruns_per_loop_to_schedule).
+    runs_examined_per_tick: int = 20
+    # Phase 3: scheduled task instances read per critical section (Airflow: max_tis_per_query).
+    max_tis_per_query: int = 512
+    # Outbox rows claimed per dispatch.
+    dispatch_batch: int = 512
+    # Phase 4: housekeeping periods and thresholds (seconds).
+    heartbeat_interval: float = 5.0
+    scheduler_dead_after: float = 30.0
+    zombie_threshold: float = 60.0
+    zombie_check_interval: float = 10.0
+    reconcile_interval: float = 60.0

@@ -1,0 +1,160 @@
+"""Phase 3 of the loop: the critical section that moves tasks from scheduled to queued.
+
+Entry is `SELECT ... FROM slot_pool FOR UPDATE NOWAIT`: one replica at a time
+counts free slots, and a replica that finds the lock busy skips this tick
+rather than waiting (the holder is already doing the work). Inside, scheduled
+task instances are read by priority weight, logical date and id with
+`FOR UPDATE SKIP LOCKED` and a batch limit, checked against pool slots and each
+DAG's maxActiveTasks, moved to `queued` with their try number bumped, and one
+`start_task` row per try goes to the outbox in the same transaction.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
+
+from sluice.db import locks
+from sluice.db.models import Dag, Outbox, SlotPool, TaskInstance, TaskTry
+from sluice.spec.states import OCCUPYING_TASK_STATES, TaskState
+
+START_TASK = "start_task"
+
+
+@dataclass
+class CriticalSectionResult:
+    entered: bool
+    queued: list[tuple[int, int]] = field(default_factory=list)
+    starved_pools: set[str] = field(default_factory=set)
+
+
+def queue_schedulable_task_instances(
+    session: Session, now: datetime, *, job_id: int | None, max_tis: int
+) -> CriticalSectionResult:
+    """Queue what the limits allow; the caller commits (which releases the pool lock)."""
+    try:
+        pools = dict(
+            session.execute(
+                select(SlotPool.name, SlotPool.slots)
+                .order_by(SlotPool.id)
+                .with_for_update(nowait=True)
+            ).all()
+        )
+    except OperationalError as exc:
+        if locks.is_lock_not_available(exc):
+            session.rollback()
+            return CriticalSectionResult(entered=False)
+        raise
+
+    pool_used: dict[str, int] = defaultdict(int)
+    dag_active: dict[str, int] = defaultdict(int)
+    for pool, dag_id, slots, count in session.execute(
+        select(
+            TaskInstance.pool,
+            TaskInstance.dag_id,
+            func.sum(TaskInstance.pool_slots),
+            func.count(),
+        )
+        .where(TaskInstance.state.in_(OCCUPYING_TASK_STATES))
+        .group_by(TaskInstance.pool, TaskInstance.dag_id)
+    ):
+        pool_used[pool] += int(slots)
+        dag_active[dag_id] += int(count)
+
+    full_pools = {name for name, slots in pools.items() if pool_used[name] >= slots}
+    candidates_query = (
+        select(
+            TaskInstance.id,
+            TaskInstance.dag_id,
+            TaskInstance.pool,
+            TaskInstance.pool_slots,
+            Dag.max_active_tasks,
+        )
+        .join(Dag, Dag.dag_id == TaskInstance.dag_id)
+        .where(TaskInstance.state == TaskState.SCHEDULED, Dag.is_paused.is_(False))
+        .order_by(TaskInstance.priority_weight.desc(), TaskInstance.logical_date, TaskInstance.id)
+        .limit(max_tis)
+        .with_for_update(of=TaskInstance, skip_locked=True)
+    )
+    # Leave out what cannot run now, so a full pool or a busy DAG never starves the rest.
+    if full_pools:
+        candidates_query = candidates_query.where(TaskInstance.pool.not_in(full_pools))
+    candidates_query = candidates_query.where(TaskInstance.pool.in_(list(pools)))
+    busy_dags = _dags_at_limit(session, dag_active)
+    if busy_dags:
+        candidates_query = candidates_query.where(TaskInstance.dag_id.not_in(busy_dags))
+
+    chosen: list[int] = []
+    result = CriticalSectionResult(entered=True, starved_pools=full_pools)
+    for ti_id, dag_id, pool, slots, max_active in session.execute(candidates_query):
+        if pool_used[pool] + slots > pools[pool]:
+            result.starved_pools.add(pool)
+            continue
+        if dag_active[dag_id] >= max_active:
+            continue
+        pool_used[pool] += slots
+        dag_active[dag_id] += 1
+        chosen.append(ti_id)
+    if not chosen:
+        return result
+
+    queued = session.execute(
+        update(TaskInstance)
+        .where(TaskInstance.id.in_(chosen), TaskInstance.state == TaskState.SCHEDULED)
+        .values(
+            state=TaskState.QUEUED,
+            try_number=TaskInstance.try_number + 1,
+            queued_at=now,
+            queued_by_job_id=job_id,
+            start_date=None,
+            end_date=None,
+            exit_code=None,
+            reason=None,
+            last_heartbeat_at=None,
+        )
+        .returning(TaskInstance.id, TaskInstance.try_number)
+    ).all()
+    result.queued = [(ti_id, try_number) for ti_id, try_number in queued]
+    tries: list[dict[str, Any]] = [
+        {
+            "task_instance_id": ti_id,
+            "try_number": try_number,
+            "state": TaskState.QUEUED.value,
+            "queued_at": now,
+            "scheduler_job_id": job_id,
+        }
+        for ti_id, try_number in result.queued
+    ]
+    session.execute(insert(TaskTry), tries)
+    session.execute(
+        insert(Outbox),
+        [
+            {
+                "kind": START_TASK,
+                "payload": {"ti_id": ti_id, "try_number": try_number},
+                "created_at": now,
+                "not_before": now,
+                "attempts": 0,
+            }
+            for ti_id, try_number in result.queued
+        ],
+    )
+    return result
+
+
+def _dags_at_limit(session: Session, dag_active: dict[str, int]) -> list[str]:
+    if not dag_active:
+        return []
+    limits = session.execute(
+        select(Dag.dag_id, Dag.max_active_tasks).where(
+            Dag.dag_id.in_(bindparam("ids", expanding=True))
+        ),
+        {"ids": list(dag_active)},
+    )
+    return [dag_id for dag_id, limit in limits if dag_active[dag_id] >= limit]

@@ -1,0 +1,273 @@
+"""The scheduler loop: four phases per tick, each its own short transaction.
+
+1. create runs the timetables call for, and start queued runs within maxActiveRuns;
+2. examine running runs: trigger rules, retries, timeouts, run completion;
+3. the critical section: queue scheduled tasks within pools and limits;
+4. housekeeping: hand queued tries to the executor, apply its reports and
+   heartbeats, scheduler heartbeats, zombies, counter reconciliation.
+
+A phase that meets a busy lock skips this tick; a deadlock is retried with
+backoff; any other error is logged and the loop goes on (invariant 6). The
+clock is injected so tests can drive time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TypeVar
+
+import structlog
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session, sessionmaker
+
+from sluice.db import locks
+from sluice.db.dags import SpecCache
+from sluice.executors.base import Executor, TaskEvent, TaskLaunch
+from sluice.scheduler import housekeeping, reconcile
+from sluice.scheduler.config import SchedulerConfig
+from sluice.scheduler.critical import queue_schedulable_task_instances
+from sluice.scheduler.dispatch import claim_task_starts
+from sluice.scheduler.examine import examine_running_runs
+from sluice.scheduler.results import apply_task_events
+from sluice.scheduler.runs import create_due_runs, start_queued_runs
+
+log = structlog.get_logger("sluice.scheduler")
+
+Clock = Callable[[], datetime]
+T = TypeVar("T")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class TickReport:
+    runs_created: int = 0
+    runs_started: int = 0
+    runs_examined: int = 0
+    runs_finished: int = 0
+    tasks_scheduled: int = 0
+    tasks_queued: int = 0
+    tasks_started: int = 0
+    events_applied: int = 0
+    critical_section_skipped: bool = False
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def busy(self) -> bool:
+        """Did this tick change anything? An idle tick is followed by a sleep."""
+        return any(
+            (
+                self.runs_created,
+                self.runs_started,
+                self.runs_finished,
+                self.tasks_scheduled,
+                self.tasks_queued,
+                self.tasks_started,
+                self.events_applied,
+            )
+        )
+
+
+class SchedulerLoop:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        executor: Executor,
+        config: SchedulerConfig | None = None,
+        *,
+        clock: Clock = utcnow,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.sessions = sessions
+        self.executor = executor
+        self.config = config or SchedulerConfig()
+        self.clock = clock
+        self.sleep = sleep
+        self.specs = SpecCache()
+        self.job_id: int = self._transaction("register", self._register, 0)
+        self._pending_events: list[TaskEvent] = []
+        self._last_heartbeat = self.clock()
+        self._last_zombie_check = self.clock()
+        self._last_reconcile = self.clock()
+
+    def _register(self, session: Session) -> int:
+        return housekeeping.register_scheduler(session, self.clock())
+
+    # -- the tick -----------------------------------------------------------------
+
+    def tick(self) -> TickReport:
+        report = TickReport()
+        cfg = self.config
+        now = self.clock()
+
+        # Phase 1: runs.
+        report.runs_created = self._transaction(
+            "create_runs",
+            lambda s: create_due_runs(s, self.specs, now, cfg.runs_created_per_tick),
+            0,
+            report,
+        )
+        report.runs_started = self._transaction(
+            "start_runs", lambda s: start_queued_runs(s, now, cfg.runs_created_per_tick), 0, report
+        )
+
+        # Phase 2: examine running runs.
+        stats = self._transaction(
+            "examine",
+            lambda s: examine_running_runs(s, self.specs, now, cfg.runs_examined_per_tick),
+            None,
+            report,
+        )
+        if stats is not None:
+            report.runs_examined = stats.runs
+            report.runs_finished = len(stats.finished_runs)
+            report.tasks_scheduled = stats.scheduled + stats.retried
+
+        # Phase 3: the critical section.
+        result = self._transaction(
+            "critical_section",
+            lambda s: queue_schedulable_task_instances(
+                s, now, job_id=self.job_id, max_tis=cfg.max_tis_per_query
+            ),
+            None,
+            report,
+        )
+        if result is not None:
+            report.critical_section_skipped = not result.entered
+            report.tasks_queued = len(result.queued)
+
+        # Phase 4: hand over, collect reports, housekeeping.
+        report.tasks_started = self._dispatch(report)
+        report.events_applied = self._sync_executor(report)
+        self._housekeeping(now, report)
+        return report
+
+    def _dispatch(self, report: TickReport) -> int:
+        no_launches: list[TaskLaunch] = []
+        launches = self._transaction(
+            "dispatch",
+            lambda s: claim_task_starts(
+                s,
+                self.specs,
+                self.clock(),
+                job_id=self.job_id,
+                executor_name=self.executor.name,
+                limit=self.config.dispatch_batch,
+            ),
+            no_launches,
+            report,
+        )
+        # Started only after the claim committed: at most one start per try.
+        if launches:
+            self.executor.start(launches)
+        return len(launches)
+
+    def _sync_executor(self, report: TickReport) -> int:
+        self._pending_events.extend(self.executor.poll())
+        events = self._pending_events
+
+        def apply(session: Session) -> tuple[int, list[tuple[int, int]]]:
+            now = self.clock()
+            applied = apply_task_events(session, events, self.specs, now)
+            fenced = housekeeping.heartbeat_tries(session, self.executor.alive(), now)
+            return len(applied), fenced
+
+        outcome = self._transaction("executor_events", apply, None, report)
+        if outcome is None:
+            return 0  # kept in _pending_events for the next tick
+        self._pending_events = []
+        applied, fenced = outcome
+        for key in fenced:
+            self.executor.kill(key, "the database no longer has this try running")
+        return applied
+
+    def _housekeeping(self, now: datetime, report: TickReport) -> None:
+        cfg = self.config
+        if (now - self._last_heartbeat).total_seconds() >= cfg.heartbeat_interval:
+            self._last_heartbeat = now
+            self._transaction(
+                "heartbeat",
+                lambda s: housekeeping.heartbeat_scheduler(s, self.job_id, now),
+                None,
+                report,
+            )
+        if (now - self._last_zombie_check).total_seconds() >= cfg.zombie_check_interval:
+            self._last_zombie_check = now
+            self._transaction("zombies", lambda s: self._sweep_zombies(s, now), None, report)
+        if (now - self._last_reconcile).total_seconds() >= cfg.reconcile_interval:
+            self._last_reconcile = now
+            fixed = self._transaction("reconcile", reconcile.reconcile_counters, 0, report)
+            if fixed:
+                log.warning("counters reconciled", rows_fixed=fixed)
+
+    def _sweep_zombies(self, session: Session, now: datetime) -> None:
+        housekeeping.mark_dead_schedulers(session, now, self.config.scheduler_dead_after)
+        zombies = housekeeping.sweep_zombies(
+            session,
+            self.specs,
+            now,
+            job_id=self.job_id,
+            alive=set(self.executor.alive()),
+            threshold=self.config.zombie_threshold,
+            dead_after=self.config.scheduler_dead_after,
+        )
+        for zombie in zombies:
+            log.warning("zombie task", ti=zombie.ti_id, try_number=zombie.try_number)
+
+    # -- running ------------------------------------------------------------------
+
+    def run(self, should_stop: Callable[[], bool]) -> None:
+        while not should_stop():
+            report = self.tick()
+            if not report.busy:
+                self.sleep(self.config.tick_interval)
+
+    def close(self) -> None:
+        self.executor.shutdown()
+        self._transaction(
+            "end", lambda s: housekeeping.end_scheduler(s, self.job_id, self.clock()), None
+        )
+
+    def _transaction(
+        self,
+        phase: str,
+        work: Callable[[Session], T],
+        default: T,
+        report: TickReport | None = None,
+    ) -> T:
+        """Run one unit of work in its own transaction, with the loop's error policy."""
+        for attempt in range(_DEADLOCK_RETRIES):
+            with self.sessions() as session:
+                try:
+                    result = work(session)
+                    session.commit()
+                    return result
+                except DBAPIError as exc:
+                    session.rollback()
+                    if locks.is_lock_not_available(exc):
+                        return default
+                    if locks.is_retryable_conflict(exc) and attempt + 1 < _DEADLOCK_RETRIES:
+                        log.info("lock conflict, retrying", phase=phase, attempt=attempt + 1)
+                        self.sleep(0.05 * 2**attempt)
+                        continue
+                    self._record_error(phase, exc, report)
+                    return default
+                except Exception as exc:
+                    session.rollback()
+                    self._record_error(phase, exc, report)
+                    return default
+        return default
+
+    @staticmethod
+    def _record_error(phase: str, exc: Exception, report: TickReport | None) -> None:
+        log.error("phase failed", phase=phase, error=str(exc).splitlines()[0], exc_info=exc)
+        if report is not None:
+            report.errors.append(f"{phase}: {str(exc).splitlines()[0]}")
+
+
+_DEADLOCK_RETRIES = 4

@@ -1,0 +1,104 @@
+"""The safety net under event-driven readiness: recompute counters from scratch.
+
+Periodically, for a batch of running runs (locked SKIP LOCKED, run rows
+before task rows as everywhere), every task instance's upstream counters and
+every run's `tasks_done` are recomputed from the actual upstream states. Each
+row it had to fix is counted in the `counter_fixes` metric; that number
+should stay at zero, and a non-zero value points at a bug in propagation.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select, text
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
+
+from sluice.db.models import DagRun, SchedulerMetric
+from sluice.spec.states import RunState
+
+COUNTER_FIXES = "counter_fixes"
+
+_FIX_COUNTERS = text(
+    """
+    WITH truth AS (
+        SELECT d.id,
+               COALESCE(
+                   jsonb_object_agg(u.task_id, u.state) FILTER (
+                       WHERE u.state IN ('success', 'failed', 'skipped', 'upstream_failed')),
+                   '{}'::jsonb) AS states,
+               count(*) FILTER (WHERE u.state = 'success') AS s,
+               count(*) FILTER (WHERE u.state = 'failed') AS f,
+               count(*) FILTER (WHERE u.state = 'skipped') AS k,
+               count(*) FILTER (WHERE u.state = 'upstream_failed') AS uf
+        FROM task_instance d
+        JOIN task_instance u
+          ON u.dag_run_id = d.dag_run_id AND u.task_id = ANY(d.upstream_task_ids)
+        WHERE d.dag_run_id = ANY(CAST(:run_ids AS bigint[]))
+        GROUP BY d.id
+    )
+    UPDATE task_instance t
+       SET upstream_states = truth.states,
+           n_success = truth.s, n_failed = truth.f,
+           n_skipped = truth.k, n_upstream_failed = truth.uf,
+           needs_eval = true
+      FROM truth
+     WHERE t.id = truth.id
+       AND (t.n_success, t.n_failed, t.n_skipped, t.n_upstream_failed)
+           IS DISTINCT FROM (truth.s, truth.f, truth.k, truth.uf)
+    RETURNING t.id
+    """
+)
+
+_FIX_PROGRESS = text(
+    """
+    WITH truth AS (
+        SELECT dag_run_id AS id,
+               count(*) FILTER (WHERE state IN ('success', 'failed', 'skipped', 'upstream_failed'))
+                 AS done
+        FROM task_instance
+        WHERE dag_run_id = ANY(CAST(:run_ids AS bigint[]))
+        GROUP BY dag_run_id
+    )
+    UPDATE dag_run r SET tasks_done = truth.done
+      FROM truth
+     WHERE r.id = truth.id AND r.tasks_done <> truth.done
+    RETURNING r.id
+    """
+)
+
+
+def reconcile_counters(session: Session, limit: int = 200) -> int:
+    """Recompute counters for up to `limit` running runs; returns the rows fixed."""
+    run_ids = list(
+        session.execute(
+            select(DagRun.id)
+            .where(DagRun.state == RunState.RUNNING)
+            .order_by(DagRun.id)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        ).scalars()
+    )
+    if not run_ids:
+        return 0
+    fixed = len(session.execute(_FIX_COUNTERS, {"run_ids": run_ids}).all())
+    fixed += len(session.execute(_FIX_PROGRESS, {"run_ids": run_ids}).all())
+    if fixed:
+        add_metric(session, COUNTER_FIXES, fixed)
+    return fixed
+
+
+def add_metric(session: Session, name: str, amount: int) -> None:
+    stmt = insert(SchedulerMetric).values(name=name, value=amount)
+    session.execute(
+        stmt.on_conflict_do_update(
+            index_elements=[SchedulerMetric.name],
+            set_={"value": SchedulerMetric.value + stmt.excluded.value},
+        )
+    )
+
+
+def read_metric(session: Session, name: str) -> int:
+    value = session.execute(
+        select(SchedulerMetric.value).where(SchedulerMetric.name == name)
+    ).scalar_one_or_none()
+    return int(value or 0)

@@ -1,0 +1,46 @@
+"""Manual runs: a user (or a DagRun object) asks for a run now, with an optional conf."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from sluice.db.dags import SpecCache
+from sluice.scheduler.runs import NewRun, insert_run, run_id_for
+from sluice.spec.states import RunType
+
+
+class TriggerError(ValueError):
+    """A manual run that cannot be created, with the reason and the fix."""
+
+
+def trigger_run(
+    session: Session,
+    specs: SpecCache,
+    dag_id: str,
+    now: datetime,
+    *,
+    logical_date: datetime | None = None,
+    conf: dict[str, Any] | None = None,
+    run_id: str | None = None,
+) -> NewRun:
+    try:
+        compiled = specs.current(session, dag_id)
+    except LookupError:
+        raise TriggerError(f"DAG {dag_id!r} is not registered; apply its manifest first") from None
+    if conf is not None and not isinstance(conf, dict):
+        raise TriggerError('conf must be a JSON object, e.g. \'{"key": "value"}\'')
+    when = logical_date or now
+    info = compiled.timetable.manual_run(when)
+    run_id = run_id or run_id_for(RunType.MANUAL, info.logical_date)
+    created = insert_run(
+        session, compiled, run_type=RunType.MANUAL, info=info, now=now, run_id=run_id, conf=conf
+    )
+    if created is None:
+        raise TriggerError(
+            f"DAG {dag_id!r} already has a run with run_id {run_id!r} or a manual run at "
+            f"{info.logical_date.isoformat()}; choose another run id or logical date"
+        )
+    return created

@@ -1,0 +1,50 @@
+"""A DAG spec prepared for the scheduler: graph maps, priorities and timetable, computed once.
+
+The scheduler reads a DAG version's spec from the database and keeps the
+compiled form in memory keyed by version id (versions are immutable, so the
+cache never goes stale).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from sluice.spec import graph
+from sluice.spec.models import DagSpec, TaskSpec
+from sluice.spec.timetables import Timetable, timetable_for
+
+
+@dataclass(frozen=True)
+class CompiledDag:
+    dag_id: str
+    version_id: int
+    spec: DagSpec
+
+    @cached_property
+    def tasks(self) -> dict[str, TaskSpec]:
+        return {t.name: t for t in self.spec.tasks}
+
+    @cached_property
+    def order(self) -> list[str]:
+        return graph.topological_order(self.spec)
+
+    @cached_property
+    def priority_weights(self) -> dict[str, int]:
+        return graph.priority_weights(self.spec)
+
+    @cached_property
+    def downstream(self) -> dict[str, list[str]]:
+        result: dict[str, list[str]] = {name: [] for name in self.tasks}
+        for task in self.spec.tasks:
+            for upstream in task.depends_on:
+                result[upstream].append(task.name)
+        return {name: sorted(children) for name, children in result.items()}
+
+    @cached_property
+    def leaves(self) -> frozenset[str]:
+        return frozenset(name for name, children in self.downstream.items() if not children)
+
+    @cached_property
+    def timetable(self) -> Timetable:
+        return timetable_for(self.spec.schedule, self.spec.timezone)

@@ -1,0 +1,189 @@
+"""When a DAG's runs happen: cron schedules in the DAG's timezone, `@once`, or none.
+
+A scheduled run covers a data interval `[start, end)` between two cron ticks; its
+logical date is the interval's start and it may be created once the interval has
+ended, as in Airflow. Cron arithmetic is croniter's, done in the DAG's own
+timezone so a daily 02:30 run stays at 02:30 local time across DST changes; the
+results are returned in UTC, the only zone the database stores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import Protocol
+from zoneinfo import ZoneInfo
+
+from croniter import croniter
+
+CRON_PRESETS: dict[str, str] = {
+    "@hourly": "0 * * * *",
+    "@daily": "0 0 * * *",
+    "@weekly": "0 0 * * 0",
+    "@monthly": "0 0 1 * *",
+    "@yearly": "0 0 1 1 *",
+}
+ONCE = "@once"
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """One run a timetable calls for."""
+
+    logical_date: datetime
+    data_interval_start: datetime
+    data_interval_end: datetime
+    run_after: datetime
+
+
+class Timetable(Protocol):
+    def next_run(
+        self,
+        last: RunInfo | None,
+        *,
+        now: datetime,
+        catchup: bool,
+        start_date: datetime | None,
+        end_date: datetime | None,
+    ) -> RunInfo | None:
+        """The run after `last` (the latest scheduled run so far), or None if no more."""
+        ...
+
+    def runs_between(self, start: datetime, end: datetime) -> list[RunInfo]:
+        """Every run whose logical date lies in `[start, end]` (backfill)."""
+        ...
+
+    def manual_run(self, when: datetime) -> RunInfo:
+        """The data interval a manual trigger at `when` covers."""
+        ...
+
+    def skip_to_latest(self, info: RunInfo, *, now: datetime) -> RunInfo:
+        """`info`, or the latest run already due at `now` if that is later (catchup off)."""
+        ...
+
+
+def _utc(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        raise ValueError(f"naive datetime {value.isoformat()} reached the timetable")
+    return value.astimezone(UTC)
+
+
+class CronTimetable:
+    """Runs between consecutive ticks of a cron expression in a timezone."""
+
+    def __init__(self, expression: str, tz: tzinfo) -> None:
+        self.expression = CRON_PRESETS.get(expression, expression)
+        self.tz = tz
+
+    def _next_tick(self, after: datetime) -> datetime:
+        it = croniter(self.expression, after.astimezone(self.tz))
+        return _utc(it.get_next(datetime))
+
+    def _prev_tick(self, before: datetime) -> datetime:
+        it = croniter(self.expression, before.astimezone(self.tz))
+        return _utc(it.get_prev(datetime))
+
+    def _align_forward(self, when: datetime) -> datetime:
+        """The first tick at or after `when`."""
+        return self._next_tick(when - _EPSILON)
+
+    def _align_back(self, when: datetime) -> datetime:
+        """The last tick at or before `when`."""
+        return self._prev_tick(when + _EPSILON)
+
+    def _info(self, start: datetime) -> RunInfo:
+        end = self._next_tick(start)
+        return RunInfo(start, start, end, end)
+
+    def next_run(
+        self,
+        last: RunInfo | None,
+        *,
+        now: datetime,
+        catchup: bool,
+        start_date: datetime | None,
+        end_date: datetime | None,
+    ) -> RunInfo | None:
+        if last is not None:
+            start = last.data_interval_end
+        elif start_date is not None:
+            start = self._align_forward(start_date)
+        else:
+            return None
+        info = self._info(start)
+        if not catchup:
+            info = self.skip_to_latest(info, now=now)
+        if end_date is not None and info.logical_date > _utc(end_date):
+            return None
+        return info
+
+    def runs_between(self, start: datetime, end: datetime) -> list[RunInfo]:
+        return [self._info(tick) for tick in self._ticks(start, end)]
+
+    def _ticks(self, start: datetime, end: datetime) -> Iterator[datetime]:
+        tick = self._align_forward(_utc(start))
+        while tick <= _utc(end):
+            yield tick
+            tick = self._next_tick(tick)
+
+    def manual_run(self, when: datetime) -> RunInfo:
+        end = self._align_back(when)
+        return RunInfo(_utc(when), self._prev_tick(end), end, _utc(when))
+
+    def skip_to_latest(self, info: RunInfo, *, now: datetime) -> RunInfo:
+        latest_start = self._prev_tick(self._align_back(now))
+        return info if info.logical_date >= latest_start else self._info(latest_start)
+
+
+class OnceTimetable:
+    """`@once`: a single run at the start date."""
+
+    def next_run(
+        self,
+        last: RunInfo | None,
+        *,
+        now: datetime,
+        catchup: bool,
+        start_date: datetime | None,
+        end_date: datetime | None,
+    ) -> RunInfo | None:
+        if last is not None or start_date is None:
+            return None
+        start = _utc(start_date)
+        return RunInfo(start, start, start, start)
+
+    def runs_between(self, start: datetime, end: datetime) -> list[RunInfo]:
+        return []
+
+    def manual_run(self, when: datetime) -> RunInfo:
+        return RunInfo(_utc(when), _utc(when), _utc(when), _utc(when))
+
+    def skip_to_latest(self, info: RunInfo, *, now: datetime) -> RunInfo:
+        return info
+
+
+class ManualOnlyTimetable(OnceTimetable):
+    """`schedule: null`: runs only when triggered."""
+
+    def next_run(
+        self,
+        last: RunInfo | None,
+        *,
+        now: datetime,
+        catchup: bool,
+        start_date: datetime | None,
+        end_date: datetime | None,
+    ) -> RunInfo | None:
+        return None
+
+
+def timetable_for(schedule: str | None, timezone: str) -> Timetable:
+    if schedule is None:
+        return ManualOnlyTimetable()
+    if schedule == ONCE:
+        return OnceTimetable()
+    return CronTimetable(schedule, ZoneInfo(timezone))
+
+
+_EPSILON = timedelta(microseconds=1)

@@ -1,0 +1,127 @@
+"""What happened: runs and their tasks read back from the database, for people and scripts.
+
+`sluice standalone --output json` and `sluice dags test --output json` print
+`{"runs": [{"dag", "run_id", "run_type", "logical_date", "state",
+"tasks": [{"task", "state", "try_number", "start", "end"}]}]}`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from rich.table import Table
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from sluice.db.models import DagRun, TaskInstance
+
+
+@dataclass(frozen=True)
+class TaskSummary:
+    task: str
+    state: str
+    try_number: int
+    start: str | None
+    end: str | None
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    dag: str
+    run_id: str
+    run_type: str
+    logical_date: str
+    state: str
+    tasks: list[TaskSummary]
+
+    @property
+    def done(self) -> int:
+        return sum(
+            t.state in ("success", "failed", "skipped", "upstream_failed") for t in self.tasks
+        )
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def read_runs(session: Session, run_ids: list[int] | None = None) -> list[RunSummary]:
+    query = select(DagRun).order_by(DagRun.dag_id, DagRun.logical_date, DagRun.id)
+    if run_ids is not None:
+        query = query.where(DagRun.id.in_(run_ids))
+    runs = list(session.execute(query).scalars())
+    tasks: dict[int, list[TaskSummary]] = defaultdict(list)
+    if runs:
+        for ti in session.execute(
+            select(TaskInstance)
+            .where(TaskInstance.dag_run_id.in_([r.id for r in runs]))
+            .order_by(TaskInstance.id)
+        ).scalars():
+            tasks[ti.dag_run_id].append(
+                TaskSummary(
+                    ti.task_id, ti.state, ti.try_number, _iso(ti.start_date), _iso(ti.end_date)
+                )
+            )
+    return [
+        RunSummary(
+            run.dag_id,
+            run.run_id,
+            run.run_type,
+            run.logical_date.isoformat(),
+            run.state,
+            tasks[run.id],
+        )
+        for run in runs
+    ]
+
+
+def as_json(runs: list[RunSummary]) -> dict[str, Any]:
+    return {"runs": [asdict(run) for run in runs]}
+
+
+_STATE_STYLE = {
+    "success": "green",
+    "failed": "red",
+    "upstream_failed": "red",
+    "running": "cyan",
+    "queued": "blue",
+    "scheduled": "blue",
+    "up_for_retry": "yellow",
+    "skipped": "magenta",
+}
+
+
+def _styled(state: str) -> str:
+    style = _STATE_STYLE.get(state)
+    return f"[{style}]{state}[/{style}]" if style else state
+
+
+def runs_table(runs: list[RunSummary], *, with_tasks: bool = True) -> Table:
+    table = Table(title="Sluice runs", expand=False)
+    for column in ("DAG", "RUN", "STATE", "TASKS", "TASK STATES"):
+        table.add_column(column)
+    for run in runs:
+        detail = (
+            ", ".join(
+                f"{t.task}={_styled(t.state)}" + (f"#{t.try_number}" if t.try_number > 1 else "")
+                for t in run.tasks
+            )
+            if with_tasks
+            else ""
+        )
+        table.add_row(
+            run.dag, run.run_id, _styled(run.state), f"{run.done}/{len(run.tasks)}", detail
+        )
+    return table
+
+
+def tasks_table(run: RunSummary) -> Table:
+    table = Table(title=f"{run.dag} {run.run_id}: {run.state}")
+    for column in ("TASK", "STATE", "TRY", "START", "END"):
+        table.add_column(column)
+    for t in run.tasks:
+        table.add_row(t.task, _styled(t.state), str(t.try_number), t.start or "-", t.end or "-")
+    return table

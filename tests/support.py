@@ -1,0 +1,157 @@
+"""Test support: DAG manifests from short dicts, a settable clock, a scripted executor."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from sluice.db.dags import sync_dag
+from sluice.db.models import DagRun, TaskInstance
+from sluice.executors.base import TaskEvent, TaskLaunch
+from sluice.scheduler.config import SchedulerConfig
+from sluice.scheduler.loop import SchedulerLoop
+from sluice.spec.models import DagManifest
+from sluice.spec.states import TaskState
+from sluice.spec.validation import parse_dag_manifest
+
+T0 = datetime(2026, 12, 1, 0, 0, tzinfo=UTC)
+
+
+def manifest(name: str, tasks: Sequence[dict[str, Any]], **spec: Any) -> DagManifest:
+    body: dict[str, Any] = {"defaults": {"image": "busybox:1.36"}, "tasks": list(tasks)}
+    body.update(spec)
+    return parse_dag_manifest(
+        {
+            "apiVersion": "sluice.io/v1alpha1",
+            "kind": "DAG",
+            "metadata": {"name": name},
+            "spec": body,
+        }
+    )
+
+
+def chain(*names: str, **task_fields: Any) -> list[dict[str, Any]]:
+    tasks: list[dict[str, Any]] = []
+    for i, name in enumerate(names):
+        task = {"name": name, **task_fields}
+        if i:
+            task["dependsOn"] = [names[i - 1]]
+        tasks.append(task)
+    return tasks
+
+
+class FakeClock:
+    def __init__(self, start: datetime = T0) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **kwargs: float) -> None:
+        self.now += timedelta(**kwargs)
+
+    def sleep(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+class ScriptedExecutor:
+    """Ends every started try at the next poll with the state scripted for its task.
+
+    `outcomes[task_id]` lists the state of try 1, 2, ...; past the list (or for
+    unscripted tasks) the try succeeds. `hold` keeps tries of those tasks running.
+    """
+
+    name = "scripted"
+
+    def __init__(self, outcomes: dict[str, Sequence[TaskState]] | None = None) -> None:
+        self.outcomes = dict(outcomes or {})
+        self.hold: set[str] = set()
+        self.started: list[TaskLaunch] = []
+        self.running: dict[tuple[int, int], TaskLaunch] = {}
+        self.killed: list[tuple[int, int]] = []
+
+    def start(self, launches: Sequence[TaskLaunch]) -> None:
+        for launch in launches:
+            assert launch.key not in self.running, f"try started twice: {launch.key}"
+            self.started.append(launch)
+            self.running[launch.key] = launch
+
+    def poll(self) -> list[TaskEvent]:
+        events = []
+        for key, launch in list(self.running.items()):
+            if launch.task_id in self.hold:
+                continue
+            script = self.outcomes.get(launch.task_id, ())
+            state = script[launch.try_number - 1] if launch.try_number <= len(script) else None
+            state = state or TaskState.SUCCESS
+            del self.running[key]
+            events.append(TaskEvent(launch.ti_id, launch.try_number, state, 0))
+        return events
+
+    def alive(self) -> list[tuple[int, int]]:
+        return list(self.running)
+
+    def kill(self, key: tuple[int, int], reason: str) -> None:
+        self.killed.append(key)
+        self.running.pop(key, None)
+
+    def shutdown(self) -> None:
+        self.running.clear()
+
+
+def make_loop(
+    sessions: sessionmaker[Session],
+    executor: Any,
+    clock: FakeClock,
+    **config: Any,
+) -> SchedulerLoop:
+    return SchedulerLoop(
+        sessions, executor, SchedulerConfig(**config), clock=clock, sleep=clock.sleep
+    )
+
+
+def register(sessions: sessionmaker[Session], m: DagManifest, now: datetime = T0) -> None:
+    with sessions() as session:
+        sync_dag(session, m, now)
+        session.commit()
+
+
+def run_until_idle(loop: SchedulerLoop, max_ticks: int = 200) -> int:
+    """Tick until a tick changes nothing; returns the number of ticks."""
+    for tick in range(1, max_ticks + 1):
+        report = loop.tick()
+        assert not report.errors, report.errors
+        if not report.busy:
+            return tick
+    raise AssertionError(f"scheduler still busy after {max_ticks} ticks")
+
+
+def task_states(session: Session, dag_id: str) -> dict[str, str]:
+    rows = session.execute(
+        select(TaskInstance.task_id, TaskInstance.state)
+        .where(TaskInstance.dag_id == dag_id)
+        .order_by(TaskInstance.id)
+    ).all()
+    return dict(rows)
+
+
+def runs(session: Session, dag_id: str) -> list[DagRun]:
+    return list(
+        session.execute(
+            select(DagRun).where(DagRun.dag_id == dag_id).order_by(DagRun.logical_date)
+        ).scalars()
+    )
+
+
+def trigger(sessions: sessionmaker[Session], dag_id: str, now: datetime, **kwargs: Any) -> int:
+    from sluice.db.dags import SpecCache
+    from sluice.scheduler.triggers import trigger_run
+
+    with sessions() as session:
+        new = trigger_run(session, SpecCache(), dag_id, now, **kwargs)
+        session.commit()
+        return new.id
