@@ -205,7 +205,7 @@ def start_queued_runs(session: Session, now: datetime, limit: int) -> int:
                 Dag.is_paused.is_(False),
                 select(DagRun.id)
                 .where(DagRun.dag_id == Dag.dag_id, DagRun.state == RunState.QUEUED)
-                .exists()
+                .exists(),
             )
             .order_by(Dag.dag_id)
             .limit(limit)
