@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
+
+from sluice.spec.states import RunState, TaskState
 from tests.support import (
     T0,
     FakeClock,
@@ -17,8 +19,6 @@ from tests.support import (
     runs,
     task_states,
 )
-
-from sluice.spec.states import RunState, TaskState
 
 
 def test_scheduled_run_goes_through_a_chain(sessions: sessionmaker[Session]) -> None:
