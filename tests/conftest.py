@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +30,7 @@ def _with_database(url: str, database: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def postgres_admin_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def postgres_admin_url() -> Iterator[str]:
     existing = os.environ.get("SLUICE_TEST_DATABASE_URL")
     server = None
     if existing:
@@ -37,8 +38,10 @@ def postgres_admin_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
     else:
         from sluice.db.embedded import start_embedded_postgres
 
+        # Not under pytest's tmp_path: pytest prunes old base directories, and a
+        # concurrent pytest session would delete this server's data under it.
         server = start_embedded_postgres(
-            Path(tmp_path_factory.mktemp("pg")) / "data", keep_data=False
+            Path(tempfile.mkdtemp(prefix="sluice-test-pg-")) / "data", keep_data=False
         )
         url = normalize_url(server.url)
     admin = create_engine(url, isolation_level="AUTOCOMMIT")

@@ -155,3 +155,30 @@ def trigger(sessions: sessionmaker[Session], dag_id: str, now: datetime, **kwarg
         new = trigger_run(session, SpecCache(), dag_id, now, **kwargs)
         session.commit()
         return new.id
+
+
+def ti_row(session: Session, dag_id: str, task_id: str) -> TaskInstance:
+    return session.execute(
+        select(TaskInstance)
+        .where(TaskInstance.dag_id == dag_id, TaskInstance.task_id == task_id)
+        .order_by(TaskInstance.logical_date.desc())
+        .limit(1)
+    ).scalar_one()
+
+
+def run_until_runs_end(
+    loop: SchedulerLoop, sessions: sessionmaker[Session], max_ticks: int = 500
+) -> None:
+    """Tick (sleeping the fake clock when idle) until every run is terminal."""
+    for _ in range(max_ticks):
+        report = loop.tick()
+        assert not report.errors, report.errors
+        with sessions() as session:
+            active = session.execute(
+                select(DagRun.id).where(DagRun.state.in_(["queued", "running"])).limit(1)
+            ).first()
+        if active is None:
+            return
+        if not report.busy:
+            loop.sleep(loop.config.tick_interval)
+    raise AssertionError(f"runs still active after {max_ticks} ticks")

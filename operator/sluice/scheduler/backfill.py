@@ -10,8 +10,10 @@ any other; `start_queued_runs` holds them to the backfill's limit.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -83,18 +85,17 @@ def create_backfill(
     session.add(backfill)
     session.flush()
     plan = BackfillPlan(backfill.id)
-    existing = {
-        row.logical_date: row
-        for row in session.execute(
-            select(DagRun.id, DagRun.logical_date, DagRun.state, DagRun.run_id).where(
-                DagRun.dag_id == dag_id,
-                DagRun.logical_date.in_([info.logical_date for info in infos]),
-            )
+    existing: dict[datetime, list[Any]] = defaultdict(list)
+    for row in session.execute(
+        select(DagRun.id, DagRun.logical_date, DagRun.state, DagRun.run_id).where(
+            DagRun.dag_id == dag_id,
+            DagRun.logical_date.in_([info.logical_date for info in infos]),
         )
-    }
+    ):
+        existing[row.logical_date].append(row)
     for info in infos:
-        prior = existing.get(info.logical_date)
-        if prior is None:
+        prior = existing.get(info.logical_date, [])
+        if not prior:
             new = insert_run(
                 session,
                 compiled,
@@ -105,11 +106,12 @@ def create_backfill(
             )
             assert new is not None
             plan.created.append(new.run_id)
-        elif prior.state == RunState.FAILED and rerun_failed:
-            clear_failed_tasks(session, specs, prior.id, backfill_id=backfill.id)
-            plan.rerun.append(prior.run_id)
+        elif rerun_failed and all(run.state == RunState.FAILED for run in prior):
+            for run in prior:
+                clear_failed_tasks(session, specs, run.id, backfill_id=backfill.id)
+                plan.rerun.append(run.run_id)
         else:
-            why = f"run {prior.run_id} exists ({prior.state})"
+            why = ", ".join(f"run {run.run_id} exists ({run.state})" for run in prior)
             plan.skipped.append((info.logical_date.isoformat(), why))
     return plan
 

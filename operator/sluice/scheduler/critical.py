@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
@@ -54,18 +54,23 @@ def queue_schedulable_task_instances(
 
     pool_used: dict[str, int] = defaultdict(int)
     dag_active: dict[str, int] = defaultdict(int)
-    for pool, dag_id, slots, count in session.execute(
+    busy_dags: set[str] = set()
+    for pool, dag_id, slots, count, max_active in session.execute(
         select(
             TaskInstance.pool,
             TaskInstance.dag_id,
             func.sum(TaskInstance.pool_slots),
             func.count(),
+            Dag.max_active_tasks,
         )
+        .join(Dag, Dag.dag_id == TaskInstance.dag_id)
         .where(TaskInstance.state.in_(OCCUPYING_TASK_STATES))
-        .group_by(TaskInstance.pool, TaskInstance.dag_id)
+        .group_by(TaskInstance.pool, TaskInstance.dag_id, Dag.max_active_tasks)
     ):
         pool_used[pool] += int(slots)
         dag_active[dag_id] += int(count)
+        if dag_active[dag_id] >= max_active:
+            busy_dags.add(dag_id)
 
     full_pools = {name for name, slots in pools.items() if pool_used[name] >= slots}
     candidates_query = (
@@ -86,7 +91,6 @@ def queue_schedulable_task_instances(
     if full_pools:
         candidates_query = candidates_query.where(TaskInstance.pool.not_in(full_pools))
     candidates_query = candidates_query.where(TaskInstance.pool.in_(list(pools)))
-    busy_dags = _dags_at_limit(session, dag_active)
     if busy_dags:
         candidates_query = candidates_query.where(TaskInstance.dag_id.not_in(busy_dags))
 
@@ -146,15 +150,3 @@ def queue_schedulable_task_instances(
         ],
     )
     return result
-
-
-def _dags_at_limit(session: Session, dag_active: dict[str, int]) -> list[str]:
-    if not dag_active:
-        return []
-    limits = session.execute(
-        select(Dag.dag_id, Dag.max_active_tasks).where(
-            Dag.dag_id.in_(bindparam("ids", expanding=True))
-        ),
-        {"ids": list(dag_active)},
-    )
-    return [dag_id for dag_id, limit in limits if dag_active[dag_id] >= limit]

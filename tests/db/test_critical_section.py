@@ -1,0 +1,201 @@
+"""Phase 3: pools, slots, maxActiveTasks, priorities, the NOWAIT lock, and query counts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+
+from sqlalchemy import Engine, event, insert, select, text, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from sluice.db.models import Outbox, SlotPool, TaskInstance
+from sluice.scheduler.critical import queue_schedulable_task_instances
+from sluice.spec.states import TaskState
+from tests.support import T0, FakeClock, ScriptedExecutor, make_loop, manifest, register, trigger
+
+
+def _add_pool(sessions: sessionmaker[Session], name: str, slots: int) -> None:
+    with sessions() as session:
+        session.execute(insert(SlotPool).values(name=name, slots=slots, description=""))
+        session.commit()
+
+
+def _schedule_all(sessions: sessionmaker[Session]) -> None:
+    """Put every task instance straight into `scheduled` (isolates phase 3)."""
+    with sessions() as session:
+        session.execute(
+            text(
+                "UPDATE dag_run SET state = 'running'; "
+                "UPDATE task_instance SET state = 'scheduled' WHERE state = 'none'"
+            )
+        )
+        session.commit()
+
+
+def _queue(sessions: sessionmaker[Session], max_tis: int = 512) -> list[tuple[int, int]]:
+    with sessions() as session:
+        result = queue_schedulable_task_instances(session, T0, job_id=None, max_tis=max_tis)
+        session.commit()
+        assert result.entered
+        return result.queued
+
+
+def _queued_tasks(sessions: sessionmaker[Session]) -> list[str]:
+    with sessions() as session:
+        return list(
+            session.execute(
+                select(TaskInstance.task_id)
+                .where(TaskInstance.state == TaskState.QUEUED)
+                .order_by(TaskInstance.task_id)
+            ).scalars()
+        )
+
+
+def _wide(name: str, count: int, **task: object) -> list[dict[str, object]]:
+    return [{"name": f"t{i:02d}", **task} for i in range(count)]
+
+
+def test_pool_slots_cap_what_is_queued(sessions: sessionmaker[Session]) -> None:
+    _add_pool(sessions, "small", 3)
+    register(sessions, manifest("p", _wide("p", 10, pool="small")))
+    trigger(sessions, "p", T0)
+    _schedule_all(sessions)
+    assert len(_queue(sessions)) == 3
+    assert _queue(sessions) == []  # full until something ends
+
+
+def test_pool_slots_per_task_count(sessions: sessionmaker[Session]) -> None:
+    _add_pool(sessions, "gpu", 5)
+    register(sessions, manifest("big", _wide("big", 4, pool="gpu", poolSlots=2)))
+    trigger(sessions, "big", T0)
+    _schedule_all(sessions)
+    assert len(_queue(sessions)) == 2  # 2 x 2 slots; a third would need 6
+
+
+def test_a_full_pool_does_not_starve_other_pools(sessions: sessionmaker[Session]) -> None:
+    _add_pool(sessions, "tiny", 1)
+    tasks = [
+        *[{"name": f"hi{i}", "pool": "tiny", "priorityWeight": 100} for i in range(5)],
+        *[{"name": f"lo{i}"} for i in range(2)],
+    ]
+    register(sessions, manifest("mix", tasks, maxActiveTasks=50))
+    trigger(sessions, "mix", T0)
+    _schedule_all(sessions)
+    # A batch of 3 would be all high-priority `tiny` tasks; the full pool is left out up front.
+    assert len(_queue(sessions, max_tis=3)) == 1
+    assert sorted(_queued_tasks(sessions))[0].startswith("hi")
+    assert len(_queue(sessions, max_tis=3)) == 2
+    assert sorted(_queued_tasks(sessions)) == ["hi0", "lo0", "lo1"]
+
+
+def test_priority_weight_orders_the_queue(sessions: sessionmaker[Session]) -> None:
+    _add_pool(sessions, "one", 1)
+    tasks = [
+        {"name": n, "pool": "one", "priorityWeight": w}
+        for n, w in (("low", 1), ("high", 50), ("mid", 10))
+    ]
+    register(sessions, manifest("prio", tasks))
+    trigger(sessions, "prio", T0)
+    _schedule_all(sessions)
+    order = []
+    for _ in range(3):
+        _queue(sessions)
+        with sessions() as session:
+            queued = session.execute(
+                update(TaskInstance)
+                .where(TaskInstance.state == TaskState.QUEUED)
+                .values(state=TaskState.SUCCESS)
+                .returning(TaskInstance.task_id)
+            ).scalar_one()
+            session.commit()
+        order.append(queued)
+    assert order == ["high", "mid", "low"]
+
+
+def test_max_active_tasks_counts_across_runs(sessions: sessionmaker[Session]) -> None:
+    register(sessions, manifest("mat", _wide("mat", 3), maxActiveTasks=4))
+    trigger(sessions, "mat", T0)
+    trigger(sessions, "mat", T0 + timedelta(minutes=1))
+    _schedule_all(sessions)
+    assert len(_queue(sessions)) == 4
+    assert _queue(sessions) == []
+
+
+def test_unknown_pool_waits_without_blocking_others(sessions: sessionmaker[Session]) -> None:
+    tasks = [{"name": "lost", "pool": "nonexistent", "priorityWeight": 99}, {"name": "ok"}]
+    register(sessions, manifest("up", tasks))
+    trigger(sessions, "up", T0)
+    _schedule_all(sessions)
+    assert len(_queue(sessions, max_tis=1)) == 1
+    assert _queued_tasks(sessions) == ["ok"]
+
+
+def test_queueing_writes_a_try_and_an_outbox_row_per_task(sessions: sessionmaker[Session]) -> None:
+    register(sessions, manifest("ob", _wide("ob", 3)))
+    trigger(sessions, "ob", T0)
+    _schedule_all(sessions)
+    queued = _queue(sessions)
+    with sessions() as session:
+        payloads = session.execute(select(Outbox.payload)).scalars().all()
+    assert sorted((p["ti_id"], p["try_number"]) for p in payloads) == sorted(queued)
+    assert {try_number for _, try_number in queued} == {1}
+
+
+def test_busy_pool_lock_skips_the_tick_instead_of_waiting(
+    sessions: sessionmaker[Session], engine: Engine
+) -> None:
+    register(sessions, manifest("busy", _wide("busy", 2)))
+    trigger(sessions, "busy", T0)
+    _schedule_all(sessions)
+    with engine.connect() as other:
+        other.execute(text("SELECT * FROM slot_pool FOR UPDATE"))
+        with sessions() as session:
+            result = queue_schedulable_task_instances(session, T0, job_id=None, max_tis=10)
+            session.rollback()
+        assert not result.entered
+        other.rollback()
+    assert len(_queue(sessions)) == 2
+
+
+def test_the_loop_survives_a_busy_lock(sessions: sessionmaker[Session], engine: Engine) -> None:
+    clock = FakeClock()
+    register(sessions, manifest("busy2", _wide("busy2", 2)), clock.now)
+    trigger(sessions, "busy2", clock.now)
+    loop = make_loop(sessions, ScriptedExecutor(), clock)
+    with engine.connect() as other:
+        other.execute(text("SELECT * FROM slot_pool FOR UPDATE"))
+        report = loop.tick()
+        other.rollback()
+    assert report.critical_section_skipped
+    assert not report.errors
+
+
+@contextmanager
+def count_queries(engine: Engine) -> Iterator[list[str]]:
+    statements: list[str] = []
+
+    def record(conn: object, cursor: object, statement: str, *args: object) -> None:
+        statements.append(statement)
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield statements
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+
+def test_critical_section_query_count_does_not_grow_with_tasks(
+    sessions: sessionmaker[Session], engine: Engine
+) -> None:
+    _add_pool(sessions, "large", 1000)
+    counts = []
+    for n, name in ((5, "few"), (200, "many")):
+        register(sessions, manifest(name, _wide(name, n, pool="large"), maxActiveTasks=1000))
+        trigger(sessions, name, T0)
+        _schedule_all(sessions)
+        with count_queries(engine) as statements:
+            queued = _queue(sessions)
+        counts.append(len(statements))
+        assert len(queued) == n
+    assert counts[0] == counts[1] <= 8

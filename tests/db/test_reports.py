@@ -1,0 +1,179 @@
+"""Executor reports, zombies and reconciliation: guarded, idempotent, exactly once."""
+
+from __future__ import annotations
+
+from sqlalchemy import text, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from sluice.db.dags import SpecCache
+from sluice.db.models import SchedulerJob, TaskInstance
+from sluice.executors.base import TaskEvent
+from sluice.scheduler.housekeeping import sweep_zombies
+from sluice.scheduler.loop import SchedulerLoop
+from sluice.scheduler.reconcile import COUNTER_FIXES, read_metric, reconcile_counters
+from sluice.scheduler.results import apply_task_events
+from sluice.spec.states import RunState, TaskState
+from tests.support import (
+    T0,
+    FakeClock,
+    ScriptedExecutor,
+    chain,
+    make_loop,
+    manifest,
+    register,
+    run_until_idle,
+    runs,
+    task_states,
+    ti_row,
+    trigger,
+)
+
+
+def _start_first_task(
+    sessions: sessionmaker[Session], name: str, **task: object
+) -> tuple[FakeClock, ScriptedExecutor, SchedulerLoop]:
+    clock = FakeClock()
+    register(sessions, manifest(name, chain("a", "b", **task)), clock.now)
+    trigger(sessions, name, clock.now)
+    executor = ScriptedExecutor()
+    executor.hold.add("a")
+    loop = make_loop(sessions, executor, clock, zombie_threshold=60, zombie_check_interval=5)
+    loop.tick()
+    return clock, executor, loop
+
+
+def test_duplicate_and_late_reports_change_nothing(sessions: sessionmaker[Session]) -> None:
+    _, executor, _ = _start_first_task(sessions, "dup")
+    (launch,) = executor.started
+    success = TaskEvent(launch.ti_id, launch.try_number, TaskState.SUCCESS, 0)
+    with sessions() as session:
+        first = apply_task_events(session, [success], SpecCache(), T0)
+        session.commit()
+        again = apply_task_events(session, [success], SpecCache(), T0)
+        late_failure = apply_task_events(
+            session,
+            [TaskEvent(launch.ti_id, launch.try_number, TaskState.FAILED, 1)],
+            SpecCache(),
+            T0,
+        )
+        older_try = apply_task_events(
+            session,
+            [TaskEvent(launch.ti_id, launch.try_number - 1, TaskState.FAILED, 1)],
+            SpecCache(),
+            T0,
+        )
+        session.commit()
+        b = ti_row(session, "dup", "b")
+        (run,) = runs(session, "dup")
+    assert len(first) == 1
+    assert again == late_failure == older_try == []
+    assert (b.n_success, b.n_failed, b.needs_eval) == (1, 0, True)
+    assert run.tasks_done == 1
+
+
+def test_counter_propagation_is_idempotent_per_upstream(sessions: sessionmaker[Session]) -> None:
+    from sluice.scheduler.transitions import Settled, propagate
+
+    _start_first_task(sessions, "idem")
+    with sessions() as session:
+        run_id = runs(session, "idem")[0].id
+        for state in (TaskState.SUCCESS, TaskState.SUCCESS, TaskState.FAILED, TaskState.FAILED):
+            propagate(session, [Settled(run_id, "a", ["b"], state)])
+        session.commit()
+        b = ti_row(session, "idem", "b")
+    # The last state per upstream counts, once.
+    assert (b.n_success, b.n_failed) == (0, 1)
+    assert b.upstream_states == {"a": "failed"}
+
+
+def test_zombie_of_a_dead_scheduler_is_retried_once_with_evidence(
+    sessions: sessionmaker[Session],
+) -> None:
+    clock, executor, loop = _start_first_task(sessions, "zomb", retries=1, retryDelay="0s")
+    (launch,) = executor.started
+    executor.running.clear()  # the process is gone, as if its replica was killed
+    with sessions() as session:
+        # Hand the try to another replica that then died.
+        session.execute(
+            text(
+                "INSERT INTO scheduler_job (id, hostname, pid, state, started_at, "
+                "latest_heartbeat) VALUES (99, 'gone', 1, 'running', :t, :t)"
+            ),
+            {"t": clock.now},
+        )
+        session.execute(
+            update(TaskInstance).where(TaskInstance.id == launch.ti_id).values(running_by_job_id=99)
+        )
+        session.commit()
+    clock.advance(seconds=120)
+    with sessions() as session:
+        swept = [
+            sweep_zombies(
+                session,
+                SpecCache(),
+                clock.now,
+                job_id=job,
+                alive=set(),
+                threshold=60,
+                dead_after=30,
+            )
+            for job in (1, 2, 3)  # three replicas sweeping
+        ]
+        session.commit()
+        ti = ti_row(session, "zomb", "a")
+        dead = session.get_one(SchedulerJob, 99)
+    assert [len(s) for s in swept] == [1, 0, 0]
+    assert ti.state == TaskState.UP_FOR_RETRY
+    assert ti.reason is not None
+    assert ti.reason.startswith("zombie: no heartbeat since")
+    assert ti.evidence is not None
+    assert ti.evidence["owner_job"] == 99
+    assert "stopped heartbeating" in ti.evidence["verdict"]
+    assert dead.state == "running"  # the sweep judges by heartbeat age, not by this flag
+    executor.hold.clear()
+    run_until_idle(loop)
+    with sessions() as session:
+        assert task_states(session, "zomb") == {"a": "success", "b": "success"}
+        assert ti_row(session, "zomb", "a").try_number == 2
+
+
+def test_a_live_try_is_never_a_zombie(sessions: sessionmaker[Session]) -> None:
+    clock, executor, loop = _start_first_task(sessions, "alive")
+    for _ in range(30):  # 150 s of ticks: the heartbeat keeps it fresh
+        clock.advance(seconds=5)
+        loop.tick()
+    with sessions() as session:
+        assert ti_row(session, "alive", "a").state == TaskState.RUNNING
+    assert len(executor.started) == 1
+
+
+def test_loop_fails_its_own_lost_try_as_a_zombie(sessions: sessionmaker[Session]) -> None:
+    clock, executor, loop = _start_first_task(sessions, "lost")
+    executor.running.clear()  # the executor lost it without a report
+    for _ in range(20):
+        clock.advance(seconds=5)
+        loop.tick()
+    with sessions() as session:
+        a = ti_row(session, "lost", "a")
+        assert a.state == TaskState.FAILED
+        assert a.evidence is not None
+        assert "has no process" in a.evidence["verdict"]
+        assert runs(session, "lost")[0].state == RunState.FAILED
+
+
+def test_reconciliation_fixes_corrupted_counters_and_counts_them(
+    sessions: sessionmaker[Session],
+) -> None:
+    _clock, executor, loop = _start_first_task(sessions, "rec")
+    with sessions() as session:
+        assert reconcile_counters(session) == 0
+        session.execute(update(TaskInstance).where(TaskInstance.task_id == "b").values(n_success=1))
+        session.commit()
+        assert reconcile_counters(session) == 1
+        session.commit()
+        assert read_metric(session, COUNTER_FIXES) == 1
+        assert ti_row(session, "rec", "b").n_success == 0
+    executor.hold.clear()
+    run_until_idle(loop)
+    with sessions() as session:
+        assert runs(session, "rec")[0].state == RunState.SUCCESS

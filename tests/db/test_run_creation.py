@@ -1,0 +1,164 @@
+"""Phase 1: the runs the schedule calls for, exactly (invariant 4), and maxActiveRuns."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import timedelta
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from sluice.db.dags import SpecCache, set_paused
+from sluice.db.models import DagRun
+from sluice.scheduler.runs import create_due_runs, start_queued_runs
+from sluice.spec.states import RunState
+from tests.support import (
+    T0,
+    FakeClock,
+    ScriptedExecutor,
+    chain,
+    make_loop,
+    manifest,
+    register,
+    run_until_idle,
+    runs,
+)
+
+HOURLY = {"schedule": "@hourly", "startDate": "2026-12-01T00:00:00Z"}
+
+
+def _create(sessions: sessionmaker[Session], now_hours: float, limit: int = 100) -> int:
+    with sessions() as session:
+        created = create_due_runs(session, SpecCache(), T0 + timedelta(hours=now_hours), limit)
+        session.commit()
+        return created
+
+
+def test_catchup_creates_one_run_per_elapsed_interval(sessions: sessionmaker[Session]) -> None:
+    register(sessions, manifest("c", chain("a"), catchup=True, **HOURLY))
+    assert _create(sessions, 5.5) == 5
+    with sessions() as session:
+        dates = [r.logical_date for r in runs(session, "c")]
+    assert dates == [T0 + timedelta(hours=h) for h in range(5)]
+    assert _create(sessions, 5.9) == 0  # the 05:00 interval has not ended yet
+    assert _create(sessions, 6.0) == 1
+
+
+def test_without_catchup_only_the_latest_interval_runs(sessions: sessionmaker[Session]) -> None:
+    register(sessions, manifest("nc", chain("a"), catchup=False, **HOURLY))
+    assert _create(sessions, 5.5) == 1
+    with sessions() as session:
+        (run,) = runs(session, "nc")
+    assert run.logical_date == T0 + timedelta(hours=4)
+    assert run.data_interval_end == T0 + timedelta(hours=5)
+
+
+def test_unpause_after_a_long_pause_skips_ahead_without_catchup(
+    sessions: sessionmaker[Session],
+) -> None:
+    register(sessions, manifest("p", chain("a"), catchup=False, **HOURLY), T0)
+    with sessions() as session:
+        set_paused(session, "p", True)
+        session.commit()
+    assert _create(sessions, 10.5) == 0
+    with sessions() as session:
+        set_paused(session, "p", False)
+        session.commit()
+    assert _create(sessions, 10.5) == 1
+    with sessions() as session:
+        assert [r.logical_date for r in runs(session, "p")] == [T0 + timedelta(hours=9)]
+
+
+def test_end_date_stops_runs(sessions: sessionmaker[Session]) -> None:
+    register(
+        sessions,
+        manifest("e", chain("a"), catchup=True, endDate="2026-12-01T02:00:00Z", **HOURLY),
+    )
+    assert _create(sessions, 24) == 3  # 00:00, 01:00, 02:00: the end date is inclusive
+
+
+def test_once_runs_once(sessions: sessionmaker[Session]) -> None:
+    register(
+        sessions, manifest("o", chain("a"), schedule="@once", startDate="2026-12-01T01:00:00Z")
+    )
+    assert _create(sessions, 0.5) == 0
+    assert _create(sessions, 1) == 1
+    assert _create(sessions, 48) == 0
+
+
+def test_a_second_replica_with_stale_state_cannot_duplicate_a_run(
+    sessions: sessionmaker[Session],
+) -> None:
+    m = manifest("dup", chain("a"), catchup=True, **HOURLY)
+    register(sessions, m)
+    assert _create(sessions, 1) == 1
+    # Reset the DAG's next-run pointer as a replica with an old view would have it.
+    register(sessions, m, T0)
+    with sessions() as session:
+        from sluice.db.models import Dag
+
+        dag = session.get_one(Dag, "dup")
+        dag.next_logical_date = T0
+        dag.next_data_interval_start = T0
+        dag.next_data_interval_end = T0 + timedelta(hours=1)
+        dag.next_run_after = T0 + timedelta(hours=1)
+        session.commit()
+    _create(sessions, 1)
+    with sessions() as session:
+        count = session.execute(select(func.count()).select_from(DagRun)).scalar_one()
+    assert count == 1
+
+
+def test_runs_start_only_under_max_active_runs(sessions: sessionmaker[Session]) -> None:
+    register(sessions, manifest("m", chain("a"), catchup=True, maxActiveRuns=2, **HOURLY))
+    assert _create(sessions, 6) == 2  # creation stops at the limit too
+    with sessions() as session:
+        assert start_queued_runs(session, T0 + timedelta(hours=6), 10) == 2
+        session.commit()
+        assert start_queued_runs(session, T0 + timedelta(hours=6), 10) == 0
+        states = [r.state for r in runs(session, "m")]
+    assert states == [RunState.RUNNING, RunState.RUNNING]
+
+
+def test_max_active_runs_one_runs_intervals_in_order(sessions: sessionmaker[Session]) -> None:
+    clock = FakeClock(T0 + timedelta(hours=3))
+    register(sessions, manifest("seq", chain("a", "b"), catchup=True, maxActiveRuns=1, **HOURLY))
+    executor = ScriptedExecutor()
+    run_until_idle(make_loop(sessions, executor, clock))
+    with sessions() as session:
+        done = runs(session, "seq")
+    assert [r.state for r in done] == [RunState.SUCCESS] * 3
+    # Never two runs at once: each run started after the previous one ended.
+    for earlier, later in itertools.pairwise(done):
+        assert earlier.end_date is not None
+        assert later.start_date is not None
+        assert later.start_date >= earlier.end_date
+    assert [(t.run_id[-25:], t.task_id) for t in executor.started][:2] == [
+        ("2026-12-01T00:00:00+00:00", "a"),
+        ("2026-12-01T00:00:00+00:00", "b"),
+    ]
+
+
+def test_paused_dag_gets_no_runs_and_its_running_runs_wait(
+    sessions: sessionmaker[Session],
+) -> None:
+    clock = FakeClock(T0 + timedelta(hours=1))
+    register(sessions, manifest("pz", chain("a", "b"), **HOURLY), clock.now)
+    executor = ScriptedExecutor()
+    executor.hold.add("a")
+    loop = make_loop(sessions, executor, clock)
+    loop.tick()
+    loop.tick()
+    with sessions() as session:
+        set_paused(session, "pz", True)
+        session.commit()
+    executor.hold.clear()
+    run_until_idle(loop)
+    with sessions() as session:
+        (run,) = runs(session, "pz")
+        assert run.state == RunState.RUNNING  # a finished; b is not scheduled while paused
+        set_paused(session, "pz", False)
+        session.commit()
+    run_until_idle(loop)
+    with sessions() as session:
+        assert runs(session, "pz")[0].state == RunState.SUCCESS

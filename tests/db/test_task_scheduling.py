@@ -1,0 +1,267 @@
+"""Phase 2 in the loop: trigger rules, retries and backoff, dependsOnPast, run timeouts."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from sluice.db.models import TaskTry
+from sluice.spec.states import RunState, TaskState
+from tests.support import (
+    T0,
+    FakeClock,
+    ScriptedExecutor,
+    chain,
+    make_loop,
+    manifest,
+    register,
+    run_until_idle,
+    run_until_runs_end,
+    runs,
+    task_states,
+    ti_row,
+    trigger,
+)
+
+F, S, K = TaskState.FAILED, TaskState.SUCCESS, TaskState.SKIPPED
+
+
+def _run_once(
+    sessions: sessionmaker[Session],
+    name: str,
+    tasks: list[dict[str, object]],
+    outcomes: dict[str, list[TaskState]],
+    **spec: object,
+) -> tuple[RunState, dict[str, str], ScriptedExecutor]:
+    clock = FakeClock()
+    register(sessions, manifest(name, tasks, **spec), clock.now)
+    trigger(sessions, name, clock.now)
+    executor = ScriptedExecutor(outcomes)  # type: ignore[arg-type]
+    run_until_idle(make_loop(sessions, executor, clock))
+    with sessions() as session:
+        (run,) = runs(session, name)
+        return RunState(run.state), task_states(session, name), executor
+
+
+def test_cleanup_with_all_done_runs_after_a_failure_and_the_run_fails(
+    sessions: sessionmaker[Session],
+) -> None:
+    tasks = [
+        *chain("extract", "load"),
+        {"name": "cleanup", "dependsOn": ["load"], "triggerRule": "all_done"},
+    ]
+    state, states, _ = _run_once(sessions, "cl", tasks, {"extract": [F]})
+    assert states == {"extract": "failed", "load": "upstream_failed", "cleanup": "success"}
+    # cleanup (the only leaf) succeeded, but Airflow fails a run when... a leaf failed;
+    # here load is not a leaf, so the run's fate is its leaf's: success.
+    assert state == RunState.SUCCESS
+
+
+def test_skip_propagates_and_a_none_failed_min_one_success_join_runs(
+    sessions: sessionmaker[Session],
+) -> None:
+    tasks = [
+        {"name": "branch-a"},
+        {"name": "branch-b"},
+        {"name": "after-a", "dependsOn": ["branch-a"]},
+        {"name": "after-b", "dependsOn": ["branch-b"]},
+        {
+            "name": "join",
+            "dependsOn": ["after-a", "after-b"],
+            "triggerRule": "none_failed_min_one_success",
+        },
+    ]
+    state, states, _ = _run_once(sessions, "br", tasks, {"branch-b": [K]})
+    assert states == {
+        "branch-a": "success",
+        "branch-b": "skipped",
+        "after-a": "success",
+        "after-b": "skipped",
+        "join": "success",
+    }
+    assert state == RunState.SUCCESS
+
+
+def test_one_failed_handler_runs_and_one_success_handler_is_skipped(
+    sessions: sessionmaker[Session],
+) -> None:
+    tasks = [
+        {"name": "a"},
+        {"name": "b"},
+        {"name": "on-failure", "dependsOn": ["a", "b"], "triggerRule": "one_failed"},
+        {"name": "on-all-failed", "dependsOn": ["a", "b"], "triggerRule": "all_failed"},
+    ]
+    _, states, _ = _run_once(sessions, "of", tasks, {"a": [F]})
+    assert states["on-failure"] == "success"
+    assert states["on-all-failed"] == "skipped"
+
+
+def test_retries_wait_for_the_backoff_delay(sessions: sessionmaker[Session]) -> None:
+    clock = FakeClock()
+    register(
+        sessions,
+        manifest(
+            "rt",
+            [
+                {
+                    "name": "flaky",
+                    "retries": 3,
+                    "retryDelay": "10s",
+                    "retryExponentialBackoff": True,
+                    "maxRetryDelay": "15s",
+                }
+            ],
+        ),
+        clock.now,
+    )
+    trigger(sessions, "rt", clock.now)
+    executor = ScriptedExecutor({"flaky": [F, F, F, S]})
+    loop = make_loop(sessions, executor, clock, tick_interval=1.0)
+    run_until_runs_end(loop, sessions)
+    with sessions() as session:
+        ti = ti_row(session, "rt", "flaky")
+        assert ti.state == TaskState.SUCCESS
+        assert ti.try_number == 4
+        tries = (
+            session.execute(
+                select(TaskTry)
+                .where(TaskTry.task_instance_id == ti.id)
+                .order_by(TaskTry.try_number)
+            )
+            .scalars()
+            .all()
+        )
+    assert [t.state for t in tries] == ["failed", "failed", "failed", "success"]
+    gaps = [
+        (later.queued_at - earlier.end_date).total_seconds()  # type: ignore[operator]
+        for earlier, later in itertools.pairwise(tries)
+    ]
+    # 10s, then 20s capped at 15s, then 15s; each gap is at least the delay, at most a tick more.
+    for gap, delay in zip(gaps, (10, 15, 15), strict=True):
+        assert delay <= gap <= delay + 2
+
+
+def test_retries_exhausted_fail_the_task(sessions: sessionmaker[Session]) -> None:
+    state, states, executor = _run_once(
+        sessions, "ex", [{"name": "t", "retries": 1, "retryDelay": "0s"}], {"t": [F, F]}
+    )
+    assert states == {"t": "failed"}
+    assert state == RunState.FAILED
+    assert [launch.try_number for launch in executor.started] == [1, 2]
+
+
+def test_depends_on_past_waits_for_the_previous_run(sessions: sessionmaker[Session]) -> None:
+    clock = FakeClock(T0 + timedelta(hours=2))
+    register(
+        sessions,
+        manifest(
+            "dp",
+            [{"name": "t", "dependsOnPast": True}],
+            schedule="@hourly",
+            startDate="2026-12-01T00:00:00Z",
+            catchup=True,
+            maxActiveRuns=2,
+        ),
+        clock.now,
+    )
+    executor = ScriptedExecutor()
+    executor.hold.add("t")
+    loop = make_loop(sessions, executor, clock)
+    for _ in range(5):
+        loop.tick()
+    # Both runs are running, but only the first run's task may start.
+    assert [launch.run_id[-25:-15] for launch in executor.started] == ["2026-12-01"]
+    assert len(executor.started) == 1
+    executor.hold.clear()
+    run_until_idle(loop)
+    with sessions() as session:
+        assert [r.state for r in runs(session, "dp")] == [RunState.SUCCESS] * 2
+    assert len(executor.started) == 2
+
+
+def test_depends_on_past_blocks_after_a_failure(sessions: sessionmaker[Session]) -> None:
+    clock = FakeClock(T0 + timedelta(hours=2))
+    register(
+        sessions,
+        manifest(
+            "dpf",
+            [{"name": "t", "dependsOnPast": True}],
+            schedule="@hourly",
+            startDate="2026-12-01T00:00:00Z",
+            catchup=True,
+        ),
+        clock.now,
+    )
+    executor = ScriptedExecutor({"t": [F]})
+    run_until_idle(make_loop(sessions, executor, clock))
+    with sessions() as session:
+        first, second = runs(session, "dpf")
+        assert first.state == RunState.FAILED
+        assert second.state == RunState.RUNNING  # its task waits for a past that failed
+    assert len(executor.started) == 1
+
+
+def test_wait_for_downstream_waits_for_the_previous_runs_children(
+    sessions: sessionmaker[Session],
+) -> None:
+    clock = FakeClock(T0 + timedelta(hours=2))
+    tasks = [{"name": "a", "waitForDownstream": True}, {"name": "b", "dependsOn": ["a"]}]
+    register(
+        sessions,
+        manifest(
+            "wfd",
+            tasks,
+            schedule="@hourly",
+            startDate="2026-12-01T00:00:00Z",
+            catchup=True,
+            maxActiveRuns=2,
+        ),
+        clock.now,
+    )
+    executor = ScriptedExecutor()
+    executor.hold.add("b")
+    loop = make_loop(sessions, executor, clock)
+    for _ in range(6):
+        loop.tick()
+    started = [(launch.task_id, launch.run_id[-14:-9]) for launch in executor.started]
+    assert started == [("a", "00:00"), ("b", "00:00")]  # run 2's `a` waits for run 1's `b`
+    executor.hold.clear()
+    run_until_idle(loop)
+    assert len(executor.started) == 4
+
+
+def test_dagrun_timeout_fails_the_run_and_skips_unfinished_tasks(
+    sessions: sessionmaker[Session],
+) -> None:
+    clock = FakeClock()
+    register(sessions, manifest("to", chain("a", "b"), dagrunTimeout="10m"), clock.now)
+    trigger(sessions, "to", clock.now)
+    executor = ScriptedExecutor()
+    executor.hold.add("a")
+    loop = make_loop(sessions, executor, clock)
+    loop.tick()
+    loop.tick()
+    clock.advance(minutes=11)
+    loop.tick()
+    loop.tick()
+    with sessions() as session:
+        (run,) = runs(session, "to")
+        assert run.state == RunState.FAILED
+        assert task_states(session, "to") == {"a": "skipped", "b": "skipped"}
+    # The try that was still running is fenced off and killed.
+    assert executor.killed == [executor.started[0].key]
+
+
+def test_manual_run_carries_its_conf_to_the_task(sessions: sessionmaker[Session]) -> None:
+    clock = FakeClock()
+    register(sessions, manifest("conf", chain("a")), clock.now)
+    trigger(sessions, "conf", clock.now, conf={"table": "users"})
+    executor = ScriptedExecutor()
+    run_until_idle(make_loop(sessions, executor, clock))
+    (launch,) = executor.started
+    assert launch.conf == {"table": "users"}
+    assert launch.context_env()["SLUICE_CONF"] == '{"table": "users"}'
+    assert launch.context_env()["SLUICE_RUN_ID"].startswith("manual__")
