@@ -22,9 +22,13 @@ def retry_delay(
     so a schedule is reproducible in tests and in the chaos checker.
     """
     if not exponential:
-        return min(base, max_delay) if max_delay is not None else base
+        return base  # as Airflow: maxRetryDelay only caps the backoff
     cap = max_delay if max_delay is not None else DEFAULT_MAX_RETRY_DELAY
+    if base <= timedelta(0):
+        return timedelta(0)
     exponent = max(try_number - 1, 0)
-    if exponent > 40:  # 2**40 * 1s already exceeds any sane cap; avoid huge timedeltas
+    # base * 2**exponent > cap as soon as 2**exponent > cap // base; stop there,
+    # before the multiplication can overflow timedelta.
+    if exponent >= (cap // base).bit_length():
         return cap
     return min(base * (1 << exponent), cap)

@@ -76,13 +76,34 @@ class CronTimetable:
         self.expression = CRON_PRESETS.get(expression, expression)
         self.tz = tz
 
+    # Cron arithmetic runs on naive wall-clock time, as in Airflow, so a daily 02:30
+    # fires once per local day: a wall time that happens twice is its first
+    # occurrence, a missing one is shifted forward by the gap. Schedules that fire
+    # every hour step by real elapsed time instead, so a fall-back's repeated hour
+    # still runs.
     def _next_tick(self, after: datetime) -> datetime:
-        it = croniter(self.expression, after.astimezone(self.tz))
-        return _utc(it.get_next(datetime))
+        after = _utc(after)
+        wall = after.astimezone(self.tz).replace(tzinfo=None)
+        it = croniter(self.expression, wall)
+        tick: datetime = it.get_next(datetime)
+        if _every_hour(it):
+            return after + (tick - wall)
+        result = _utc(tick.replace(tzinfo=self.tz))
+        while result <= after:  # `after` is in a repeated hour, past the first occurrence
+            result = _utc(it.get_next(datetime).replace(tzinfo=self.tz))
+        return result
 
     def _prev_tick(self, before: datetime) -> datetime:
-        it = croniter(self.expression, before.astimezone(self.tz))
-        return _utc(it.get_prev(datetime))
+        before = _utc(before)
+        wall = before.astimezone(self.tz).replace(tzinfo=None)
+        it = croniter(self.expression, wall)
+        tick: datetime = it.get_prev(datetime)
+        if _every_hour(it):
+            return before - (wall - tick)
+        result = _utc(tick.replace(tzinfo=self.tz))
+        while result >= before:
+            result = _utc(it.get_prev(datetime).replace(tzinfo=self.tz))
+        return result
 
     def _align_forward(self, when: datetime) -> datetime:
         """The first tick at or after `when`."""
@@ -105,10 +126,14 @@ class CronTimetable:
         start_date: datetime | None,
         end_date: datetime | None,
     ) -> RunInfo | None:
+        earliest = self._align_forward(start_date) if start_date is not None else None
         if last is not None:
-            start = last.data_interval_end
-        elif start_date is not None:
-            start = self._align_forward(start_date)
+            # Realign in case the schedule changed since `last`; never before startDate.
+            start = self._align_back(last.data_interval_end)
+            if earliest is not None:
+                start = max(start, earliest)
+        elif earliest is not None:
+            start = earliest
         else:
             return None
         info = self._info(start)
@@ -187,3 +212,8 @@ def timetable_for(schedule: str | None, timezone: str) -> Timetable:
 
 
 _EPSILON = timedelta(microseconds=1)
+
+
+def _every_hour(it: croniter) -> bool:
+    """Whether the expression fires in every hour (its hour field is `*`)."""
+    return bool(it.expanded[1] == ["*"])
