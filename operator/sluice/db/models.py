@@ -197,6 +197,8 @@ class TaskInstance(Base):
     next_retry_at: Mapped[datetime | None]
     last_heartbeat_at: Mapped[datetime | None]
     queued_by_job_id: Mapped[int | None] = mapped_column(Integer)
+    # How often this instance was put back from `queued` after waiting too long.
+    requeue_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     running_by_job_id: Mapped[int | None] = mapped_column(Integer)
     external_id: Mapped[str | None] = mapped_column(Text)
     exit_code: Mapped[int | None] = mapped_column(Integer)
@@ -222,6 +224,7 @@ class TaskInstance(Base):
         ),
         Index("ix_ti_needs_eval", "dag_run_id", postgresql_where=text("needs_eval")),
         Index("ix_ti_retry", "next_retry_at", postgresql_where=text("state = 'up_for_retry'")),
+        Index("ix_ti_queued", "queued_at", postgresql_where=text("state = 'queued'")),
         Index("ix_ti_dag_task", "dag_id", "task_id", "logical_date"),
     )
 

@@ -23,3 +23,7 @@ class SchedulerConfig:
     zombie_threshold: float = 60.0
     zombie_check_interval: float = 10.0
     reconcile_interval: float = 60.0
+    # A try queued longer than this goes back to `scheduled`, at most max_requeues times,
+    # then fails (Airflow: task_queued_timeout).
+    queued_timeout: float = 600.0
+    max_requeues: int = 2

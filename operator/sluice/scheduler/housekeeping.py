@@ -157,3 +157,61 @@ def sweep_zombies(
             "detected_at": now.isoformat(),
         }
     return apply_task_events(session, events, specs, now, evidence=evidence)
+
+
+def requeue_stuck_tasks(
+    session: Session, now: datetime, *, queued_timeout: float, max_requeues: int
+) -> int:
+    """Tries queued too long go back to `scheduled` (at most `max_requeues` times).
+
+    Task rows only, no run lock: nothing here settles a task. The stale try's
+    outbox row, if any, can no longer claim the instance, because the
+    dispatcher's compare-and-set expects `queued` and that try number.
+    """
+    result = session.execute(
+        update(TaskInstance)
+        .where(
+            TaskInstance.state == TaskState.QUEUED,
+            TaskInstance.queued_at < now - timedelta(seconds=queued_timeout),
+            TaskInstance.requeue_count < max_requeues,
+        )
+        .values(
+            state=TaskState.SCHEDULED,
+            requeue_count=TaskInstance.requeue_count + 1,
+            queued_by_job_id=None,
+        )
+    )
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+def fail_stuck_tasks(
+    session: Session,
+    specs: SpecCache,
+    now: datetime,
+    *,
+    queued_timeout: float,
+    max_requeues: int,
+    limit: int = 100,
+) -> list[Applied]:
+    """Tries still stuck after `max_requeues` requeues fail, through the guarded report path."""
+    stuck = session.execute(
+        select(TaskInstance.id, TaskInstance.try_number, TaskInstance.requeue_count)
+        .where(
+            TaskInstance.state == TaskState.QUEUED,
+            TaskInstance.queued_at < now - timedelta(seconds=queued_timeout),
+            TaskInstance.requeue_count >= max_requeues,
+        )
+        .order_by(TaskInstance.id)
+        .limit(limit)
+    ).all()
+    events = [
+        TaskEvent(
+            row.id,
+            row.try_number,
+            TaskState.FAILED,
+            reason=f"stuck in queued: waited over {queued_timeout:g}s after "
+            f"{row.requeue_count} requeue(s); check that scheduler replicas are running",
+        )
+        for row in stuck
+    ]
+    return apply_task_events(session, events, specs, now)

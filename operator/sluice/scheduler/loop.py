@@ -31,7 +31,7 @@ from sluice.scheduler.config import SchedulerConfig
 from sluice.scheduler.critical import queue_schedulable_task_instances
 from sluice.scheduler.dispatch import claim_task_starts
 from sluice.scheduler.examine import examine_running_runs
-from sluice.scheduler.results import apply_task_events
+from sluice.scheduler.results import Applied, apply_task_events
 from sluice.scheduler.runs import create_due_runs, start_queued_runs
 
 log = structlog.get_logger("sluice.scheduler")
@@ -199,6 +199,7 @@ class SchedulerLoop:
         if (now - self._last_zombie_check).total_seconds() >= cfg.zombie_check_interval:
             self._last_zombie_check = now
             self._transaction("zombies", lambda s: self._sweep_zombies(s, now), None, report)
+            self._handle_stuck_queued(now, report)
         if (now - self._last_reconcile).total_seconds() >= cfg.reconcile_interval:
             self._last_reconcile = now
             fixed = self._transaction("reconcile", reconcile.reconcile_counters, 0, report)
@@ -218,6 +219,28 @@ class SchedulerLoop:
         )
         for zombie in zombies:
             log.warning("zombie task", ti=zombie.ti_id, try_number=zombie.try_number)
+
+    def _handle_stuck_queued(self, now: datetime, report: TickReport) -> None:
+        cfg = self.config
+        nothing_failed: list[Applied] = []
+        failed = self._transaction(
+            "queued_timeout_fail",
+            lambda s: housekeeping.fail_stuck_tasks(
+                s, self.specs, now, queued_timeout=cfg.queued_timeout, max_requeues=cfg.max_requeues
+            ),
+            nothing_failed,
+            report,
+        )
+        requeued = self._transaction(
+            "queued_timeout_requeue",
+            lambda s: housekeeping.requeue_stuck_tasks(
+                s, now, queued_timeout=cfg.queued_timeout, max_requeues=cfg.max_requeues
+            ),
+            0,
+            report,
+        )
+        if requeued or failed:
+            log.warning("tasks stuck in queued", requeued=requeued, failed=len(failed))
 
     # -- running ------------------------------------------------------------------
 

@@ -1,0 +1,147 @@
+"""Lock order and lock errors: replicas never deadlock on each other, and stuck work moves on."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+from sqlalchemy import Engine, select, text, update
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from sluice.db import locks
+from sluice.db.dags import SpecCache
+from sluice.db.models import DagRun, TaskInstance
+from sluice.executors.base import TaskEvent
+from sluice.scheduler.housekeeping import fail_stuck_tasks, requeue_stuck_tasks
+from sluice.scheduler.results import apply_task_events
+from sluice.spec.states import TaskState
+from tests.support import T0, chain, manifest, register, runs, ti_row, trigger
+
+
+def _two_running_runs(sessions: sessionmaker[Session]) -> list[int]:
+    register(sessions, manifest("lk", chain("a", "b")))
+    trigger(sessions, "lk", T0)
+    trigger(sessions, "lk", T0 + timedelta(minutes=1))
+    with sessions() as session:
+        session.execute(text("UPDATE dag_run SET state = 'running'"))
+        session.execute(
+            text("UPDATE task_instance SET state = 'running', try_number = 1 WHERE task_id = 'a'")
+        )
+        session.commit()
+        return [r.id for r in runs(session, "lk")]
+
+
+def _in_threads(*work: object) -> list[BaseException]:
+    errors: list[BaseException] = []
+
+    def wrap(fn: object) -> None:
+        try:
+            fn()  # type: ignore[operator]
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=wrap, args=(fn,)) for fn in work]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    return errors
+
+
+def test_locking_runs_in_opposite_orders_deadlocks(
+    sessions: sessionmaker[Session], engine: Engine
+) -> None:
+    """The control: this is the hazard the one lock order exists to prevent."""
+    run_ids = _two_running_runs(sessions)
+    barrier = threading.Barrier(2, timeout=10)
+
+    def lock(order: list[int]) -> None:
+        with sessions() as session:
+            for i, run_id in enumerate(order):
+                session.execute(select(DagRun.id).where(DagRun.id == run_id).with_for_update())
+                if i == 0:
+                    barrier.wait()
+            session.commit()
+
+    errors = _in_threads(lambda: lock(run_ids), lambda: lock(run_ids[::-1]))
+    assert len(errors) == 1
+    assert isinstance(errors[0], OperationalError)
+    assert locks.is_retryable_conflict(errors[0])
+
+
+def test_reports_for_the_same_runs_in_any_order_never_deadlock(
+    sessions: sessionmaker[Session],
+) -> None:
+    run_ids = _two_running_runs(sessions)
+    with sessions() as session:
+        a_tis = list(
+            session.execute(
+                select(TaskInstance.id)
+                .where(TaskInstance.task_id == "a")
+                .order_by(TaskInstance.dag_run_id)
+            ).scalars()
+        )
+    assert len(run_ids) == len(a_tis) == 2
+    barrier = threading.Barrier(2, timeout=10)
+
+    def report(order: list[int]) -> None:
+        for _ in range(20):
+            barrier.wait()
+            with sessions() as session:
+                events = [TaskEvent(ti, 1, TaskState.SUCCESS, 0) for ti in order]
+                apply_task_events(session, events, SpecCache(), T0)
+                session.rollback()  # repeat the same contention
+
+    errors = _in_threads(lambda: report(a_tis), lambda: report(a_tis[::-1]))
+    assert errors == []
+
+
+def test_stuck_queued_is_requeued_then_failed_with_a_reason(
+    sessions: sessionmaker[Session],
+) -> None:
+    register(sessions, manifest("stuck", chain("a")))
+    trigger(sessions, "stuck", T0)
+    with sessions() as session:
+        session.execute(text("UPDATE dag_run SET state = 'running'"))
+        session.execute(
+            update(TaskInstance).values(state=TaskState.QUEUED, try_number=1, queued_at=T0)
+        )
+        session.commit()
+    later = T0 + timedelta(minutes=11)
+    for _ in range(2):
+        with sessions() as session:
+            assert (
+                fail_stuck_tasks(session, SpecCache(), later, queued_timeout=600, max_requeues=2)
+                == []
+            )
+            assert requeue_stuck_tasks(session, later, queued_timeout=600, max_requeues=2) == 1
+            # the critical section queues it again
+            session.execute(
+                update(TaskInstance)
+                .where(TaskInstance.state == TaskState.SCHEDULED)
+                .values(
+                    state=TaskState.QUEUED, try_number=TaskInstance.try_number + 1, queued_at=T0
+                )
+            )
+            session.commit()
+    with sessions() as session:
+        assert requeue_stuck_tasks(session, later, queued_timeout=600, max_requeues=2) == 0
+        failed = fail_stuck_tasks(session, SpecCache(), later, queued_timeout=600, max_requeues=2)
+        session.commit()
+        ti = ti_row(session, "stuck", "a")
+    assert len(failed) == 1
+    assert ti.state == TaskState.FAILED
+    assert ti.requeue_count == 2
+    assert ti.reason is not None
+    assert ti.reason.startswith("stuck in queued")
+
+
+def test_recently_queued_is_left_alone(sessions: sessionmaker[Session]) -> None:
+    register(sessions, manifest("fresh", chain("a")))
+    trigger(sessions, "fresh", T0)
+    with sessions() as session:
+        session.execute(update(TaskInstance).values(state=TaskState.QUEUED, queued_at=T0))
+        session.commit()
+        now = T0 + timedelta(minutes=5)
+        assert requeue_stuck_tasks(session, now, queued_timeout=600, max_requeues=2) == 0
