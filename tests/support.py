@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.dags import sync_dag
 from sluice.db.models import DagRun, TaskInstance
-from sluice.executors.base import TaskEvent, TaskLaunch
+from sluice.executors.base import Inspection, TaskEvent, TaskLaunch
 from sluice.scheduler.config import SchedulerConfig
 from sluice.scheduler.loop import SchedulerLoop
 from sluice.spec.models import DagManifest
@@ -73,6 +73,8 @@ class ScriptedExecutor:
         self.started: list[TaskLaunch] = []
         self.running: dict[tuple[int, int], TaskLaunch] = {}
         self.killed: list[tuple[int, int]] = []
+        self.adopted: list[tuple[int, int]] = []
+        self.released: list[tuple[int, int]] = []
 
     def start(self, launches: Sequence[TaskLaunch]) -> None:
         for launch in launches:
@@ -94,6 +96,19 @@ class ScriptedExecutor:
 
     def alive(self) -> list[tuple[int, int]]:
         return list(self.running)
+
+    def external_ids(self) -> dict[tuple[int, int], str]:
+        return {key: f"scripted:{key[0]}:{key[1]}" for key in self.running}
+
+    def inspect(self, key: tuple[int, int], external_id: str | None) -> Inspection:
+        return Inspection(state="unknown")
+
+    def adopt(self, key: tuple[int, int], external_id: str, **_: object) -> None:
+        self.adopted.append(key)
+
+    def release(self, key: tuple[int, int]) -> None:
+        self.released.append(key)
+        self.running.pop(key, None)
 
     def kill(self, key: tuple[int, int], reason: str) -> None:
         self.killed.append(key)

@@ -25,6 +25,7 @@ def configure_logging(level: str = "info", *, json: bool = False) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=True,
+        # Looked up per call, not cached: sys.stderr may be swapped (tests, CliRunner).
+        logger_factory=lambda *args: structlog.PrintLogger(file=sys.stderr),
+        cache_logger_on_first_use=False,
     )

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sluice.db.engine import make_engine, session_factory
-from sluice.executors.base import TaskEvent, TaskLaunch
+from sluice.executors.base import Inspection, TaskEvent, TaskLaunch
 from sluice.scheduler.config import SchedulerConfig
 from sluice.scheduler.loop import SchedulerLoop
 from sluice.spec.states import TaskState
@@ -65,6 +65,18 @@ class TimedExecutor:
 
     def alive(self) -> list[tuple[int, int]]:
         return list(self.running)
+
+    def external_ids(self) -> dict[tuple[int, int], str]:
+        return {key: f"timed:{os.getpid()}" for key in self.running}
+
+    def inspect(self, key: tuple[int, int], external_id: str | None) -> Inspection:
+        return Inspection(state="unknown")
+
+    def adopt(self, key: tuple[int, int], external_id: str, **_: object) -> None:
+        raise AssertionError("no replica dies in this test, so nothing is adopted")
+
+    def release(self, key: tuple[int, int]) -> None:
+        self.running.pop(key, None)
 
     def kill(self, key: tuple[int, int], reason: str) -> None:
         entry = self.running.pop(key, None)

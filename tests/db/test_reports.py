@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sluice.db.dags import SpecCache
 from sluice.db.models import SchedulerJob, TaskInstance
 from sluice.executors.base import TaskEvent
-from sluice.scheduler.housekeeping import sweep_zombies
+from sluice.scheduler.housekeeping import plan_stale_tries
 from sluice.scheduler.loop import SchedulerLoop
 from sluice.scheduler.reconcile import COUNTER_FIXES, read_metric, reconcile_counters
 from sluice.scheduler.results import apply_task_events
@@ -107,17 +107,21 @@ def test_zombie_of_a_dead_scheduler_is_retried_once_with_evidence(
         session.commit()
     clock.advance(seconds=120)
     with sessions() as session:
-        swept = [
-            sweep_zombies(
+        plans = [  # three replicas look at once; no executor can vouch for the try
+            plan_stale_tries(
                 session,
                 SpecCache(),
+                ScriptedExecutor(),
                 clock.now,
                 job_id=job,
-                alive=set(),
                 threshold=60,
                 dead_after=30,
             )
-            for job in (1, 2, 3)  # three replicas sweeping
+            for job in (1, 2, 3)
+        ]
+        swept = [
+            apply_task_events(session, p.events, SpecCache(), clock.now, evidence=p.evidence)
+            for p in plans
         ]
         session.commit()
         ti = ti_row(session, "zomb", "a")
@@ -128,7 +132,8 @@ def test_zombie_of_a_dead_scheduler_is_retried_once_with_evidence(
     assert ti.reason.startswith("zombie: no heartbeat since")
     assert ti.evidence is not None
     assert ti.evidence["owner_job"] == 99
-    assert "stopped heartbeating" in ti.evidence["verdict"]
+    assert ti.evidence["owner_alive"] is False
+    assert ti.evidence["executor_says"] == "unknown"
     assert dead.state == "running"  # the sweep judges by heartbeat age, not by this flag
     executor.hold.clear()
     run_until_idle(loop)

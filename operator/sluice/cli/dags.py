@@ -15,6 +15,7 @@ from sluice.cli.dags_validate import validate_command
 from sluice.config import ConfigError, require_database_url
 from sluice.db.dags import SpecCache, clear_schedule
 from sluice.db.engine import make_engine, session_factory
+from sluice.logs import configure_logging
 from sluice.runtime import LocalRuntime
 from sluice.scheduler.loop import utcnow
 from sluice.scheduler.triggers import TriggerError, trigger_run
@@ -73,10 +74,18 @@ def dag_test(
     ] = None,
     conf: Annotated[str | None, typer.Option(help="run conf as a JSON object")] = None,
     output: Output = "table",
-    database_url: DatabaseUrl = None,
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            "--database-url",
+            help="run against this Postgres instead of a throwaway embedded one "
+            "(SLUICE_DATABASE_URL is deliberately not read: this command changes the DAG)",
+        ),
+    ] = None,
 ) -> None:
     """Run one DAG run to completion locally; exit 0 if it succeeded, 1 if it failed."""
     _check_output(output)
+    configure_logging("warning")
     manifest = _pick(load_manifests([file]), dag, file)
     when = parse_datetime(logical_date, "--logical-date") if logical_date else None
     run_conf = _conf(conf)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from sluice.spec.states import TaskState
 
@@ -73,6 +73,14 @@ class TaskEvent:
         return (self.ti_id, self.try_number)
 
 
+@dataclass(frozen=True)
+class Inspection:
+    """What an executor can tell about a try it may not have started itself."""
+
+    state: Literal["alive", "gone", "unknown"]
+    exit_code: int | None = None
+
+
 class Executor(Protocol):
     name: str
 
@@ -84,6 +92,26 @@ class Executor(Protocol):
 
     def alive(self) -> list[tuple[int, int]]:
         """(task instance, try) keys of the tries this executor has running now."""
+
+    def external_ids(self) -> dict[tuple[int, int], str]:
+        """How to find each running try again from another replica (pid, pod name...)."""
+
+    def inspect(self, key: tuple[int, int], external_id: str | None) -> Inspection:
+        """Whether a try, maybe started by another replica, still runs ("unknown" if unsure)."""
+
+    def adopt(
+        self,
+        key: tuple[int, int],
+        external_id: str,
+        *,
+        elapsed: float,
+        timeout: float | None,
+        skip_on_exit_code: frozenset[int],
+    ) -> None:
+        """Watch a live try whose replica died; report it like one of ours."""
+
+    def release(self, key: tuple[int, int]) -> None:
+        """Stop watching a try another replica adopted, without stopping it."""
 
     def kill(self, key: tuple[int, int], reason: str) -> None:
         """Stop a try that the database says must not run any more (fenced)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sluice.executors.base import TaskEvent, TaskLaunch
+from sluice.executors.base import Inspection, TaskEvent, TaskLaunch
 from sluice.spec.states import TaskState
 
 
@@ -26,6 +26,26 @@ class NoopExecutor:
 
     def alive(self) -> list[tuple[int, int]]:
         return [t.key for t in self._started]
+
+    def external_ids(self) -> dict[tuple[int, int], str]:
+        return {t.key: "noop" for t in self._started}
+
+    def inspect(self, key: tuple[int, int], external_id: str | None) -> Inspection:
+        return Inspection(state="unknown")
+
+    def adopt(
+        self,
+        key: tuple[int, int],
+        external_id: str,
+        *,
+        elapsed: float,
+        timeout: float | None,
+        skip_on_exit_code: frozenset[int],
+    ) -> None:
+        """Nothing runs, so there is nothing to adopt."""
+
+    def release(self, key: tuple[int, int]) -> None:
+        self._started = [t for t in self._started if t.key != key]
 
     def kill(self, key: tuple[int, int], reason: str) -> None:
         self._started = [t for t in self._started if t.key != key]

@@ -1,25 +1,28 @@
-"""Phase 4 of the loop: scheduler heartbeats, zombie tries, and the executor's reports.
+"""Phase 4 of the loop: heartbeats, adoption of dead replicas' tries, zombies, stuck queues.
 
-A try is a zombie when its heartbeat is stale past the threshold AND no live
-executor can vouch for it: either this replica owns it and its executor has no
-such process, or its owner replica has stopped heartbeating (invariant 7). The
-evidence is recorded on the task instance, and the failure goes through the
-same guarded update as any report, so several replicas sweeping at once make
-one transition.
+A running try whose heartbeat is stale is looked at only when its owner
+replica is this one or has stopped heartbeating. If the executor can see it
+still running, a live replica adopts it (compare-and-set on the old owner) and
+keeps watching it; if it ended unwatched, its recorded result is reported; only
+if nobody can vouch for it is it a zombie (invariant 7), failed through the
+same guarded update as any report, with the evidence recorded. Several
+replicas sweeping at once therefore make one transition.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import insert, select, tuple_, update
+from sqlalchemy import insert, select, text, tuple_, update
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache
-from sluice.db.models import SchedulerJob, TaskInstance
-from sluice.executors.base import TaskEvent
+from sluice.db.models import DagRun, SchedulerJob, TaskInstance
+from sluice.executors.base import Executor, TaskEvent
 from sluice.scheduler.results import Applied, apply_task_events
 from sluice.spec.states import TaskState
 
@@ -41,8 +44,11 @@ def register_scheduler(session: Session, now: datetime) -> int:
 
 
 def heartbeat_scheduler(session: Session, job_id: int, now: datetime) -> None:
+    # A replica that was paused past the threshold was marked dead; it is alive again.
     session.execute(
-        update(SchedulerJob).where(SchedulerJob.id == job_id).values(latest_heartbeat=now)
+        update(SchedulerJob)
+        .where(SchedulerJob.id == job_id)
+        .values(latest_heartbeat=now, state="running", ended_at=None)
     )
 
 
@@ -68,43 +74,110 @@ def mark_dead_schedulers(session: Session, now: datetime, dead_after: float) -> 
     )
 
 
-def heartbeat_tries(
-    session: Session, alive: list[tuple[int, int]], now: datetime
-) -> list[tuple[int, int]]:
-    """Refresh heartbeats of the tries this executor runs; returns the fenced ones.
+@dataclass(frozen=True)
+class Fence:
+    """Tries this replica must stop: killed (no longer wanted) or released (adopted)."""
 
-    A try the database no longer has running (timed out run, newer try, a
-    zombie verdict) is fenced off: the caller kills it after committing.
+    kill: list[tuple[int, int]]
+    release: list[tuple[int, int]]
+
+
+_HEARTBEAT = text(
     """
-    if not alive:
-        return []
-    confirmed = set(
-        session.execute(
-            update(TaskInstance)
-            .where(
-                tuple_(TaskInstance.id, TaskInstance.try_number).in_(alive),
+    UPDATE task_instance t
+       SET last_heartbeat_at = :now,
+           external_id = COALESCE(t.external_id, v.ext),
+           running_by_job_id = COALESCE(t.running_by_job_id, :job)
+      FROM unnest(CAST(:ids AS bigint[]), CAST(:tries AS int[]), CAST(:exts AS text[]))
+           AS v(id, try_number, ext)
+     WHERE t.id = v.id AND t.try_number = v.try_number AND t.state = 'running'
+       AND (t.running_by_job_id = :job OR t.running_by_job_id IS NULL)
+    RETURNING t.id, t.try_number
+    """
+)
+
+
+def heartbeat_tries(
+    session: Session, external_ids: dict[tuple[int, int], str], job_id: int, now: datetime
+) -> Fence:
+    """Refresh heartbeats (and external ids) of the tries this executor runs.
+
+    A try the database no longer has running under this replica is fenced: if
+    another replica adopted it (same try, still running) it is released and
+    keeps running; otherwise (newer try, timed-out run, zombie verdict) it is
+    killed. The caller acts on the fence after committing.
+    """
+    if not external_ids:
+        return Fence([], [])
+    keys = list(external_ids)
+    confirmed = {
+        (row[0], row[1])
+        for row in session.execute(
+            _HEARTBEAT,
+            {
+                "now": now,
+                "job": job_id,
+                "ids": [k[0] for k in keys],
+                "tries": [k[1] for k in keys],
+                "exts": [external_ids[k] for k in keys],
+            },
+        )
+    }
+    lost = [key for key in keys if key not in confirmed]
+    if not lost:
+        return Fence([], [])
+    adopted = {
+        (row[0], row[1])
+        for row in session.execute(
+            select(TaskInstance.id, TaskInstance.try_number).where(
+                tuple_(TaskInstance.id, TaskInstance.try_number).in_(lost),
                 TaskInstance.state == TaskState.RUNNING,
             )
-            .values(last_heartbeat_at=now)
-            .returning(TaskInstance.id, TaskInstance.try_number)
-            .execution_options(synchronize_session=False)
         )
+    }
+    return Fence(
+        kill=[key for key in lost if key not in adopted],
+        release=[key for key in lost if key in adopted],
     )
-    return [key for key in alive if key not in confirmed]
 
 
-def sweep_zombies(
+@dataclass(frozen=True)
+class Adoption:
+    key: tuple[int, int]
+    previous_owner: int | None
+    external_id: str
+    elapsed: float
+    timeout: float | None
+    skip_on_exit_code: frozenset[int]
+
+
+@dataclass
+class StalePlan:
+    """What to do about running tries whose heartbeat went stale."""
+
+    events: list[TaskEvent] = field(default_factory=list)
+    evidence: dict[int, dict[str, Any]] = field(default_factory=dict)
+    adoptions: list[Adoption] = field(default_factory=list)
+
+
+def plan_stale_tries(
     session: Session,
     specs: SpecCache,
+    executor: Executor,
     now: datetime,
     *,
     job_id: int,
-    alive: set[tuple[int, int]],
     threshold: float,
     dead_after: float,
     limit: int = 100,
-) -> list[Applied]:
-    stale_before = now - timedelta(seconds=threshold)
+) -> StalePlan:
+    """Decide, for each stale running try: leave it, adopt it, report its end, or zombie.
+
+    Read-only: the events go through `apply_task_events` and the adoptions
+    through `adopt_tries`, each in its own transaction (lock order). A try is a
+    zombie only if its heartbeat is stale AND no executor can vouch for it
+    (invariant 7); the evidence says what was seen.
+    """
     live_jobs = set(
         session.execute(
             select(SchedulerJob.id).where(
@@ -117,30 +190,51 @@ def sweep_zombies(
         select(
             TaskInstance.id,
             TaskInstance.try_number,
+            TaskInstance.task_id,
             TaskInstance.running_by_job_id,
             TaskInstance.last_heartbeat_at,
+            TaskInstance.start_date,
+            TaskInstance.external_id,
+            DagRun.dag_version_id,
         )
+        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
         .where(
             TaskInstance.state == TaskState.RUNNING,
-            TaskInstance.last_heartbeat_at < stale_before,
+            TaskInstance.last_heartbeat_at < now - timedelta(seconds=threshold),
         )
         .order_by(TaskInstance.id)
         .limit(limit)
     ).all()
-    events: list[TaskEvent] = []
-    evidence: dict[int, dict[str, object]] = {}
+    ours = set(executor.alive())
+    plan = StalePlan()
     for row in candidates:
+        key = (row.id, row.try_number)
         owner = row.running_by_job_id
-        if owner == job_id:
-            if (row.id, row.try_number) in alive:
-                continue  # our executor still runs it: the heartbeat will catch up
-            verdict = "the owning scheduler's executor has no process for this try"
-        elif owner in live_jobs:
-            continue  # its owner is alive and will either heartbeat or report it
-        else:
-            verdict = f"the owning scheduler (job {owner}) stopped heartbeating"
+        if owner == job_id and key in ours:
+            continue  # our executor still runs it: the heartbeat will catch up
+        if owner != job_id and owner in live_jobs:
+            continue  # its owner is alive and will heartbeat, report or fence it
+        task = specs.get(session, row.dag_version_id).tasks[row.task_id]
+        skip_codes = frozenset(task.skip_on_exit_code)
+        seen = executor.inspect(key, row.external_id)
+        if seen.state == "alive" and row.external_id is not None:
+            timeout = task.execution_timeout
+            plan.adoptions.append(
+                Adoption(
+                    key,
+                    owner,
+                    row.external_id,
+                    elapsed=(now - (row.start_date or now)).total_seconds(),
+                    timeout=timeout.total_seconds() if timeout else None,
+                    skip_on_exit_code=skip_codes,
+                )
+            )
+            continue
+        if seen.state == "gone" and seen.exit_code is not None:
+            plan.events.append(_ended_while_unwatched(key, seen.exit_code, skip_codes, owner))
+            continue
         assert row.last_heartbeat_at is not None
-        events.append(
+        plan.events.append(
             TaskEvent(
                 row.id,
                 row.try_number,
@@ -148,15 +242,62 @@ def sweep_zombies(
                 reason=f"zombie: no heartbeat since {row.last_heartbeat_at.isoformat()}",
             )
         )
-        evidence[row.id] = {
+        plan.evidence[row.id] = {
             "last_heartbeat": row.last_heartbeat_at.isoformat(),
             "threshold_seconds": threshold,
             "detected_by_job": job_id,
-            "owner_job": owner,
-            "verdict": verdict,
             "detected_at": now.isoformat(),
+            "owner_job": owner,
+            "owner_alive": owner in live_jobs,
+            "external_id": row.external_id,
+            "executor_says": seen.state,
+            "verdict": _verdict(owner == job_id, row.external_id, seen.state),
         }
-    return apply_task_events(session, events, specs, now, evidence=evidence)
+    return plan
+
+
+def _verdict(own: bool, external_id: str | None, seen: str) -> str:
+    if external_id is None:
+        return "the try was claimed but never reported started (its replica died first)"
+    if seen == "gone":
+        return "the process is gone and left no result"
+    if own:
+        return "the owning scheduler's executor has no process for this try"
+    return "the owning scheduler stopped heartbeating and the try cannot be checked from here"
+
+
+def _ended_while_unwatched(
+    key: tuple[int, int], code: int, skip_codes: frozenset[int], owner: int | None
+) -> TaskEvent:
+    note = f"(ended while its scheduler, job {owner}, was gone)"
+    if code == 0:
+        return TaskEvent(key[0], key[1], TaskState.SUCCESS, 0, note)
+    if code in skip_codes:
+        return TaskEvent(key[0], key[1], TaskState.SKIPPED, code, f"exit code {code} {note}")
+    return TaskEvent(key[0], key[1], TaskState.FAILED, code, f"exit code {code} {note}")
+
+
+def adopt_tries(
+    session: Session, adoptions: list[Adoption], job_id: int, now: datetime
+) -> list[Adoption]:
+    """Take over live tries of dead replicas: compare-and-set on the previous owner."""
+    taken = []
+    for adoption in adoptions:
+        ti_id, try_number = adoption.key
+        row = session.execute(
+            update(TaskInstance)
+            .where(
+                TaskInstance.id == ti_id,
+                TaskInstance.try_number == try_number,
+                TaskInstance.state == TaskState.RUNNING,
+                TaskInstance.running_by_job_id.is_not_distinct_from(adoption.previous_owner),
+            )
+            .values(running_by_job_id=job_id, last_heartbeat_at=now)
+            .returning(TaskInstance.id)
+        ).first()
+        if row is not None:
+            taken.append(adoption)
+    return taken
 
 
 def requeue_stuck_tasks(

@@ -171,19 +171,23 @@ class SchedulerLoop:
         self._pending_events.extend(self.executor.poll())
         events = self._pending_events
 
-        def apply(session: Session) -> tuple[int, list[tuple[int, int]]]:
+        def apply(session: Session) -> tuple[int, housekeeping.Fence]:
             now = self.clock()
             applied = apply_task_events(session, events, self.specs, now)
-            fenced = housekeeping.heartbeat_tries(session, self.executor.alive(), now)
-            return len(applied), fenced
+            fence = housekeeping.heartbeat_tries(
+                session, self.executor.external_ids(), self.job_id, now
+            )
+            return len(applied), fence
 
         outcome = self._transaction("executor_events", apply, None, report)
         if outcome is None:
             return 0  # kept in _pending_events for the next tick
         self._pending_events = []
-        applied, fenced = outcome
-        for key in fenced:
+        applied, fence = outcome
+        for key in fence.kill:
             self.executor.kill(key, "the database no longer has this try running")
+        for key in fence.release:
+            self.executor.release(key)
         return applied
 
     def _housekeeping(self, now: datetime, report: TickReport) -> None:
@@ -198,7 +202,7 @@ class SchedulerLoop:
             )
         if (now - self._last_zombie_check).total_seconds() >= cfg.zombie_check_interval:
             self._last_zombie_check = now
-            self._transaction("zombies", lambda s: self._sweep_zombies(s, now), None, report)
+            self._sweep_stale_tries(now, report)
             self._handle_stuck_queued(now, report)
         if (now - self._last_reconcile).total_seconds() >= cfg.reconcile_interval:
             self._last_reconcile = now
@@ -206,19 +210,60 @@ class SchedulerLoop:
             if fixed:
                 log.warning("counters reconciled", rows_fixed=fixed)
 
-    def _sweep_zombies(self, session: Session, now: datetime) -> None:
-        housekeeping.mark_dead_schedulers(session, now, self.config.scheduler_dead_after)
-        zombies = housekeeping.sweep_zombies(
-            session,
-            self.specs,
-            now,
-            job_id=self.job_id,
-            alive=set(self.executor.alive()),
-            threshold=self.config.zombie_threshold,
-            dead_after=self.config.scheduler_dead_after,
-        )
-        for zombie in zombies:
-            log.warning("zombie task", ti=zombie.ti_id, try_number=zombie.try_number)
+    def _sweep_stale_tries(self, now: datetime, report: TickReport) -> None:
+        """Adopt, report or fail running tries whose heartbeat went stale (three transactions)."""
+        cfg = self.config
+
+        def plan(session: Session) -> housekeeping.StalePlan:
+            housekeeping.mark_dead_schedulers(session, now, cfg.scheduler_dead_after)
+            return housekeeping.plan_stale_tries(
+                session,
+                self.specs,
+                self.executor,
+                now,
+                job_id=self.job_id,
+                threshold=cfg.zombie_threshold,
+                dead_after=cfg.scheduler_dead_after,
+            )
+
+        stale = self._transaction("stale_tries", plan, None, report)
+        if stale is None:
+            return
+        if stale.events:
+            nothing: list[Applied] = []
+            settled = self._transaction(
+                "zombies",
+                lambda s: apply_task_events(
+                    s, stale.events, self.specs, now, evidence=stale.evidence
+                ),
+                nothing,
+                report,
+            )
+            for applied in settled:
+                if applied.ti_id in stale.evidence:
+                    log.warning("zombie task", ti=applied.ti_id, try_number=applied.try_number)
+        if stale.adoptions:
+            no_adoptions: list[housekeeping.Adoption] = []
+            taken = self._transaction(
+                "adopt",
+                lambda s: housekeeping.adopt_tries(s, stale.adoptions, self.job_id, now),
+                no_adoptions,
+                report,
+            )
+            for adoption in taken:
+                self.executor.adopt(
+                    adoption.key,
+                    adoption.external_id,
+                    elapsed=adoption.elapsed,
+                    timeout=adoption.timeout,
+                    skip_on_exit_code=adoption.skip_on_exit_code,
+                )
+                log.info(
+                    "adopted try",
+                    ti=adoption.key[0],
+                    try_number=adoption.key[1],
+                    from_job=adoption.previous_owner,
+                )
 
     def _handle_stuck_queued(self, now: datetime, report: TickReport) -> None:
         cfg = self.config

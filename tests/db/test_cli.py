@@ -1,0 +1,523 @@
+"""The `sluice` command against a real Postgres: exit codes, output formats, clear errors.
+
+Every command that needs a database gets the per-test `db_url`, so no test starts
+an embedded Postgres of its own. `standalone` runs as a real process (it installs
+signal handlers and configures logging for the whole interpreter).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+from typer.testing import CliRunner, Result
+
+from sluice.cli import app
+from sluice.db.dags import sync_dag
+from sluice.db.models import Backfill, DagRun
+from tests.support import manifest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+SLUICE = Path(sys.executable).parent / "sluice"
+
+GOOD = """\
+apiVersion: sluice.io/v1alpha1
+kind: DAG
+metadata: {name: good}
+spec:
+  schedule: "@hourly"
+  startDate: 2026-12-01T00:00:00Z
+  defaults: {image: busybox:1.36, command: [sh, -c]}
+  tasks:
+    - {name: a, args: [echo a]}
+    - {name: b, args: [echo b], dependsOn: [a]}
+"""
+
+BAD = """\
+apiVersion: sluice.io/v1alpha1
+kind: DAG
+metadata: {name: bad}
+spec:
+  defaults: {image: busybox:1.36}
+  tasks:
+    - {name: a, dependsOn: [z]}
+    - {name: b, retries: -1}
+"""
+
+FAILING = """\
+apiVersion: sluice.io/v1alpha1
+kind: DAG
+metadata: {name: failing}
+spec:
+  schedule: null
+  defaults: {image: busybox:1.36, command: [sh, -c], retries: 0}
+  tasks:
+    - {name: boom, args: ['echo failing on purpose; exit 1']}
+    - {name: after, args: [echo never], dependsOn: [boom]}
+"""
+
+TWO_DAGS = """\
+apiVersion: sluice.io/v1alpha1
+kind: DAG
+metadata: {name: first}
+spec:
+  defaults: {image: busybox:1.36, command: [sh, -c]}
+  tasks: [{name: a, args: [echo first]}]
+---
+apiVersion: sluice.io/v1alpha1
+kind: DAG
+metadata: {name: second}
+spec:
+  defaults: {image: busybox:1.36, command: [sh, -c]}
+  tasks: [{name: a, args: [echo second]}]
+"""
+
+ISSUE_LINE = re.compile(r"^(?P<file>[^:]+): DAG/(?P<dag>[^:]+): (?P<field>[^:]+): (?P<msg>.+)$")
+
+
+@pytest.fixture(autouse=True)
+def _no_ambient_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No SLUICE_DATABASE_URL from the shell, and no embedded Postgres started by a command."""
+    monkeypatch.delenv("SLUICE_DATABASE_URL", raising=False)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the command started an embedded Postgres despite --database-url")
+
+    monkeypatch.setattr("sluice.runtime.start_embedded_postgres", refuse)
+
+
+def sluice(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args), env={"SLUICE_DATABASE_URL": None})
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def runs_json(result: Result) -> list[dict[str, Any]]:
+    runs: list[dict[str, Any]] = json.loads(result.stdout)["runs"]
+    return runs
+
+
+def task_fields(run: dict[str, Any], field: str) -> dict[str, Any]:
+    return {t["task"]: t[field] for t in run["tasks"]}
+
+
+# --- dags validate ------------------------------------------------------------------------
+
+
+def test_validate_good_file_exits_0_with_a_summary_on_stderr(tmp_path: Path) -> None:
+    result = sluice("dags", "validate", str(write(tmp_path, "good.yaml", GOOD)))
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""
+    assert "1 valid, 0 invalid DAG document(s)" in result.stderr
+
+
+def test_validate_the_examples(tmp_path: Path) -> None:
+    files = sorted(str(p) for p in EXAMPLES.glob("*.yaml"))
+    result = sluice("dags", "validate", *files)
+    assert result.exit_code == 0, result.output
+    assert f"{len(files)} valid, 0 invalid" in result.stderr
+
+
+def test_validate_bad_file_exits_1_with_one_line_per_issue(tmp_path: Path) -> None:
+    good, bad = write(tmp_path, "good.yaml", GOOD), write(tmp_path, "bad.yaml", BAD)
+    result = sluice("dags", "validate", str(good), str(bad))
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert lines == [
+        f"{bad}: DAG/bad: spec.tasks[0].dependsOn[0]: dependency 'z' not defined; tasks are: a, b",
+        f"{bad}: DAG/bad: spec.tasks[1].retries: must be at least 0, got -1",
+    ]
+    assert all(ISSUE_LINE.match(line) for line in lines)
+    assert "1 valid, 1 invalid DAG document(s)" in result.stderr
+
+
+def test_validate_missing_file_is_an_issue_line(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    result = sluice("dags", "validate", str(missing))
+    assert result.exit_code == 1
+    assert result.stdout.splitlines() == [f"{missing}: DAG/?: <file>: file not found"]
+
+
+# --- dags test ----------------------------------------------------------------------------
+
+
+def test_dags_test_hello_succeeds(db_url: str) -> None:
+    result = sluice(
+        "dags", "test", str(EXAMPLES / "hello.yaml"), "--output", "json", "--database-url", db_url
+    )
+    assert result.exit_code == 0, result.output
+    (run,) = runs_json(result)
+    assert run["dag"] == "hello"
+    assert run["run_type"] == "manual"
+    assert run["state"] == "success"
+    assert task_fields(run, "state") == {
+        "extract": "success",
+        "transform-words": "success",
+        "transform-numbers": "success",
+        "load": "success",
+    }
+    assert set(task_fields(run, "try_number").values()) == {1}
+
+
+def test_dags_test_failing_task_exits_1(db_url: str, tmp_path: Path) -> None:
+    file = write(tmp_path, "failing.yaml", FAILING)
+    result = sluice("dags", "test", str(file), "--output", "json", "--database-url", db_url)
+    assert result.exit_code == 1, result.output
+    (run,) = runs_json(result)
+    assert run["state"] == "failed"
+    assert task_fields(run, "state") == {"boom": "failed", "after": "upstream_failed"}
+    assert task_fields(run, "try_number")["boom"] == 1
+
+
+def test_dags_test_needs_dag_when_the_file_has_several(db_url: str, tmp_path: Path) -> None:
+    file = write(tmp_path, "two.yaml", TWO_DAGS)
+    result = sluice("dags", "test", str(file), "--database-url", db_url)
+    assert result.exit_code == 2
+    assert "error:" in result.stderr
+    assert "--dag" in result.stderr
+    assert "first" in result.stderr
+    assert "second" in result.stderr
+
+
+def test_dags_test_unknown_dag(db_url: str, tmp_path: Path) -> None:
+    file = write(tmp_path, "two.yaml", TWO_DAGS)
+    result = sluice("dags", "test", str(file), "--dag", "third", "--database-url", db_url)
+    assert result.exit_code == 2
+    assert "no DAG named 'third'" in result.stderr
+    assert "first, second" in result.stderr
+
+
+def test_dags_test_picks_the_named_dag(db_url: str, tmp_path: Path) -> None:
+    file = write(tmp_path, "two.yaml", TWO_DAGS)
+    result = sluice(
+        "dags", "test", str(file), "--dag", "second", "-o", "json", "--database-url", db_url
+    )
+    assert result.exit_code == 0, result.output
+    (run,) = runs_json(result)
+    assert (run["dag"], run["state"]) == ("second", "success")
+
+
+@pytest.mark.parametrize(
+    ("conf", "message"),
+    [
+        ("[1, 2]", "--conf must be a JSON object"),
+        ('"text"', "--conf must be a JSON object"),
+        ("{not json", "--conf is not valid JSON"),
+    ],
+)
+def test_dags_test_conf_must_be_a_json_object(db_url: str, conf: str, message: str) -> None:
+    result = sluice(
+        "dags", "test", str(EXAMPLES / "hello.yaml"), "--conf", conf, "--database-url", db_url
+    )
+    assert result.exit_code == 2
+    assert message in result.stderr
+
+
+def test_dags_test_conf_reaches_the_task(db_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "conf.json"
+    file = write(
+        tmp_path,
+        "conf.yaml",
+        f"""\
+apiVersion: sluice.io/v1alpha1
+kind: DAG
+metadata: {{name: with-conf}}
+spec:
+  defaults: {{image: busybox:1.36, command: [sh, -c]}}
+  tasks:
+    - name: show
+      args: ['printf "%s" "$SLUICE_CONF" > {out}']
+""",
+    )
+    result = sluice(
+        "dags", "test", str(file), "--conf", '{"a": 1}', "-o", "json", "--database-url", db_url
+    )
+    assert result.exit_code == 0, result.output
+    assert runs_json(result)[0]["state"] == "success"
+    assert json.loads(out.read_text()) == {"a": 1}
+
+
+# --- standalone ---------------------------------------------------------------------------
+
+
+def _wait_out_the_hour_boundary() -> None:
+    """The example DAGs are hourly: a run that crosses an hour would make a second run due."""
+    now = datetime.now(UTC)
+    left = 3600 - (now.minute * 60 + now.second)
+    if left < 30:
+        time.sleep(left + 1)
+
+
+def test_standalone_until_idle_runs_every_example_once(db_url: str) -> None:
+    _wait_out_the_hour_boundary()
+    env = {k: v for k, v in os.environ.items() if k != "SLUICE_DATABASE_URL"}
+    proc = subprocess.run(
+        [
+            *(str(SLUICE), "standalone", str(EXAMPLES), "--until-idle"),
+            *("--output", "json", "--database-url", db_url),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    runs = json.loads(proc.stdout)["runs"]
+    assert sorted(r["dag"] for r in runs) == ["branching", "etl-retries", "hello"]
+    by_dag = {r["dag"]: r for r in runs}
+    assert {dag: r["state"] for dag, r in by_dag.items()} == {
+        "branching": "success",
+        "etl-retries": "success",
+        "hello": "success",
+    }
+    assert all(r["run_type"] == "scheduled" for r in runs)
+
+    assert set(task_fields(by_dag["hello"], "state").values()) == {"success"}
+
+    etl = by_dag["etl-retries"]
+    assert set(task_fields(etl, "state").values()) == {"success"}
+    assert task_fields(etl, "try_number") == {
+        "extract": 2,
+        "transform": 1,
+        "load": 1,
+        "cleanup": 1,
+    }
+
+    # Even hours of the logical date take the full path, odd hours the quick one.
+    branching = by_dag["branching"]
+    hour = datetime.fromisoformat(branching["logical_date"]).astimezone(UTC).hour
+    taken, not_taken = ("full", "quick") if hour % 2 == 0 else ("quick", "full")
+    refresh = {"full": "full-refresh", "quick": "quick-update"}
+    assert task_fields(branching, "state") == {
+        "start": "success",
+        f"check-{taken}": "success",
+        refresh[taken]: "success",
+        f"check-{not_taken}": "skipped",
+        refresh[not_taken]: "skipped",
+        "join": "success",
+    }
+
+
+# --- backfill -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def daily(sessions: sessionmaker[Session]) -> str:
+    daily = manifest(
+        "daily",
+        [{"name": "a", "command": ["sh", "-c"], "args": ["echo a"]}],
+        schedule="@daily",
+        startDate="2026-11-01T00:00:00Z",
+    )
+    with sessions() as session:
+        sync_dag(session, daily, datetime.now(UTC))
+        session.commit()
+    return "daily"
+
+
+def _backfill(db_url: str, dag: str, start: str, end: str) -> Result:
+    return sluice("backfill", dag, "--start", start, "--end", end, "--database-url", db_url)
+
+
+def test_backfill_creates_a_run_per_day_inclusive(
+    db_url: str, daily: str, sessions: sessionmaker[Session]
+) -> None:
+    result = _backfill(db_url, daily, "2026-11-01T00:00:00Z", "2026-11-03T00:00:00Z")
+    assert result.exit_code == 0, result.output
+    assert re.fullmatch(r"backfill \d+: 3 new run\(s\), 0 rerun, 0 skipped\n", result.stdout), (
+        result.stdout
+    )
+    with sessions() as session:
+        runs = session.execute(
+            select(DagRun).where(DagRun.dag_id == daily).order_by(DagRun.logical_date)
+        ).scalars()
+        rows = [(r.run_type, r.state, r.logical_date.day, r.backfill_id) for r in runs]
+        (backfill,) = session.execute(select(Backfill)).scalars()
+    assert rows == [
+        ("backfill", "queued", 1, backfill.id),
+        ("backfill", "queued", 2, backfill.id),
+        ("backfill", "queued", 3, backfill.id),
+    ]
+
+
+def test_backfill_again_skips_every_date(
+    db_url: str, daily: str, sessions: sessionmaker[Session]
+) -> None:
+    assert _backfill(db_url, daily, "2026-11-01T00:00:00Z", "2026-11-03T00:00:00Z").exit_code == 0
+    result = _backfill(db_url, daily, "2026-11-01T00:00:00Z", "2026-11-03T00:00:00Z")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert re.fullmatch(r"backfill \d+: 0 new run\(s\), 0 rerun, 3 skipped", lines[0])
+    assert lines[1:] == [
+        f"  skipped 2026-11-0{day}T00:00:00+00:00: "
+        f"run backfill__2026-11-0{day}T00:00:00+00:00 exists (queued)"
+        for day in (1, 2, 3)
+    ]
+    with sessions() as session:
+        assert len(session.execute(select(DagRun.id)).all()) == 3
+
+
+@pytest.mark.parametrize(
+    ("dag", "start", "end", "message"),
+    [
+        ("daily", "2026-11-03T00:00:00Z", "2026-11-01T00:00:00Z", "is after --end"),
+        ("nope", "2026-11-01T00:00:00Z", "2026-11-03T00:00:00Z", "'nope' is not registered"),
+        ("daily", "2026-11-01T00:00:00", "2026-11-03T00:00:00Z", "--start '2026-11-01T00:00:00'"),
+        ("daily", "2026-11-01T00:00:00Z", "2026-11-03", "--end '2026-11-03' has no timezone"),
+        ("daily", "yesterday", "2026-11-03T00:00:00Z", "is not an ISO 8601 date-time"),
+    ],
+)
+def test_backfill_errors_exit_2(
+    db_url: str,
+    daily: str,
+    sessions: sessionmaker[Session],
+    dag: str,
+    start: str,
+    end: str,
+    message: str,
+) -> None:
+    result = _backfill(db_url, dag, start, end)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: ")
+    assert message in result.stderr
+    with sessions() as session:
+        assert session.execute(select(DagRun.id)).first() is None
+
+
+def test_backfill_max_active_runs_must_be_positive(db_url: str, daily: str) -> None:
+    result = sluice(
+        "backfill",
+        daily,
+        "--start",
+        "2026-11-01T00:00:00Z",
+        "--end",
+        "2026-11-03T00:00:00Z",
+        "--max-active-runs",
+        "0",
+        "--database-url",
+        db_url,
+    )
+    assert result.exit_code == 2
+    assert "--max-active-runs must be at least 1" in result.stderr
+
+
+def test_backfill_needs_a_cron_schedule(db_url: str, sessions: sessionmaker[Session]) -> None:
+    with sessions() as session:
+        sync_dag(session, manifest("by-hand", [{"name": "a"}], schedule=None), datetime.now(UTC))
+        session.commit()
+    result = _backfill(db_url, "by-hand", "2026-11-01T00:00:00Z", "2026-11-03T00:00:00Z")
+    assert result.exit_code == 2
+    assert "backfill needs a cron schedule" in result.stderr
+
+
+def test_backfill_naive_datetime_message_says_timezone(db_url: str, daily: str) -> None:
+    result = _backfill(db_url, daily, "2026-11-01T00:00:00", "2026-11-03T00:00:00")
+    assert result.exit_code == 2
+    assert "has no timezone" in result.stderr
+
+
+# --- dags trigger -------------------------------------------------------------------------
+
+
+def test_trigger_creates_a_manual_run(
+    db_url: str, daily: str, sessions: sessionmaker[Session]
+) -> None:
+    result = sluice(
+        "dags",
+        "trigger",
+        daily,
+        "--run-id",
+        "by-hand",
+        "--conf",
+        '{"k": "v"}',
+        "--database-url",
+        db_url,
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "created run by-hand\n"
+    with sessions() as session:
+        (run,) = session.execute(select(DagRun)).scalars()
+        assert (run.dag_id, run.run_id, run.run_type, run.state) == (
+            "daily",
+            "by-hand",
+            "manual",
+            "queued",
+        )
+        assert run.conf == {"k": "v"}
+
+
+def test_trigger_default_run_id(db_url: str, daily: str) -> None:
+    result = sluice(
+        "dags", "trigger", daily, "--logical-date", "2026-11-05T12:00:00Z", "--database-url", db_url
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "created run manual__2026-11-05T12:00:00+00:00\n"
+
+
+def test_trigger_duplicate_run_id_is_a_clear_error(
+    db_url: str, daily: str, sessions: sessionmaker[Session]
+) -> None:
+    args = ["dags", "trigger", daily, "--run-id", "twice", "--database-url", db_url]
+    assert sluice(*args).exit_code == 0
+    result = sluice(*args)
+    assert result.exit_code == 2
+    assert "already has a run with run_id 'twice'" in result.stderr
+    with sessions() as session:
+        assert len(session.execute(select(DagRun.id)).all()) == 1
+
+
+def test_trigger_conf_must_be_an_object(db_url: str, daily: str) -> None:
+    result = sluice("dags", "trigger", daily, "--conf", "[1]", "--database-url", db_url)
+    assert result.exit_code == 2
+    assert "--conf must be a JSON object" in result.stderr
+
+
+def test_trigger_unknown_dag(db_url: str) -> None:
+    result = sluice("dags", "trigger", "nope", "--database-url", db_url)
+    assert result.exit_code == 2
+    assert "'nope' is not registered" in result.stderr
+
+
+# --- db and configuration -----------------------------------------------------------------
+
+
+def test_db_upgrade_on_a_migrated_database(db_url: str) -> None:
+    result = sluice("db", "upgrade", "--database-url", db_url)
+    assert result.exit_code == 0, result.output
+    assert "newest schema" in result.stdout
+
+
+def test_database_url_from_the_environment(db_url: str) -> None:
+    result = CliRunner().invoke(app, ["db", "upgrade"], env={"SLUICE_DATABASE_URL": db_url})
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["db", "upgrade"],
+        ["dags", "trigger", "hello"],
+        ["backfill", "hello", "--start", "2026-11-01T00:00:00Z", "--end", "2026-11-02T00:00:00Z"],
+    ],
+)
+def test_missing_database_url_names_the_variable(args: list[str]) -> None:
+    result = sluice(*args)
+    assert result.exit_code == 2
+    assert "SLUICE_DATABASE_URL" in result.stderr
+    assert "--database-url" in result.stderr
