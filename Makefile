@@ -4,7 +4,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: install lint test test-unit test-db demo clean
+.PHONY: install lint test test-unit test-db demo chaos chaos-soak clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,8 +15,8 @@ $(BIN)/.installed: pyproject.toml
 install: $(BIN)/.installed
 
 lint: install
-	$(BIN)/ruff check operator tests bench
-	$(BIN)/ruff format --check operator tests bench
+	$(BIN)/ruff check operator tests
+	$(BIN)/ruff format --check operator tests
 	$(BIN)/mypy
 
 # Everything that needs no Kubernetes: unit tests, then real-Postgres tests
@@ -34,5 +34,16 @@ test-db: install
 demo: install
 	$(BIN)/sluice standalone examples/ --until-idle
 
+# The HA proof: Postgres, 3 replicas, a minute of seeded faults, then the invariant checker.
+chaos: install
+	$(BIN)/python -m tests.chaos.run --short
+
+chaos-soak: install
+	$(BIN)/python -m tests.chaos.run --minutes $(or $(MINUTES),10) --seed $(or $(SEED),7)
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+# The local Kubernetes cluster (built from source, cached in ~/.cache/sluice):
+# cluster-up, cluster-down, cluster-status, e2e (the k8s test suite), kind-up/down.
+include hack/cluster.mk

@@ -182,3 +182,23 @@ def test_reconciliation_fixes_corrupted_counters_and_counts_them(
     run_until_idle(loop)
     with sessions() as session:
         assert runs(session, "rec")[0].state == RunState.SUCCESS
+
+
+def test_one_alert_per_failed_try_however_often_it_is_reported(
+    sessions: sessionmaker[Session],
+) -> None:
+    from sluice.scheduler.dispatch import claim_alerts
+
+    _, executor, _ = _start_first_task(sessions, "alert", retries=1, retryDelay="0s")
+    (launch,) = executor.started
+    failure = TaskEvent(launch.ti_id, launch.try_number, TaskState.FAILED, 3, "exit code 3")
+    with sessions() as session:
+        for _ in range(3):  # three replicas saw the same failure
+            apply_task_events(session, [failure], SpecCache(), T0)
+        session.commit()
+        alerts = claim_alerts(session, T0, limit=10)
+        session.commit()
+        assert claim_alerts(session, T0, limit=10) == []
+    assert alerts == [
+        {"ti_id": launch.ti_id, "try_number": 1, "state": "up_for_retry", "reason": "exit code 3"}
+    ]

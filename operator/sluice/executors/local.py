@@ -94,7 +94,12 @@ class LocalExecutor:
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **launch.env, **launch.context_env()},
+            env={
+                **os.environ,
+                **launch.env,
+                **launch.context_env(),
+                "SLUICE_SCHEDULER_PID": str(os.getpid()),
+            },
             start_new_session=True,
         )
         timeout = launch.execution_timeout.total_seconds() if launch.execution_timeout else None

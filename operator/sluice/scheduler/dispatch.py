@@ -11,6 +11,7 @@ the zombie sweep settles (invariants 1 and 3).
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import delete, select, tuple_, update
 from sqlalchemy.orm import Session
@@ -19,6 +20,7 @@ from sluice.db.dags import SpecCache
 from sluice.db.models import DagRun, Outbox, TaskInstance, TaskTry
 from sluice.executors.base import TaskLaunch
 from sluice.scheduler.critical import START_TASK
+from sluice.scheduler.results import ALERT
 from sluice.spec.states import TaskState
 
 
@@ -113,3 +115,21 @@ def _launch(
         resources={k: dict(v) for k, v in task.resources.items()},
         pod_template=task.pod_template,
     )
+
+
+def claim_alerts(session: Session, now: datetime, *, limit: int) -> list[dict[str, Any]]:
+    """Take up to `limit` failure alerts off the outbox; the caller commits, then delivers.
+
+    Delivery is after the commit, so an alert is delivered at most once by this
+    path; each carries (ti_id, try_number) for receivers that deduplicate.
+    """
+    rows = session.execute(
+        select(Outbox.id, Outbox.payload)
+        .where(Outbox.kind == ALERT, Outbox.not_before <= now)
+        .order_by(Outbox.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    ).all()
+    if rows:
+        session.execute(delete(Outbox).where(Outbox.id.in_([r.id for r in rows])))
+    return [dict(r.payload) for r in rows]

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
 from sqlalchemy.exc import DBAPIError
@@ -29,7 +29,7 @@ from sluice.executors.base import Executor, TaskEvent, TaskLaunch
 from sluice.scheduler import housekeeping, reconcile
 from sluice.scheduler.config import SchedulerConfig
 from sluice.scheduler.critical import queue_schedulable_task_instances
-from sluice.scheduler.dispatch import claim_task_starts
+from sluice.scheduler.dispatch import claim_alerts, claim_task_starts
 from sluice.scheduler.examine import examine_running_runs
 from sluice.scheduler.results import Applied, apply_task_events
 from sluice.scheduler.runs import create_due_runs, start_queued_runs
@@ -143,6 +143,7 @@ class SchedulerLoop:
 
         # Phase 4: hand over, collect reports, housekeeping.
         report.tasks_started = self._dispatch(report)
+        self._deliver_alerts(report)
         report.events_applied = self._sync_executor(report)
         self._housekeeping(now, report)
         return report
@@ -166,6 +167,17 @@ class SchedulerLoop:
         if launches:
             self.executor.start(launches)
         return len(launches)
+
+    def _deliver_alerts(self, report: TickReport) -> None:
+        no_alerts: list[dict[str, Any]] = []
+        alerts = self._transaction(
+            "alerts",
+            lambda s: claim_alerts(s, self.clock(), limit=self.config.dispatch_batch),
+            no_alerts,
+            report,
+        )
+        for alert in alerts:
+            log.warning("alert: task try failed", **alert)
 
     def _sync_executor(self, report: TickReport) -> int:
         self._pending_events.extend(self.executor.poll())

@@ -15,17 +15,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, or_, select, update
+from sqlalchemy import bindparam, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache
-from sluice.db.models import DagRun, TaskInstance, TaskTry
+from sluice.db.models import DagRun, Outbox, TaskInstance, TaskTry
 from sluice.executors.base import TaskEvent
 from sluice.scheduler.transitions import Settled, lock_runs, propagate
 from sluice.spec.retries import retry_delay
 from sluice.spec.states import TaskState
 
 LIVE_STATES = (TaskState.QUEUED, TaskState.RUNNING)
+ALERT = "alert"
 _TRY_COLUMNS = ("b_id", "b_try", "try_state", "end_date", "exit_code", "reason")
 
 
@@ -144,4 +145,25 @@ def apply_task_events(
         [{k: u[k] for k in _TRY_COLUMNS} for u in updates],
     )
     propagate(session, settled)
+    failures = [u for u in updates if u["try_state"] == TaskState.FAILED.value]
+    if failures:
+        # One alert per failed try, written with the transition itself (invariant 8).
+        session.execute(
+            insert(Outbox),
+            [
+                {
+                    "kind": ALERT,
+                    "payload": {
+                        "ti_id": u["b_id"],
+                        "try_number": u["b_try"],
+                        "state": u["state"],
+                        "reason": u["reason"],
+                    },
+                    "created_at": now,
+                    "not_before": now,
+                    "attempts": 0,
+                }
+                for u in failures
+            ],
+        )
     return applied

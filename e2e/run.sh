@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Run the k8s test suite (pytest -m k8s tests/k8s) against a cluster:
+#
+#   e2e/run.sh                 # CLUSTER=local: the local cluster (hack/cluster-up.sh)
+#   CLUSTER=kind e2e/run.sh    # a kind cluster (e2e/kind.sh), for machines with Docker
+#   e2e/run.sh -k ready        # extra arguments go to pytest
+#
+# A cluster that is already running (its kubeconfig answers) is used and left
+# running; one that this script starts is stopped at the end, unless
+# SLUICE_KEEP_CLUSTER=1. Either way the tests get the cluster through
+# $KUBECONFIG and nothing else.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$ROOT/hack/lib.sh"
+
+CLUSTER="${CLUSTER:-local}"
+PY="$ROOT/.venv/bin/python"
+[[ -x "$PY" ]] || PY="$(command -v python3)"
+
+answers() {
+  local kubectl="$SLUICE_BIN/kubectl"
+  [[ -x "$kubectl" ]] || kubectl="$(command -v kubectl || true)"
+  [[ -n "$kubectl" && -f "$1" ]] && "$kubectl" --kubeconfig "$1" --request-timeout=5s get --raw /readyz >/dev/null 2>&1
+}
+
+started=""
+case "$CLUSTER" in
+  local)
+    export KUBECONFIG="$SLUICE_CLUSTER_DIR/admin.kubeconfig"
+    if answers "$KUBECONFIG"; then
+      log "e2e: using the running local cluster ($KUBECONFIG)"
+    else
+      "$ROOT/hack/cluster-up.sh"
+      started="$ROOT/hack/cluster-down.sh"
+    fi
+    ;;
+  kind)
+    export KUBECONFIG="${SLUICE_KIND_DIR:-$SLUICE_CACHE/kind}/admin.kubeconfig"
+    if answers "$KUBECONFIG"; then
+      log "e2e: using the running kind cluster ($KUBECONFIG)"
+    else
+      "$ROOT/e2e/kind.sh" up
+      started="$ROOT/e2e/kind.sh down"
+    fi
+    ;;
+  *) die "CLUSTER must be local or kind, not '$CLUSTER'" ;;
+esac
+
+cleanup() {
+  if [[ -n "$started" && "${SLUICE_KEEP_CLUSTER:-0}" != 1 ]]; then
+    $started || log "e2e: stopping the cluster failed"
+  fi
+}
+trap cleanup EXIT
+
+cd "$ROOT"
+"$PY" -m pytest -m k8s tests/k8s -p no:cacheprovider "$@"

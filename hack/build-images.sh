@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Build the images the local cluster runs, without any registry:
+#
+#   localhost/sluice-pause:3.10   the pod sandbox image: hack/pause/pause.c,
+#                                 compiled static, alone in a scratch image
+#   localhost/sluice-base:bookworm a Debian bookworm root filesystem made with
+#                                 debootstrap (python3 + venv), made once
+#   localhost/sluice:dev          the project's own Dockerfile, built with
+#                                 buildah over sluice-base, installing from
+#                                 wheels built on this host with `pip wheel`
+#
+# Each image is saved as a docker-archive under $SLUICE_CACHE/images/ for
+# `ctr images import`. A warm run with unchanged inputs is a no-op.
+# Needs root, and the Debian packages buildah, debootstrap and gcc (libc6-dev).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+IMG_DIR="$SLUICE_CACHE/images"
+BASE_IMAGE_NAME="${SLUICE_BASE_IMAGE:-localhost/sluice-base:bookworm}"
+DEBIAN_SUITE="${DEBIAN_SUITE:-bookworm}"
+DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+PYTHON="${PYTHON:-$( [[ -x "$SLUICE_ROOT/.venv/bin/python" ]] && echo "$SLUICE_ROOT/.venv/bin/python" || echo python3)}"
+mkdir -p "$IMG_DIR"
+
+for tool in buildah debootstrap gcc; do
+  command -v "$tool" >/dev/null || die "$tool not found: apt-get install -y buildah debootstrap gcc libc6-dev"
+done
+
+# buildah keeps its own storage in the cache, not in /var/lib/containers.
+BUILDAH=(buildah --root "$SLUICE_CACHE/containers/storage" --runroot "$SLUICE_CACHE/containers/run"
+  --storage-driver "${SLUICE_STORAGE_DRIVER:-overlay}")
+
+image_id() { "${BUILDAH[@]}" images --noheading --format '{{.ID}}' "$1" 2>/dev/null | head -n1; }
+
+# save IMAGE FILE: write a docker-archive that `ctr images import` reads.
+save_image() {
+  local image="$1" file="$2"
+  rm -f "$file.tmp"
+  "${BUILDAH[@]}" push --quiet "$image" "docker-archive:$file.tmp:$image" >/dev/null
+  mv "$file.tmp" "$file"
+}
+
+build_pause() {
+  local src="$SLUICE_ROOT/hack/pause/pause.c"
+  local key
+  key="pause $(sha256sum "$src" | cut -c1-16) recipe=1"
+  if [[ -f "$IMG_DIR/pause.tar" && "$(cat "$IMG_DIR/.stamp-pause" 2>/dev/null)" == "$key" ]] \
+    && [[ -n "$(image_id "$PAUSE_IMAGE")" ]]; then
+    log "pause image: up to date"
+    return
+  fi
+  log "pause image: compiling $src (static)"
+  local work="$IMG_DIR/pause-build"
+  rm -rf "$work" && mkdir -p "$work"
+  gcc -Os -static -Wall -Werror -o "$work/pause" "$src"
+  strip "$work/pause"
+  local ctr
+  ctr="$("${BUILDAH[@]}" from scratch)"
+  "${BUILDAH[@]}" copy --quiet "$ctr" "$work/pause" /pause >/dev/null
+  "${BUILDAH[@]}" config --entrypoint '["/pause"]' --user 65535:65535 \
+    --label org.opencontainers.image.title=sluice-pause "$ctr"
+  "${BUILDAH[@]}" commit --quiet --rm "$ctr" "$PAUSE_IMAGE" >/dev/null
+  save_image "$PAUSE_IMAGE" "$IMG_DIR/pause.tar"
+  echo "$key" >"$IMG_DIR/.stamp-pause"
+  rm -rf "$work"
+  log "pause image: built $PAUSE_IMAGE"
+}
+
+build_base() {
+  local key="base $DEBIAN_SUITE python3 python3-venv recipe=1"
+  if [[ "$(cat "$IMG_DIR/.stamp-base" 2>/dev/null)" == "$key" && -n "$(image_id "$BASE_IMAGE_NAME")" ]]; then
+    log "base image: up to date ($BASE_IMAGE_NAME)"
+    return
+  fi
+  local rootfs="$IMG_DIR/rootfs-$DEBIAN_SUITE"
+  log "base image: debootstrap $DEBIAN_SUITE (minbase + python3, python3-venv) into $rootfs"
+  rm -rf "$rootfs"
+  local t0=$SECONDS
+  debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+    "$DEBIAN_SUITE" "$rootfs" "$DEBIAN_MIRROR" >"$IMG_DIR/debootstrap.log" 2>&1 \
+    || { tail_log "$IMG_DIR/debootstrap.log"; die "debootstrap failed"; }
+  rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* "$rootfs"/tmp/*
+  log "base image: debootstrap took $(fmt_duration $((SECONDS - t0)))"
+  local ctr mnt
+  ctr="$("${BUILDAH[@]}" from scratch)"
+  mnt="$("${BUILDAH[@]}" mount "$ctr")"
+  tar -C "$rootfs" -cf - . | tar -C "$mnt" -xpf -
+  "${BUILDAH[@]}" umount "$ctr" >/dev/null
+  "${BUILDAH[@]}" config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    --env LANG=C.UTF-8 --cmd /bin/sh --label org.opencontainers.image.title=sluice-base "$ctr"
+  "${BUILDAH[@]}" commit --quiet --rm "$ctr" "$BASE_IMAGE_NAME" >/dev/null
+  rm -rf "$rootfs"
+  echo "$key" >"$IMG_DIR/.stamp-base"
+  log "base image: built $BASE_IMAGE_NAME"
+}
+
+build_sluice() {
+  local ctx="$IMG_DIR/context"
+  rm -rf "$ctx" && mkdir -p "$ctx"
+  # The build context: the repository's files (tracked or not, minus what git
+  # ignores); the Dockerfile's .dockerignore narrows it further.
+  if git -C "$SLUICE_ROOT" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    (cd "$SLUICE_ROOT" && git ls-files -z --cached --others --exclude-standard \
+      | xargs -0 -r sh -c 'for f; do [ -e "$f" ] && printf "%s\0" "$f"; done' sh \
+      | tar --null -T - -cf -) | tar -C "$ctx" -xf -
+  else
+    # Not a git checkout (an unpacked archive): everything but the usual litter.
+    tar -C "$SLUICE_ROOT" --exclude=.git --exclude=.venv --exclude=__pycache__ \
+      --exclude='*.egg-info' --exclude=.mypy_cache --exclude=.ruff_cache \
+      --exclude=.pytest_cache -cf - . | tar -C "$ctx" -xf -
+  fi
+  if [[ ! -f "$ctx/README.md" ]]; then
+    log "sluice image: README.md missing in the repository; using a placeholder in the build context"
+    echo "# Sluice" >"$ctx/README.md"
+  fi
+  local key
+  # The inputs the Dockerfile uses (its .dockerignore lets only these in).
+  local inputs=() f
+  for f in Dockerfile .dockerignore pyproject.toml README.md LICENSE operator; do
+    [[ -e "$ctx/$f" ]] && inputs+=("$f")
+  done
+  key="sluice $(cd "$ctx" && find "${inputs[@]}" -type f -print0 | sort -z | xargs -0 sha256sum \
+    | sha256sum | cut -c1-16)"
+  key+=" base=$(image_id "$BASE_IMAGE_NAME") recipe=1"
+  if [[ -f "$IMG_DIR/sluice.tar" && "$(cat "$IMG_DIR/.stamp-sluice" 2>/dev/null)" == "$key" ]] \
+    && [[ -n "$(image_id "$SLUICE_IMAGE")" ]]; then
+    log "sluice image: up to date ($SLUICE_IMAGE)"
+    rm -rf "$ctx"
+    return
+  fi
+  # Wheels for the project and all its dependencies, built on this host with
+  # the same Python minor version as the base image (Debian's python3).
+  local wheels="$IMG_DIR/wheelhouse"
+  mkdir -p "$wheels"
+  log "sluice image: pip wheel (host $($PYTHON --version 2>&1)) into $wheels"
+  "$PYTHON" -m pip wheel --quiet --disable-pip-version-check --find-links "$wheels" \
+    -w "$wheels" "$ctx" "setuptools>=69" wheel >"$IMG_DIR/pip-wheel.log" 2>&1 \
+    || { tail_log "$IMG_DIR/pip-wheel.log"; die "pip wheel failed"; }
+  cp -a "$wheels" "$ctx/wheelhouse"
+  log "sluice image: buildah build -f Dockerfile --build-arg BASE_IMAGE=$BASE_IMAGE_NAME"
+  "${BUILDAH[@]}" build --quiet --isolation chroot --layers=false --pull=never \
+    --build-arg "BASE_IMAGE=$BASE_IMAGE_NAME" --build-arg WHEELHOUSE=wheelhouse \
+    -f "$ctx/Dockerfile" -t "$SLUICE_IMAGE" "$ctx" >"$IMG_DIR/buildah-build.log" 2>&1 \
+    || { tail_log "$IMG_DIR/buildah-build.log" 60; die "buildah build failed"; }
+  save_image "$SLUICE_IMAGE" "$IMG_DIR/sluice.tar"
+  echo "$key" >"$IMG_DIR/.stamp-sluice"
+  rm -rf "$ctx"
+  # Drop dangling images from earlier builds so the storage does not grow.
+  "${BUILDAH[@]}" rmi --prune >/dev/null 2>&1 || true
+  log "sluice image: built $SLUICE_IMAGE"
+}
+
+start=$SECONDS
+build_pause
+build_base
+build_sluice
+log "build-images: done in $(fmt_duration $((SECONDS - start))) (archives in $IMG_DIR)"

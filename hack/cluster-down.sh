@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# Stop the local cluster started by hack/cluster-up.sh and leave nothing
+# behind: no processes (including containerd shims and pod processes), no
+# mounts under the state directory, no pod network namespaces, no bridge.
+# Safe to run more than once. The state directory is kept for post-mortems
+# (its logs) and wiped by the next cluster-up.
+set -euo pipefail
+HACK="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$HACK/lib.sh"
+export PATH="$PATH:/usr/sbin:/sbin"
+
+D="$SLUICE_CLUSTER_DIR"
+cluster_lock
+if [[ ! -f "$D/env" ]]; then
+  log "no cluster state in $D: nothing to stop"
+  exit 0
+fi
+# shellcheck disable=SC1091
+source "$D/env"
+SOCK="${CONTAINERD_SOCK:-$D/containerd/containerd.sock}"
+CTR=(ctr --address "$SOCK" -n k8s.io --timeout 10s)
+KUBECTL=("$SLUICE_BIN/kubectl" --kubeconfig "$D/admin.kubeconfig" --request-timeout=5s)
+
+pid_of() { [[ -f "$D/pids/$1.pid" ]] && cat "$D/pids/$1.pid"; }
+running() { local p; p="$(pid_of "$1")" && kill -0 "$p" 2>/dev/null; }
+
+# stop [-g GRACE_SECONDS] NAME...: SIGTERM them together, wait, SIGKILL.
+stop() {
+  local grace=15
+  if [[ "$1" == -g ]]; then grace="$2"; shift 2; fi
+  local name p i waiting
+  declare -A pids=()
+  for name in "$@"; do
+    p="$(pid_of "$name")" || continue
+    if kill -0 "$p" 2>/dev/null; then
+      kill -TERM "$p" 2>/dev/null || true
+      pids[$name]="$p"
+    else
+      rm -f "$D/pids/$name.pid"
+    fi
+  done
+  for ((i = 0; i < grace * 10; i++)); do
+    waiting=0
+    for name in "${!pids[@]}"; do
+      kill -0 "${pids[$name]}" 2>/dev/null && waiting=1
+    done
+    ((waiting)) || break
+    sleep 0.1
+  done
+  for name in "${!pids[@]}"; do
+    p="${pids[$name]}"
+    if kill -0 "$p" 2>/dev/null; then
+      log "$name (pid $p) ignored SIGTERM for ${grace}s: SIGKILL"
+      kill -KILL "$p" 2>/dev/null || true
+    fi
+    log "stopped $name (pid $p)"
+    rm -f "$D/pids/$name.pid"
+  done
+}
+
+# 1. No new pods: stop the controllers and the scheduler first.
+stop kube-controller-manager kube-scheduler kube-proxy coredns
+
+# 2. The kubelet. Its pods are not drained one by one through the API (slow):
+#    the whole node goes away, so step 3 kills what runs and step 6 removes
+#    what the pods had mounted, including their network namespaces.
+#    SLUICE_DRAIN=1 deletes the pods through the API first instead.
+if [[ "${SLUICE_DRAIN:-0}" == 1 ]] && running kubelet && running kube-apiserver; then
+  if "${KUBECTL[@]}" delete pods --all --all-namespaces --grace-period=0 --force --wait=false \
+    >/dev/null 2>&1; then
+    for _ in $(seq 1 60); do
+      n="$("${CTR[@]}" tasks ls -q 2>/dev/null | wc -l || echo 0)"
+      [[ "$n" == 0 ]] && break
+      sleep 0.5
+    done
+  fi
+fi
+stop -g 20 kubelet
+# Put back the kernel settings the kubelet changed.
+if [[ -f "$D/sysctl.saved" ]]; then
+  while read -r setting; do
+    [[ -n "$setting" ]] && sysctl -qw "$setting" 2>/dev/null || true
+  done <"$D/sysctl.saved"
+  rm -f "$D/sysctl.saved"
+fi
+
+# 3. Whatever is left in containerd: kill tasks, remember pod netns, delete.
+netns_paths=()
+if running containerd; then
+  for c in $("${CTR[@]}" containers ls -q 2>/dev/null); do
+    ns="$("${CTR[@]}" containers info "$c" 2>/dev/null | python3 -c '
+import json, sys
+try:
+    spec = json.load(sys.stdin)["Spec"]
+    for n in spec["linux"]["namespaces"]:
+        if n.get("type") == "network" and n.get("path"):
+            print(n["path"])
+except Exception:
+    pass' || true)"
+    [[ -n "$ns" ]] && netns_paths+=("$ns")
+    "${CTR[@]}" tasks kill -a -s SIGKILL "$c" >/dev/null 2>&1 || true
+  done
+  sleep 0.5
+  for c in $("${CTR[@]}" containers ls -q 2>/dev/null); do
+    "${CTR[@]}" tasks delete -f "$c" >/dev/null 2>&1 || true
+    "${CTR[@]}" containers delete "$c" >/dev/null 2>&1 || true
+  done
+fi
+stop -g 20 containerd
+
+# 4. containerd shims re-parent to init; find ours by our socket path.
+for p in $(pgrep -f -- "-address $SOCK" 2>/dev/null || true); do
+  log "killing leftover containerd shim (pid $p)"
+  kill -KILL "$p" 2>/dev/null || true
+done
+# Pod processes whose shim died: they live in the kubepods cgroups.
+for procs in /sys/fs/cgroup/*/kubepods/cgroup.procs; do
+  [[ -f "$procs" ]] || continue
+  find "$(dirname "$procs")" -name cgroup.procs -print0 2>/dev/null \
+    | xargs -0 -r cat 2>/dev/null | sort -u | while read -r p; do
+      [[ -n "$p" ]] && kill -KILL "$p" 2>/dev/null || true
+    done || true
+done
+
+# 5. The control plane.
+stop kube-apiserver
+stop etcd
+
+# 6. Mounts under the state directory (pod volumes, rootfs, shm) and the
+#    network namespaces of our pods.
+{ grep -F -e " $D/" -e " ${CONTAINERD_ROOT:-$D}/" /proc/self/mounts || true; } | awk '{print $2}' | sort -r | while read -r m; do
+  m="$(printf '%b' "$m")"   # /proc/mounts escapes spaces as \040
+  umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+done
+for ns in "${netns_paths[@]}"; do
+  if [[ -e "$ns" ]]; then
+    umount "$ns" 2>/dev/null || true
+    rm -f "$ns" 2>/dev/null || true
+  fi
+done
+
+# 7. Empty kubelet cgroups (created under every cgroup v1 hierarchy).
+for root in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+  [[ -d "$root" ]] || continue
+  find "$root" -depth -type d -exec rmdir {} + 2>/dev/null || true
+done
+
+# 8. iptables: kube-proxy's rules (its own --cleanup), then the chains the
+#    kubelet creates (KUBE-FIREWALL, KUBE-KUBELET-CANARY), then our guard.
+if [[ -x "$SLUICE_BIN/kube-proxy" ]]; then
+  "$SLUICE_BIN/kube-proxy" --cleanup >>"$D/logs/kube-proxy-cleanup.log" 2>&1 || true
+fi
+for ipt in iptables ip6tables; do
+  command -v "$ipt" >/dev/null || continue
+  for table in filter nat mangle; do
+    { "$ipt" -t "$table" -S 2>/dev/null || true; } | { grep -E '^-A [A-Z]+ .*-j KUBE-' || true; } | while read -r rule; do
+      eval "$ipt -t $table -D ${rule#-A }" 2>/dev/null || true
+    done
+    for chain in $("$ipt" -t "$table" -S 2>/dev/null | awk '/^-N KUBE-/{print $2}'); do
+      "$ipt" -t "$table" -F "$chain" 2>/dev/null || true
+    done
+    for chain in $("$ipt" -t "$table" -S 2>/dev/null | awk '/^-N KUBE-/{print $2}'); do
+      "$ipt" -t "$table" -X "$chain" 2>/dev/null || true
+    done
+  done
+done
+{ iptables -S FORWARD 2>/dev/null || true; } | { grep -- 'sluice-local-cluster' || true; } | while read -r rule; do
+  eval "iptables -D ${rule#-A }" 2>/dev/null || true
+done
+
+# 9. Network: the bridge and the service-range blackhole route.
+if [[ -n "${BRIDGE:-}" ]] && ip link show "$BRIDGE" >/dev/null 2>&1; then
+  ip link del "$BRIDGE" 2>/dev/null || true
+fi
+if [[ -n "${SERVICE_CIDR:-}" ]]; then
+  ip route del blackhole "$SERVICE_CIDR" 2>/dev/null || true
+fi
+
+# 10. Check: nothing of ours may still run.
+left=()
+for f in "$D"/pids/*.pid; do
+  [[ -f "$f" ]] || continue
+  p="$(cat "$f")"
+  kill -0 "$p" 2>/dev/null && left+=("$(basename "$f" .pid):$p")
+done
+for p in $(pgrep -f -- "$D/" 2>/dev/null || true); do
+  [[ "$p" == "$$" ]] && continue
+  left+=("pid:$p")
+done
+rm -f "$D/env"
+if ((${#left[@]})); then
+  log "WARNING: still running: ${left[*]}"
+  exit 1
+fi
+log "cluster stopped; nothing left running (logs kept in $D/logs)"

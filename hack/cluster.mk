@@ -1,0 +1,46 @@
+# Make targets for the local Kubernetes test cluster. Included from the
+# Makefile (`include hack/cluster.mk`); the scripts in hack/ and e2e/ do the work.
+#
+#   make cluster-up            build once (cached in ~/.cache/sluice), start, check
+#   make cluster-down          stop everything, leave nothing running
+#   make e2e                   the k8s test suite on the local cluster
+#   make e2e CLUSTER=kind      the same suite on a kind cluster (needs Docker)
+
+SLUICE_HACK_DIR := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
+SLUICE_REPO_DIR := $(abspath $(SLUICE_HACK_DIR)/..)
+CLUSTER ?= local
+E2E_ARGS ?=
+
+.PHONY: cluster-deps cluster-build cluster-images cluster-up cluster-down \
+	cluster-check cluster-status e2e kind-up kind-down
+
+cluster-deps:
+	bash $(SLUICE_REPO_DIR)/hack/install-deps.sh
+
+cluster-build: cluster-deps
+	bash $(SLUICE_REPO_DIR)/hack/build-k8s.sh
+	bash $(SLUICE_REPO_DIR)/hack/build-images.sh
+
+cluster-images:
+	bash $(SLUICE_REPO_DIR)/hack/build-images.sh
+
+cluster-up:
+	bash $(SLUICE_REPO_DIR)/hack/cluster-up.sh
+
+cluster-down:
+	bash $(SLUICE_REPO_DIR)/hack/cluster-down.sh
+
+cluster-check:
+	bash $(SLUICE_REPO_DIR)/hack/cluster-check.sh
+
+cluster-status:
+	bash $(SLUICE_REPO_DIR)/hack/cluster-status.sh
+
+e2e:
+	CLUSTER=$(CLUSTER) bash $(SLUICE_REPO_DIR)/e2e/run.sh $(E2E_ARGS)
+
+kind-up:
+	bash $(SLUICE_REPO_DIR)/e2e/kind.sh up
+
+kind-down:
+	bash $(SLUICE_REPO_DIR)/e2e/kind.sh down

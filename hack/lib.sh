@@ -1,0 +1,90 @@
+# shellcheck shell=bash
+# Shared settings for the hack/ scripts. Source it; do not execute it.
+#
+# Everything that is built or downloaded lives outside the repository, under
+# $SLUICE_CACHE (default ~/.cache/sluice). Nothing here is ever committed.
+
+# shellcheck disable=SC2034  # used by the scripts that source this file
+SLUICE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SLUICE_CACHE="${SLUICE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice}"
+SLUICE_BIN="${SLUICE_BIN:-$SLUICE_CACHE/bin}"
+SLUICE_CLUSTER_DIR="${SLUICE_CLUSTER_DIR:-$SLUICE_CACHE/cluster}"
+
+# Pinned upstream versions (all fetched through the Go module proxy).
+KUBE_VERSION="${KUBE_VERSION:-v1.34.4}"
+ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
+HELM_VERSION="${HELM_VERSION:-v4.3.2}"
+COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
+
+# Image names used by the local cluster (never pulled from a registry).
+SLUICE_IMAGE="${SLUICE_IMAGE:-localhost/sluice:dev}"
+PAUSE_IMAGE="${PAUSE_IMAGE:-localhost/sluice-pause:3.10}"
+
+# Go may be installed outside PATH (a non-login shell, CI).
+if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
+  export PATH="$PATH:/usr/local/go/bin"
+fi
+# Never let the go command fetch a different toolchain behind our back.
+export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
+export GOFLAGS="${GOFLAGS:--buildvcs=false}"
+
+# Say where a script failed (set -e alone exits silently).
+trap 'log "FAILED: ${BASH_SOURCE[0]##*/} line $LINENO: $BASH_COMMAND"' ERR
+set -o errtrace
+
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# Print the last lines of a log file, framed, for failure reports.
+tail_log() {
+  local f="$1" n="${2:-40}"
+  if [[ -f "$f" ]]; then
+    printf -- '----- last %s lines of %s -----\n' "$n" "$f" >&2
+    tail -n "$n" "$f" >&2 || true
+    printf -- '----- end of %s -----\n' "$f" >&2
+  fi
+}
+
+# wait_for DESCRIPTION TIMEOUT_SECONDS LOGFILE COMMAND...
+# Runs COMMAND every second until it succeeds; on timeout prints the log tail
+# and returns 1.
+wait_for() {
+  local what="$1" timeout="$2" logf="$3"
+  shift 3
+  local start=$SECONDS
+  until "$@" >/dev/null 2>&1; do
+    if (( SECONDS - start >= timeout )); then
+      log "timed out after ${timeout}s waiting for: $what"
+      [[ -n "$logf" ]] && tail_log "$logf" 60
+      return 1
+    fi
+    sleep 1
+  done
+  log "ready: $what ($((SECONDS - start))s)"
+}
+
+# A free TCP port on 127.0.0.1 (best effort: bind to port 0 and release it).
+free_port() {
+  python3 - <<'EOF'
+import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
+s.close()
+EOF
+}
+
+# Only one cluster-up/cluster-down at a time (a nested call shares the lock).
+# Processes started while it is held must not inherit fd 9 (see cluster-up).
+cluster_lock() {
+  [[ -n "${SLUICE_CLUSTER_LOCKED:-}" ]] && return 0
+  mkdir -p "$SLUICE_CACHE"
+  exec 9>"$SLUICE_CACHE/.cluster.lock"
+  flock -n 9 || die "another hack/cluster-up.sh or cluster-down.sh is running"
+  export SLUICE_CLUSTER_LOCKED=1
+}
+
+fmt_duration() {
+  local s="$1"
+  printf '%dm%02ds' $((s / 60)) $((s % 60))
+}

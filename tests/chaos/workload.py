@@ -1,0 +1,130 @@
+"""The chaos workload: DAGs that exercise pools, retries, trigger rules, catchup and long tries.
+
+Every task is a shell script that appends JSON lines (start, a heartbeat every
+half second, end) to the shared event log, with its (dag, run, task, try), its
+own pid and its scheduler's pid. The checker replays that log.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+POOL = "chaos"
+POOL_SLOTS = 2
+
+_LOG_LINE = (
+    'printf \'{"event":"%s","dag":"%s","run":"%s","task":"%s","try":%s,'
+    '"pid":%s,"scheduler":%s,"t":%s}\\n\' "$1" "$SLUICE_DAG" "$SLUICE_RUN_ID" '
+    '"$SLUICE_TASK" "$SLUICE_TRY_NUMBER" $$ "${SLUICE_SCHEDULER_PID:-0}" '
+    '"$(date +%s.%N)" >> "$CHAOS_LOG"'
+)
+
+
+def task_script(seconds: float, *, fail_first_try: bool = False) -> str:
+    beats = max(1, int(seconds / 0.5))
+    fail = 'if [ "$SLUICE_TRY_NUMBER" = 1 ]; then log end; exit 1; fi; ' if fail_first_try else ""
+    return (
+        f"log() {{ {_LOG_LINE}; }}; log start; {fail}"
+        f"i=0; while [ $i -lt {beats} ]; do sleep 0.5; log heartbeat; i=$((i+1)); done; "
+        "log end"
+    )
+
+
+def _task(name: str, seconds: float, **extra: Any) -> dict[str, Any]:
+    fail = extra.pop("fail_first_try", False)
+    return {"name": name, "args": [task_script(seconds, fail_first_try=fail)], **extra}
+
+
+def manifests(now: datetime, fault_window: timedelta, event_log: Path) -> list[dict[str, Any]]:
+    """Enough catchup work to keep the pool busy for about the fault window."""
+    hour = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    hours = max(3, int(fault_window.total_seconds() / 6))
+    minute = now.astimezone(UTC).replace(second=0, microsecond=0)
+    defaults = {
+        "image": "busybox:1.36",
+        "command": ["sh", "-c"],
+        "retries": 4,
+        "retryDelay": "1s",
+        "env": [{"name": "CHAOS_LOG", "value": str(event_log)}],
+    }
+    fanout = [
+        _task("start", 0.5),
+        *[
+            _task(f"work-{i}", 2, dependsOn=["start"], pool=POOL, poolSlots=2 if i == 0 else 1)
+            for i in range(4)
+        ],
+        _task("join", 0.5, dependsOn=[f"work-{i}" for i in range(4)], triggerRule="all_done"),
+    ]
+    flaky = [
+        _task("extract", 0.5, fail_first_try=True),
+        _task("load", 1, dependsOn=["extract"], pool=POOL),
+        _task("cleanup", 0.5, dependsOn=["load"], triggerRule="all_done"),
+    ]
+    minutely = [
+        _task(f"step-{i}", 1, **({"dependsOn": [f"step-{i - 1}"]} if i else {})) for i in range(3)
+    ]
+    long_running = [_task("long", 12)]
+    specs: list[tuple[str, dict[str, Any]]] = [
+        (
+            "chaos-fanout",
+            {
+                "schedule": "@hourly",
+                "startDate": hour - timedelta(hours=hours),
+                "catchup": True,
+                "maxActiveRuns": 2,
+                "tasks": fanout,
+            },
+        ),
+        (
+            "chaos-flaky",
+            {
+                "schedule": "@hourly",
+                "startDate": hour - timedelta(hours=hours),
+                "catchup": True,
+                "maxActiveRuns": 2,
+                "tasks": flaky,
+            },
+        ),
+        (
+            "chaos-minutely",
+            {
+                "schedule": "* * * * *",
+                "startDate": minute - timedelta(minutes=2),
+                "endDate": minute + fault_window,
+                "catchup": True,
+                "maxActiveRuns": 3,
+                "tasks": minutely,
+            },
+        ),
+        (
+            "chaos-long",
+            {
+                "schedule": "@hourly",
+                "startDate": hour - timedelta(hours=max(2, hours // 3)),
+                "catchup": True,
+                "maxActiveRuns": 2,
+                "tasks": long_running,
+            },
+        ),
+    ]
+    return [
+        {
+            "apiVersion": "sluice.io/v1alpha1",
+            "kind": "DAG",
+            "metadata": {"name": name},
+            "spec": {
+                **{k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in spec.items()},
+                "defaults": defaults,
+            },
+        }
+        for name, spec in specs
+    ]
+
+
+def write_dags(directory: Path, docs: list[dict[str, Any]]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "chaos.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False))

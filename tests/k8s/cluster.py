@@ -1,0 +1,90 @@
+"""Talking to the test cluster: where it is, and kubectl against it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+HACK = ROOT / "hack"
+CACHE = Path(os.environ.get("SLUICE_CACHE") or Path.home() / ".cache" / "sluice")
+CLUSTER_DIR = Path(os.environ.get("SLUICE_CLUSTER_DIR") or CACHE / "cluster")
+LOCAL_KUBECONFIG = CLUSTER_DIR / "admin.kubeconfig"
+IMAGE = os.environ.get("SLUICE_IMAGE", "localhost/sluice:dev")
+# A cold start builds Kubernetes from source: give the first k8s test (whose
+# setup starts the cluster) that long instead of the suite's usual timeout.
+START_TIMEOUT = int(os.environ.get("SLUICE_K8S_START_TIMEOUT", "5400"))
+
+
+def kubectl_binary() -> str | None:
+    local = CACHE / "bin" / "kubectl"
+    if local.is_file() and os.access(local, os.X_OK):
+        return str(local)
+    return shutil.which("kubectl")
+
+
+def reachable(kubeconfig: Path | str) -> bool:
+    kubectl = kubectl_binary()
+    if kubectl is None or not Path(kubeconfig).is_file():
+        return False
+    try:
+        proc = subprocess.run(
+            [
+                kubectl,
+                "--kubeconfig",
+                str(kubeconfig),
+                "--request-timeout=5s",
+                "get",
+                "--raw",
+                "/readyz",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=15,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
+
+
+@dataclass
+class Cluster:
+    """A reachable cluster and how to talk to it."""
+
+    kubeconfig: Path
+    kubectl_bin: str
+    image: str = IMAGE
+    started_here: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+
+    def kubectl(
+        self,
+        *args: str,
+        input: str | None = None,
+        check: bool = True,
+        timeout: float = 120,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run kubectl against this cluster; raise with its output on failure."""
+        cmd = [self.kubectl_bin, "--kubeconfig", str(self.kubeconfig), *args]
+        proc = subprocess.run(
+            cmd, input=input, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"{' '.join(cmd)} exited {proc.returncode}\n"
+                f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+            )
+        return proc
+
+    def get_json(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+    def apply(self, manifest: str, namespace: str | None = None) -> None:
+        ns = ["-n", namespace] if namespace else []
+        self.kubectl(*ns, "apply", "-f", "-", input=manifest)
