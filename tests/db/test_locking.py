@@ -145,3 +145,71 @@ def test_recently_queued_is_left_alone(sessions: sessionmaker[Session]) -> None:
         session.commit()
         now = T0 + timedelta(minutes=5)
         assert requeue_stuck_tasks(session, now, queued_timeout=600, max_requeues=2) == 0
+
+
+def test_one_corrupt_run_does_not_stop_the_others(sessions: sessionmaker[Session]) -> None:
+    from tests.support import FakeClock, ScriptedExecutor, make_loop
+
+    clock = FakeClock()
+    register(sessions, manifest("good", chain("a", "b")), clock.now)
+    register(sessions, manifest("bad", chain("a")), clock.now)
+    trigger(sessions, "good", clock.now)
+    trigger(sessions, "bad", clock.now)
+    with sessions() as session:
+        # A version whose stored spec no longer parses, as after a bad manual edit.
+        session.execute(
+            text(
+                "INSERT INTO dag_version (dag_id, version_number, spec_hash, spec, created_at) "
+                "VALUES ('bad', 99, 'corrupt', '{\"tasks\": \"not a list\"}', now());"
+                "UPDATE dag_run SET dag_version_id = "
+                "(SELECT id FROM dag_version WHERE spec_hash = 'corrupt') WHERE dag_id = 'bad'"
+            )
+        )
+        session.commit()
+    loop = make_loop(sessions, ScriptedExecutor(), clock)
+    for _ in range(6):
+        report = loop.tick()
+        assert not report.errors  # isolated inside the phase, not a failed phase
+    with sessions() as session:
+        assert [r.state for r in runs(session, "good")] == ["success"]
+        assert [r.state for r in runs(session, "bad")] == ["running"]
+
+
+class _PgError(Exception):
+    def __init__(self, pgcode: str) -> None:
+        super().__init__(f"pgcode {pgcode}")
+        self.pgcode = pgcode
+
+
+def test_the_loop_retries_a_deadlock_and_skips_a_busy_lock(
+    sessions: sessionmaker[Session],
+) -> None:
+    from sqlalchemy.exc import DBAPIError
+
+    from tests.support import FakeClock, ScriptedExecutor, make_loop
+
+    loop = make_loop(sessions, ScriptedExecutor(), FakeClock())
+    attempts: list[int] = []
+
+    def deadlocks_once(session: Session) -> str:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise DBAPIError("UPDATE ...", {}, _PgError(locks.DEADLOCK_DETECTED))
+        return "done"
+
+    assert loop._transaction("test", deadlocks_once, "default") == "done"
+    assert len(attempts) == 2
+
+    def busy(session: Session) -> str:
+        raise DBAPIError("SELECT ... NOWAIT", {}, _PgError(locks.LOCK_NOT_AVAILABLE))
+
+    assert loop._transaction("test", busy, "skipped") == "skipped"
+
+    def broken(session: Session) -> str:
+        raise ValueError("a bug")
+
+    from sluice.scheduler.loop import TickReport
+
+    report = TickReport()
+    assert loop._transaction("test", broken, "default", report) == "default"
+    assert report.errors == ["test: a bug"]

@@ -11,6 +11,7 @@ downstream counters, so that is repeated until the runs are quiet.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -20,6 +21,7 @@ from sqlalchemy.orm import Session
 from sluice.db.dags import SpecCache
 from sluice.db.models import Dag, DagRun, TaskInstance
 from sluice.scheduler import past
+from sluice.scheduler.isolation import batch_or_each
 from sluice.scheduler.transitions import Settled, propagate
 from sluice.spec.models import TriggerRule
 from sluice.spec.states import TERMINAL_TASK_STATES, RunState, TaskState
@@ -33,6 +35,7 @@ class ExamineStats:
     settled: int = 0
     retried: int = 0
     finished_runs: dict[int, RunState] = field(default_factory=dict)
+    failed_runs: list[int] = field(default_factory=list)
 
 
 def examine_running_runs(
@@ -53,7 +56,37 @@ def examine_running_runs(
     )
     if not runs:
         return stats
-    stats.runs = len(runs)
+    run_ids = [run.id for run in runs]
+
+    def examine(batch: Sequence[DagRun]) -> list[ExamineStats]:
+        part = ExamineStats(runs=len(batch))
+        _examine(session, specs, list(batch), now, part)
+        return [part]
+
+    parts, bad = batch_or_each(
+        session,
+        runs,
+        examine,
+        what="examining a run",
+        describe=lambda run: run_ids[runs.index(run)],
+    )
+    for part in parts:
+        stats.runs += part.runs
+        stats.scheduled += part.scheduled
+        stats.settled += part.settled
+        stats.retried += part.retried
+        stats.finished_runs.update(part.finished_runs)
+    stats.failed_runs = [run_ids[runs.index(run)] for run in bad]
+    # Every run taken goes to the back of the queue, a failing one included.
+    session.execute(
+        update(DagRun).where(DagRun.id.in_(run_ids)).values(last_scheduling_decision=now)
+    )
+    return stats
+
+
+def _examine(
+    session: Session, specs: SpecCache, runs: list[DagRun], now: datetime, stats: ExamineStats
+) -> None:
     live = [run for run in runs if not _time_out(session, specs, run, now, stats)]
     run_ids = [run.id for run in live]
     stats.retried = _reschedule_retries(session, run_ids, now)
@@ -61,12 +94,6 @@ def examine_running_runs(
         if not _evaluate_ready(session, run_ids, now, stats):
             break
     _finish_completed_runs(session, live, now, stats)
-    session.execute(
-        update(DagRun)
-        .where(DagRun.id.in_([run.id for run in runs]))
-        .values(last_scheduling_decision=now)
-    )
-    return stats
 
 
 # Each round settles at least one level of the graph; deeper chains finish next tick.

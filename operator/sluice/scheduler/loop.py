@@ -31,6 +31,7 @@ from sluice.scheduler.config import SchedulerConfig
 from sluice.scheduler.critical import queue_schedulable_task_instances
 from sluice.scheduler.dispatch import claim_alerts, claim_task_starts
 from sluice.scheduler.examine import examine_running_runs
+from sluice.scheduler.isolation import batch_or_each
 from sluice.scheduler.results import Applied, apply_task_events
 from sluice.scheduler.runs import create_due_runs, start_queued_runs
 
@@ -185,7 +186,13 @@ class SchedulerLoop:
 
         def apply(session: Session) -> tuple[int, housekeeping.Fence]:
             now = self.clock()
-            applied = apply_task_events(session, events, self.specs, now)
+            applied, _ = batch_or_each(
+                session,
+                events,
+                lambda batch: apply_task_events(session, batch, self.specs, now),
+                what="applying a task report",
+                describe=lambda event: event.key,
+            )
             fence = housekeeping.heartbeat_tries(
                 session, self.executor.external_ids(), self.job_id, now
             )

@@ -1,0 +1,67 @@
+"""One bad row must not stop every replica: batches fall back to one item at a time.
+
+The loop works in batches for speed. If a batch fails for a reason that is not
+a lock conflict (a corrupt spec, a constraint the row breaks), the batch is
+redone item by item, each in its own savepoint; the items that still fail are
+logged and left out, and everything else goes through (invariant 6). Lock
+conflicts are re-raised: the loop skips or retries the whole transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import structlog
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
+
+from sluice.db import locks
+
+log = structlog.get_logger("sluice.scheduler")
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+def _is_lock_conflict(exc: BaseException) -> bool:
+    return isinstance(exc, DBAPIError) and (
+        locks.is_lock_not_available(exc) or locks.is_retryable_conflict(exc)
+    )
+
+
+def batch_or_each(
+    session: Session,
+    items: Sequence[Item],
+    work: Callable[[Sequence[Item]], list[Result]],
+    *,
+    what: str,
+    describe: Callable[[Item], object],
+) -> tuple[list[Result], list[Item]]:
+    """Run `work` on all items; on failure, on each alone. Returns (results, bad items)."""
+    try:
+        with session.begin_nested():
+            return work(items), []
+    except Exception as exc:
+        if _is_lock_conflict(exc) or len(items) == 1:
+            if _is_lock_conflict(exc):
+                raise
+            log.error(f"{what} failed; left out", item=describe(items[0]), error=_first_line(exc))
+            return [], list(items)
+    results: list[Result] = []
+    bad: list[Item] = []
+    for item in items:
+        try:
+            with session.begin_nested():
+                results.extend(work([item]))
+        except Exception as exc:
+            if _is_lock_conflict(exc):
+                raise
+            log.error(f"{what} failed; left out", item=describe(item), error=_first_line(exc))
+            bad.append(item)
+    return results, bad
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
