@@ -34,17 +34,10 @@ def claim_task_starts(
     limit: int,
 ) -> list[TaskLaunch]:
     """Claim up to `limit` queued tries for this replica; the caller commits, then starts them."""
-    effects = session.execute(
-        select(Outbox.id, Outbox.payload)
-        .where(Outbox.kind == START_TASK, Outbox.not_before <= now)
-        .order_by(Outbox.id)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-    ).all()
+    effects = take_outbox(session, START_TASK, now, limit=limit)
     if not effects:
         return []
-    keys = [(e.payload["ti_id"], e.payload["try_number"]) for e in effects]
-    session.execute(delete(Outbox).where(Outbox.id.in_([e.id for e in effects])))
+    keys = [(e["ti_id"], e["try_number"]) for e in effects]
     claimed = session.execute(
         update(TaskInstance)
         .where(
@@ -123,9 +116,14 @@ def claim_alerts(session: Session, now: datetime, *, limit: int) -> list[dict[st
     Delivery is after the commit, so an alert is delivered at most once by this
     path; each carries (ti_id, try_number) for receivers that deduplicate.
     """
+    return take_outbox(session, ALERT, now, limit=limit)
+
+
+def take_outbox(session: Session, kind: str, now: datetime, *, limit: int) -> list[dict[str, Any]]:
+    """Lock (SKIP LOCKED, oldest first) and delete up to `limit` ready rows of one kind."""
     rows = session.execute(
         select(Outbox.id, Outbox.payload)
-        .where(Outbox.kind == ALERT, Outbox.not_before <= now)
+        .where(Outbox.kind == kind, Outbox.not_before <= now)
         .order_by(Outbox.id)
         .limit(limit)
         .with_for_update(skip_locked=True)
