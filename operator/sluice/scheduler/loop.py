@@ -90,14 +90,14 @@ class SchedulerLoop:
         self.clock = clock
         self.sleep = sleep
         self.specs = SpecCache()
-        self.job_id: int = self._transaction("register", self._register, 0)
+        # No fallback here: a replica that cannot register exits and is restarted.
+        with self.sessions() as session:
+            self.job_id: int = housekeeping.register_scheduler(session, self.clock())
+            session.commit()
         self._pending_events: list[TaskEvent] = []
         self._last_heartbeat = self.clock()
         self._last_zombie_check = self.clock()
         self._last_reconcile = self.clock()
-
-    def _register(self, session: Session) -> int:
-        return housekeeping.register_scheduler(session, self.clock())
 
     # -- the tick -----------------------------------------------------------------
 
