@@ -7,6 +7,7 @@ import typer
 from sluice.cli import backfill as backfill_cli
 from sluice.cli import dags as dags_cli
 from sluice.cli import db as db_cli
+from sluice.cli import operator as operator_cli
 from sluice.cli import scheduler as scheduler_cli
 from sluice.cli import standalone as standalone_cli
 
@@ -22,6 +23,7 @@ app.add_typer(db_cli.app, name="db")
 app.command("scheduler")(scheduler_cli.scheduler)
 app.command("standalone")(standalone_cli.standalone)
 app.command("backfill")(backfill_cli.backfill)
+app.command("operator")(operator_cli.operator)
 
 
 def main() -> None:

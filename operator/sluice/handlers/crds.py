@@ -1,0 +1,531 @@
+"""The CustomResourceDefinitions of group sluice.io, built here and written to `crds/`.
+
+The schemas mirror the pydantic models in `sluice.spec.models` (camelCase, the
+same names, bounds where pydantic has them or where CEL needs one to estimate
+cost). The API server rejects what it can state cheaply (types, enums, name
+rules, unique task names, a task depending on itself, immutable fields);
+everything else (cycles, schedules, time zones, durations) is checked by the
+operator with `parse_dag_manifest` and reported in `status.conditions`.
+
+`python -m sluice.handlers.crds crds/` rewrites the YAML files;
+`tests/unit/test_handlers_crds.py` fails when they are out of date.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sluice.spec.models import TriggerRule, WeightRule
+
+GROUP = "sluice.io"
+VERSION = "v1alpha1"
+CATEGORY = "sluice"
+# Each task name plus the DAG name must fit here (see spec/models.py MAX_JOB_NAME_STEM).
+MAX_JOB_NAME_STEM = 50
+MAX_TASKS = 1000
+MAX_DEPENDS_ON = 64
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# Inside a CEL string literal, so the regex's backslash is itself escaped.
+RFC3339 = (
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$"
+)
+
+Schema = dict[str, Any]
+
+
+def _str(max_length: int, description: str = "", **extra: Any) -> Schema:
+    schema: Schema = {"type": "string", "maxLength": max_length, **extra}
+    if description:
+        schema["description"] = description
+    return schema
+
+
+def _int(description: str = "", **extra: Any) -> Schema:
+    schema: Schema = {"type": "integer", **extra}
+    if description:
+        schema["description"] = description
+    return schema
+
+
+def _bool(description: str = "") -> Schema:
+    schema: Schema = {"type": "boolean"}
+    if description:
+        schema["description"] = description
+    return schema
+
+
+def _duration(description: str) -> Schema:
+    return {
+        "x-kubernetes-int-or-string": True,
+        "description": f"{description} ('30s', '5m', '1h30m', seconds, or ISO 8601 'PT5M')",
+    }
+
+
+def _free_object(description: str) -> Schema:
+    return {
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": True,
+        "description": description,
+    }
+
+
+def _conditions() -> Schema:
+    return {
+        "type": "array",
+        "maxItems": 8,
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["type"],
+        "items": {
+            "type": "object",
+            "required": ["type", "status"],
+            "properties": {
+                "type": _str(64),
+                "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+                "reason": _str(128),
+                "message": _str(32768),
+                "observedGeneration": _int(minimum=0, format="int64"),
+                "lastTransitionTime": {"type": "string", "format": "date-time"},
+            },
+        },
+    }
+
+
+def task_properties() -> dict[str, Schema]:
+    """The fields of one task (TaskSpec), by their YAML names."""
+    return {
+        "name": _str(63, "the task's name, a DNS label", minLength=1, pattern=DNS_LABEL),
+        "image": _str(1024, "container image", minLength=1),
+        "command": {"type": "array", "maxItems": 64, "items": _str(4096)},
+        "args": {"type": "array", "maxItems": 256, "items": _str(65536)},
+        "env": {
+            "type": "array",
+            "maxItems": 128,
+            "items": {
+                "type": "object",
+                "required": ["name"],
+                "properties": {"name": _str(256, minLength=1), "value": _str(65536)},
+            },
+        },
+        "resources": {
+            "type": "object",
+            "properties": {
+                kind: {
+                    "type": "object",
+                    "maxProperties": 32,
+                    "additionalProperties": {"x-kubernetes-int-or-string": True},
+                }
+                for kind in ("requests", "limits")
+            },
+        },
+        "dependsOn": {
+            "type": "array",
+            "maxItems": MAX_DEPENDS_ON,
+            "x-kubernetes-list-type": "set",
+            "items": _str(63),
+            "description": "names of the tasks that must finish first",
+        },
+        "triggerRule": {"type": "string", "enum": [rule.value for rule in TriggerRule]},
+        "retries": _int(minimum=0),
+        "retryDelay": _duration("wait before a retry"),
+        "retryExponentialBackoff": _bool(),
+        "maxRetryDelay": _duration("cap on the retry delay"),
+        "executionTimeout": _duration("limit on one try"),
+        "pool": _str(253, "a Pool's name", minLength=1),
+        "poolSlots": _int(minimum=1),
+        "priorityWeight": _int(),
+        "weightRule": {"type": "string", "enum": [rule.value for rule in WeightRule]},
+        "dependsOnPast": _bool(),
+        "waitForDownstream": _bool(),
+        "skipOnExitCode": {
+            "x-kubernetes-preserve-unknown-fields": True,
+            "description": "an exit code (0-255) or a list of them that mark the task skipped",
+        },
+        "podTemplate": _free_object("merged into the pod template of each try's Job"),
+    }
+
+
+def _dag_schema() -> Schema:
+    task = {
+        "type": "object",
+        "required": ["name"],
+        "properties": task_properties(),
+        "x-kubernetes-validations": [
+            {
+                "rule": "!has(self.dependsOn) || !(self.name in self.dependsOn)",
+                "message": "a task cannot depend on itself",
+                "fieldPath": ".dependsOn",
+            }
+        ],
+    }
+    defaults = {
+        "type": "object",
+        "description": "task fields every task gets unless it sets them itself",
+        "properties": {
+            key: value
+            for key, value in task_properties().items()
+            if key not in ("name", "dependsOn")
+        },
+    }
+    spec: Schema = {
+        "type": "object",
+        "required": ["tasks"],
+        "properties": {
+            "schedule": _str(
+                256,
+                "5-field cron, @once/@hourly/@daily/..., or null for manual runs only",
+                nullable=True,
+            ),
+            "timezone": _str(64, "IANA time zone of the schedule, e.g. Europe/Berlin"),
+            "startDate": _str(64, "date or date-time; naive values are in the DAG's time zone"),
+            "endDate": _str(64, "date or date-time; no runs after it"),
+            "catchup": _bool("create the runs missed since startDate"),
+            "maxActiveRuns": _int(minimum=1),
+            "maxActiveTasks": _int(minimum=1),
+            "paused": _bool("no new runs while true"),
+            "dagrunTimeout": _duration("limit on one run"),
+            "defaults": defaults,
+            "tasks": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": MAX_TASKS,
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["name"],
+                "items": task,
+            },
+        },
+        "x-kubernetes-validations": [
+            {
+                "rule": "!has(self.startDate) || !has(self.endDate) || "
+                f"!self.startDate.matches('{RFC3339}') || !self.endDate.matches('{RFC3339}') || "
+                "timestamp(self.startDate) <= timestamp(self.endDate)",
+                "message": "endDate is before startDate",
+                "fieldPath": ".endDate",
+            },
+        ],
+    }
+    status: Schema = {
+        "type": "object",
+        "properties": {
+            "conditions": _conditions(),
+            "observedGeneration": _int(minimum=0, format="int64"),
+            "dagId": _str(63),
+            "version": _int(minimum=0, description="the DAG version in the database"),
+            "activeRuns": _int(minimum=0),
+            "lastRun": _str(64, "logical date of the latest run"),
+        },
+    }
+    return {
+        "type": "object",
+        "required": ["spec"],
+        "properties": {"spec": spec, "status": status},
+        "x-kubernetes-validations": [
+            {
+                "rule": f"self.metadata.name.matches('{DNS_LABEL}') && "
+                f"size(self.metadata.name) < {MAX_JOB_NAME_STEM}",
+                "message": "a DAG's name must be a DNS label (lowercase letters, digits, '-') "
+                f"of at most {MAX_JOB_NAME_STEM - 1} characters: it makes up Job names",
+            },
+            {
+                "rule": "self.spec.tasks.all(t, "
+                f"size(self.metadata.name) + size(t.name) <= {MAX_JOB_NAME_STEM})",
+                "message": f"DAG name plus task name must fit in {MAX_JOB_NAME_STEM} "
+                "characters (they make up Job names): shorten the task or DAG name",
+                "fieldPath": ".spec.tasks",
+            },
+        ],
+    }
+
+
+def _dagrun_schema() -> Schema:
+    spec: Schema = {
+        "type": "object",
+        "required": ["dagName"],
+        "properties": {
+            "dagName": _str(
+                63,
+                "the DAG to run, in this namespace",
+                minLength=1,
+                pattern=DNS_LABEL,
+                **{
+                    "x-kubernetes-validations": [
+                        {"rule": "self == oldSelf", "message": "dagName cannot change"}
+                    ]
+                },
+            ),
+            "conf": _free_object("the run's conf (SLUICE_CONF in each task)"),
+            "logicalDate": {
+                "type": "string",
+                "format": "date-time",
+                "description": "RFC 3339; default: the time of creation",
+                "x-kubernetes-validations": [
+                    {"rule": "self == oldSelf", "message": "logicalDate cannot change"}
+                ],
+            },
+        },
+    }
+    status: Schema = {
+        "type": "object",
+        "properties": {
+            "conditions": _conditions(),
+            "observedGeneration": _int(minimum=0, format="int64"),
+            "runId": _str(512),
+            "runType": {"type": "string", "enum": ["scheduled", "manual", "backfill"]},
+            "state": _str(32),
+            "logicalDate": _str(64),
+            "tasksDone": _int(minimum=0),
+            "tasksTotal": _int(minimum=0),
+            "tasks": _str(32, "tasksDone/tasksTotal, for kubectl get"),
+        },
+    }
+    return {
+        "type": "object",
+        "required": ["spec"],
+        "properties": {"spec": spec, "status": status},
+        "x-kubernetes-validations": [
+            {
+                "rule": "!has(oldSelf.spec.logicalDate) || has(self.spec.logicalDate)",
+                "message": "logicalDate cannot be removed",
+            }
+        ],
+    }
+
+
+def _pool_schema() -> Schema:
+    spec: Schema = {
+        "type": "object",
+        "required": ["slots"],
+        "properties": {
+            "slots": _int("task slots; 0 stops new tasks in this pool", minimum=0),
+            "description": _str(1024),
+        },
+    }
+    status: Schema = {
+        "type": "object",
+        "properties": {
+            "conditions": _conditions(),
+            "observedGeneration": _int(minimum=0, format="int64"),
+            "running": _int(minimum=0),
+            "queued": _int(minimum=0),
+            "open": _int(description="slots minus running and queued; negative when shrunk"),
+        },
+    }
+    return {
+        "type": "object",
+        "required": ["spec"],
+        "properties": {"spec": spec, "status": status},
+    }
+
+
+def _backfill_schema() -> Schema:
+    spec: Schema = {
+        "type": "object",
+        "required": ["dagName", "startDate", "endDate"],
+        "properties": {
+            "dagName": _str(63, "the DAG to backfill, in this namespace", pattern=DNS_LABEL),
+            "startDate": {"type": "string", "format": "date-time"},
+            "endDate": {"type": "string", "format": "date-time"},
+            "maxActiveRuns": _int(minimum=1),
+            "rerunFailed": _bool("clear failed tasks of existing runs in the range"),
+        },
+        "x-kubernetes-validations": [
+            {
+                "rule": "self.startDate <= self.endDate",
+                "message": "endDate is before startDate",
+                "fieldPath": ".endDate",
+            },
+            {"rule": "self == oldSelf", "message": "a Backfill's spec cannot change"},
+        ],
+    }
+    status: Schema = {
+        "type": "object",
+        "properties": {
+            "conditions": _conditions(),
+            "observedGeneration": _int(minimum=0, format="int64"),
+            "state": _str(32),
+            "runsTotal": _int(minimum=0),
+            "runsDone": _int(minimum=0),
+        },
+    }
+    return {"type": "object", "required": ["spec"], "properties": {"spec": spec, "status": status}}
+
+
+def _column(name: str, json_path: str, type_: str = "string", **extra: Any) -> Schema:
+    return {"name": name, "type": type_, "jsonPath": json_path, **extra}
+
+
+_READY = '.status.conditions[?(@.type=="Ready")].status'
+_AGE = _column("Age", ".metadata.creationTimestamp", "date")
+
+
+def _crd(
+    kind: str,
+    plural: str,
+    schema: Schema,
+    columns: list[Schema],
+    *,
+    short_names: list[str] | None = None,
+    namespaced: bool = True,
+) -> dict[str, Any]:
+    names: dict[str, Any] = {
+        "kind": kind,
+        "listKind": f"{kind}List",
+        "plural": plural,
+        "singular": kind.lower(),
+        "categories": [CATEGORY],
+    }
+    if short_names:
+        names["shortNames"] = short_names
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "names": names,
+            "scope": "Namespaced" if namespaced else "Cluster",
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                    "schema": {"openAPIV3Schema": schema},
+                }
+            ],
+        },
+    }
+
+
+def definitions() -> dict[str, dict[str, Any]]:
+    """File name -> CRD, one per kind."""
+    return {
+        "dags.yaml": _crd(
+            "DAG",
+            "dags",
+            _dag_schema(),
+            [
+                _column("Schedule", ".spec.schedule"),
+                _column("Paused", ".spec.paused", "boolean"),
+                _column("Active Runs", ".status.activeRuns", "integer"),
+                _column("Last Run", ".status.lastRun"),
+                _column("Ready", _READY),
+                _AGE,
+            ],
+            short_names=["dag"],
+        ),
+        "dagruns.yaml": _crd(
+            "DagRun",
+            "dagruns",
+            _dagrun_schema(),
+            [
+                _column("DAG", ".spec.dagName"),
+                _column("Type", ".status.runType"),
+                _column("Logical Date", ".status.logicalDate"),
+                _column("State", ".status.state"),
+                _column("Tasks", ".status.tasks"),
+                _AGE,
+            ],
+            short_names=["dr"],
+        ),
+        # Cluster-scoped: a pool caps work across every namespace's DAGs, and its
+        # name is the key of one `slot_pool` row.
+        "pools.yaml": _crd(
+            "Pool",
+            "pools",
+            _pool_schema(),
+            [
+                _column("Slots", ".spec.slots", "integer"),
+                _column("Running", ".status.running", "integer"),
+                _column("Queued", ".status.queued", "integer"),
+                _column("Open", ".status.open", "integer"),
+                _AGE,
+            ],
+            namespaced=False,
+        ),
+        "backfills.yaml": _crd(
+            "Backfill",
+            "backfills",
+            _backfill_schema(),
+            [
+                _column("DAG", ".spec.dagName"),
+                _column("Start", ".spec.startDate"),
+                _column("End", ".spec.endDate"),
+                _column("State", ".status.state"),
+                _AGE,
+            ],
+        ),
+    }
+
+
+DEFAULT_POOL_POLICY = "sluice-default-pool-protection.yaml"
+
+
+def default_pool_protection() -> list[dict[str, Any]]:
+    """An admission policy that refuses to delete the Pool named `default`."""
+    name = "sluice.io-default-pool"
+    return [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": [GROUP],
+                            "apiVersions": ["*"],
+                            "operations": ["DELETE"],
+                            "resources": ["pools"],
+                        }
+                    ]
+                },
+                "validations": [
+                    {
+                        "expression": "oldObject.metadata.name != 'default'",
+                        "message": "the default pool cannot be deleted; "
+                        "set its slots instead (0 stops new tasks in it)",
+                        "reason": "Forbidden",
+                    }
+                ],
+            },
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {"policyName": name, "validationActions": ["Deny"]},
+        },
+    ]
+
+
+HEADER = "# Generated by `python -m sluice.handlers.crds crds/`; do not edit by hand.\n"
+
+
+def render(document: object) -> str:
+    return HEADER + yaml.safe_dump(document, sort_keys=False, width=100)
+
+
+def rendered_files() -> dict[str, str]:
+    files = {name: render(crd) for name, crd in definitions().items()}
+    files[DEFAULT_POOL_POLICY] = HEADER + yaml.safe_dump_all(
+        default_pool_protection(), sort_keys=False, width=100
+    )
+    return files
+
+
+def main(argv: list[str]) -> int:
+    target = Path(argv[0] if argv else "crds")
+    target.mkdir(parents=True, exist_ok=True)
+    for name, text in rendered_files().items():
+        (target / name).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

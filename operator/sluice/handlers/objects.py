@@ -1,0 +1,192 @@
+"""Kubernetes object bodies into what the database layer takes, without I/O.
+
+DAG identity across namespaces (the decision):
+
+- `dag_id = metadata.name`. The DAG's namespace is stored beside it
+  (`dag.namespace`) and is where its Jobs run. We do not use `namespace.name`:
+  the id makes up Job names (`{dag}-{task}-{hash8}-{try}`, see
+  `spec/models.py` MAX_JOB_NAME_STEM), a dot is not allowed in a DNS label, and
+  the namespace would eat the 50-character budget for nothing, since the Job
+  lives in that namespace anyway.
+- So a DAG name is unique across the cluster (Airflow's dag_id is global
+  too). The first namespace to apply a name owns it while the DAG is active.
+  The same name applied in another namespace is refused with
+  Ready=False/`NameConflict`, and nothing in the database changes. When the
+  owner's DAG object is deleted (`is_active=false`), another namespace may take
+  the name over; the run history stays under the dag_id.
+- A DAG row written by the CLI (`sluice standalone`, namespace NULL) may be
+  claimed by any namespace.
+- A DagRun or Backfill refers to a DAG in its own namespace only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sluice.spec.errors import SpecError, SpecIssue
+from sluice.spec.models import DagManifest
+from sluice.spec.validation import parse_dag_manifest
+
+# DagRun objects the scheduler creates for its own runs carry this label; the
+# create handler leaves them alone (their status comes from the outbox).
+ORIGIN_LABEL = "sluice.io/origin"
+ORIGIN_SCHEDULER = "scheduler"
+
+
+def manifest_from_body(body: Mapping[str, Any]) -> DagManifest:
+    """The DagManifest of a DAG object as kopf hands it over; raises SpecError.
+
+    Only apiVersion, kind, metadata (name, namespace, labels, annotations) and
+    spec are read: status and the API server's metadata are not spec.
+    """
+    metadata = body.get("metadata")
+    meta = metadata if isinstance(metadata, Mapping) else {}
+    doc: dict[str, Any] = {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": {
+            key: meta[key] for key in ("name", "namespace", "labels", "annotations") if key in meta
+        },
+        "spec": body.get("spec"),
+    }
+    return parse_dag_manifest(doc)
+
+
+def spec_error_of(body: Mapping[str, Any]) -> SpecError | None:
+    """None if the body is a valid DAG, else the error with every issue."""
+    try:
+        manifest_from_body(body)
+    except SpecError as error:
+        return error
+    return None
+
+
+def ownership_problem(
+    dag_id: str,
+    namespace: str | None,
+    *,
+    owner_namespace: str | None,
+    owner_active: bool,
+) -> SpecIssue | None:
+    """Why a DAG object in `namespace` may not write the DAG row `dag_id`, or None."""
+    if owner_namespace is None or owner_namespace == namespace or not owner_active:
+        return None
+    return SpecIssue(
+        "metadata.name",
+        f"DAG name {dag_id!r} is already used by namespace {owner_namespace!r}; DAG names "
+        "are unique across the cluster (they are the DAG id in the database): rename this DAG",
+    )
+
+
+@dataclass(frozen=True)
+class TriggerRequest:
+    """What a user-created DagRun object asks for."""
+
+    dag_id: str
+    namespace: str | None
+    run_id: str
+    conf: dict[str, Any] | None
+    logical_date: datetime | None
+    issues: list[SpecIssue] = field(default_factory=list)
+
+
+def is_user_trigger(body: Mapping[str, Any]) -> bool:
+    """False for DagRun objects the scheduler created to mirror its own runs."""
+    metadata = body.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    return not (isinstance(labels, Mapping) and labels.get(ORIGIN_LABEL) == ORIGIN_SCHEDULER)
+
+
+def run_id_for_object(name: str, uid: str) -> str:
+    """A run id that is the same on every retry for one object, and new for a re-created one."""
+    return f"manual__{name}__{uid[:8]}" if uid else f"manual__{name}"
+
+
+def trigger_request(body: Mapping[str, Any]) -> TriggerRequest:
+    """The DagRun object's spec, checked; problems are in `issues` (the CRD checks most)."""
+    metadata = body.get("metadata")
+    meta = metadata if isinstance(metadata, Mapping) else {}
+    spec_value = body.get("spec")
+    spec = spec_value if isinstance(spec_value, Mapping) else {}
+    issues: list[SpecIssue] = []
+    dag_name = spec.get("dagName")
+    if not isinstance(dag_name, str) or not dag_name:
+        issues.append(SpecIssue("spec.dagName", "required: the name of a DAG in this namespace"))
+        dag_name = ""
+    conf_value = spec.get("conf")
+    conf: dict[str, Any] | None = None
+    if isinstance(conf_value, Mapping):
+        conf = _plain(conf_value)
+    elif conf_value is not None:
+        issues.append(SpecIssue("spec.conf", "must be an object (key: value)"))
+    logical_date: datetime | None = None
+    raw_date = spec.get("logicalDate")
+    if raw_date is not None:
+        logical_date = parse_timestamp(raw_date)
+        if logical_date is None:
+            issues.append(
+                SpecIssue(
+                    "spec.logicalDate",
+                    f"{raw_date!r} is not an RFC 3339 date-time like 2026-12-01T00:00:00Z",
+                )
+            )
+    namespace = meta.get("namespace")
+    return TriggerRequest(
+        dag_id=dag_name,
+        namespace=namespace if isinstance(namespace, str) else None,
+        run_id=run_id_for_object(str(meta.get("name", "")), str(meta.get("uid", ""))),
+        conf=conf,
+        logical_date=logical_date,
+        issues=issues,
+    )
+
+
+def parse_timestamp(value: object) -> datetime | None:
+    """An aware datetime from an RFC 3339 string (or a datetime), else None."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo is not None else None
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    name: str
+    slots: int
+    description: str
+
+
+def pool_spec(body: Mapping[str, Any]) -> PoolSpec | SpecIssue:
+    """The Pool object's name, slots and description, or the first problem."""
+    metadata = body.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    spec_value = body.get("spec")
+    spec = spec_value if isinstance(spec_value, Mapping) else {}
+    slots = spec.get("slots")
+    description = spec.get("description") or ""
+    if not isinstance(name, str) or not name:
+        return SpecIssue("metadata.name", "required")
+    if not isinstance(slots, int) or isinstance(slots, bool) or slots < 0:
+        return SpecIssue("spec.slots", f"must be a whole number >= 0, got {slots!r}")
+    if not isinstance(description, str):
+        return SpecIssue("spec.description", "must be a string")
+    return PoolSpec(name, slots, description)
+
+
+def _plain(value: Mapping[Any, Any]) -> dict[str, Any]:
+    def copy(item: object) -> object:
+        if isinstance(item, Mapping):
+            return {str(key): copy(inner) for key, inner in item.items()}
+        if isinstance(item, list | tuple):
+            return [copy(inner) for inner in item]
+        return item
+
+    return {str(key): copy(item) for key, item in value.items()}

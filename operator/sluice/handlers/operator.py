@@ -1,0 +1,260 @@
+"""The kopf handlers: spec flows in from DAG, DagRun and Pool objects to Postgres.
+
+Run with `kopf run -m sluice.handlers.operator --standalone --namespace NS`
+(or `--all-namespaces`); the database is $SLUICE_DATABASE_URL. Each handler
+is thin: a pure function reads the object (`objects`), one session does the
+database work and commits once (`store`), and the status patch is built by
+`status`. A spec that is invalid is not an error: the handler finishes, the
+object gets Ready=False with every issue and a Warning Event, and the database
+keeps the last valid version. Database trouble is a TemporaryError: kopf
+retries.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from sluice.config import require_database_url
+from sluice.db.engine import make_engine, session_factory
+from sluice.db.models import DEFAULT_POOL
+from sluice.handlers import objects, status, store
+from sluice.handlers.crds import GROUP, VERSION
+from sluice.scheduler.triggers import TriggerError
+from sluice.spec.errors import SpecError
+
+log = logging.getLogger(__name__)
+
+FINALIZER = f"{GROUP}/finalizer"
+RETRY_DELAY = 3.0
+# How long a DagRun waits for its DAG to be registered (applied together, the
+# DagRun may be handled first) before it is marked failed.
+TRIGGER_RETRIES = 20
+
+_sessions: sessionmaker[Session] | None = None
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    global _sessions
+    settings.persistence.finalizer = FINALIZER
+    # Annotations only: kopf's default also writes `status.kopf`, which the
+    # structural schemas would prune.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    settings.posting.level = logging.WARNING  # our own Events only, not kopf's chatter
+    settings.execution.max_workers = 8
+    engine = make_engine(require_database_url(None), application_name="sluice-operator")
+    _sessions = session_factory(engine)
+
+
+@kopf.on.cleanup()
+def dispose(**_: Any) -> None:
+    global _sessions
+    if _sessions is not None:
+        bind = _sessions.kw.get("bind")
+        if bind is not None:
+            bind.dispose()
+        _sessions = None
+
+
+@contextmanager
+def transaction() -> Iterator[Session]:
+    """One session and one commit for one handler call; database errors become retries."""
+    if _sessions is None:
+        raise kopf.PermanentError("the operator has no database (startup did not run)")
+    try:
+        with _sessions.begin() as session:
+            yield session
+    except (OperationalError, DBAPIError) as exc:
+        raise kopf.TemporaryError(f"database: {exc}", delay=RETRY_DELAY) from exc
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _generation(meta: Mapping[str, Any]) -> int | None:
+    value = meta.get("generation")
+    return value if isinstance(value, int) else None
+
+
+def _set_status(patch: kopf.Patch, fields: Mapping[str, Any]) -> None:
+    for key, value in fields.items():
+        patch.status[key] = value
+
+
+# ---- DAG ----
+
+
+@kopf.on.resume(GROUP, VERSION, "dags")
+@kopf.on.create(GROUP, VERSION, "dags")
+@kopf.on.update(GROUP, VERSION, "dags")
+def dag_applied(
+    body: kopf.Body,
+    meta: kopf.Meta,
+    namespace: str | None,
+    name: str | None,
+    patch: kopf.Patch,
+    **_: Any,
+) -> None:
+    now = _now()
+    generation = _generation(meta)
+    previous = body.get("status")
+    try:
+        manifest = objects.manifest_from_body(body)
+    except SpecError as error:
+        with transaction() as session:
+            kept = store.owned_version(session, str(name), namespace)
+        message = status.issues_message(error.issues, kept_version=kept)
+        _reject(body, patch, previous, status.INVALID_SPEC, message, generation, now)
+        return
+    with transaction() as session:
+        applied = store.apply_dag(session, manifest, now)
+    if not isinstance(applied, store.AppliedDag):
+        message = status.issues_message([applied], kept_version=None)
+        _reject(body, patch, previous, status.NAME_CONFLICT, message, generation, now)
+        return
+    what = "new version" if applied.new_version else "unchanged version"
+    _set_status(
+        patch,
+        status.ready_status(
+            previous,
+            ok=True,
+            reason=status.ACCEPTED,
+            message=f"{what} {applied.version_number} stored as DAG {applied.dag_id!r}",
+            generation=generation,
+            now=now,
+            extra={"dagId": applied.dag_id, "version": applied.version_number},
+        ),
+    )
+
+
+def _reject(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    previous: Any,
+    reason: str,
+    message: str,
+    generation: int | None,
+    now: datetime,
+) -> None:
+    _set_status(
+        patch,
+        status.ready_status(
+            previous, ok=False, reason=reason, message=message, generation=generation, now=now
+        ),
+    )
+    kopf.warn(body, reason=reason, message=status.event_message(message))
+
+
+@kopf.on.delete(GROUP, VERSION, "dags")
+def dag_deleted(namespace: str | None, name: str | None, **_: Any) -> None:
+    with transaction() as session:
+        found = store.deactivate_dag(session, str(name), namespace)
+    log.info("DAG %s/%s deleted; marked inactive: %s", namespace, name, found)
+
+
+# ---- DagRun ----
+
+
+@kopf.on.create(GROUP, VERSION, "dagruns")
+def dagrun_created(
+    body: kopf.Body, meta: kopf.Meta, patch: kopf.Patch, retry: int, **_: Any
+) -> None:
+    if not objects.is_user_trigger(body):
+        return
+    now = _now()
+    generation = _generation(meta)
+    previous = body.get("status")
+    request = objects.trigger_request(body)
+    if request.issues:
+        message = status.issues_message(request.issues, kept_version=None)
+        _reject(body, patch, previous, status.INVALID_SPEC, message, generation, now)
+        return
+    try:
+        with transaction() as session:
+            run = store.trigger(session, request, now)
+    except store.DagNotRegistered as exc:
+        if retry < TRIGGER_RETRIES:
+            raise kopf.TemporaryError(str(exc), delay=RETRY_DELAY) from exc
+        _reject(body, patch, previous, status.TRIGGER_FAILED, str(exc), generation, now)
+        return
+    except TriggerError as exc:
+        _reject(body, patch, previous, status.TRIGGER_FAILED, str(exc), generation, now)
+        return
+    _set_status(
+        patch,
+        status.ready_status(
+            previous,
+            ok=True,
+            reason=status.TRIGGERED,
+            message=f"run {run.run_id!r} created",
+            generation=generation,
+            now=now,
+            extra={
+                "runId": run.run_id,
+                "runType": run.run_type,
+                "state": run.state,
+                "logicalDate": status.timestamp(run.logical_date),
+                "tasksDone": run.tasks_done,
+                "tasksTotal": run.tasks_total,
+                "tasks": f"{run.tasks_done}/{run.tasks_total}",
+            },
+        ),
+    )
+
+
+# ---- Pool ----
+
+
+@kopf.on.resume(GROUP, VERSION, "pools")
+@kopf.on.create(GROUP, VERSION, "pools")
+@kopf.on.update(GROUP, VERSION, "pools")
+def pool_applied(body: kopf.Body, meta: kopf.Meta, patch: kopf.Patch, **_: Any) -> None:
+    now = _now()
+    generation = _generation(meta)
+    previous = body.get("status")
+    spec = objects.pool_spec(body)
+    if not isinstance(spec, objects.PoolSpec):
+        message = status.issues_message([spec], kept_version=None)
+        _reject(body, patch, previous, status.INVALID_SPEC, message, generation, now)
+        return
+    with transaction() as session:
+        usage = store.upsert_pool(session, spec)
+    _set_status(
+        patch,
+        status.ready_status(
+            previous,
+            ok=True,
+            reason=status.POOL_SYNCED,
+            message=f"pool {spec.name!r} has {spec.slots} slots"
+            + ("; the default pool cannot be deleted" if spec.name == DEFAULT_POOL else ""),
+            generation=generation,
+            now=now,
+            extra={"running": usage.running, "queued": usage.queued, "open": usage.open},
+        ),
+    )
+
+
+@kopf.on.delete(GROUP, VERSION, "pools")
+def pool_deleted(body: kopf.Body, name: str | None, **_: Any) -> None:
+    with transaction() as session:
+        deleted = store.delete_pool(session, str(name))
+    if not deleted:
+        # The admission policy in crds/ normally refuses this delete. Without it the
+        # object goes, but the row stays: tasks without a pool must run somewhere.
+        kopf.warn(
+            body,
+            reason=status.DEFAULT_POOL_PROTECTED,
+            message="the default pool cannot be deleted; its database row is kept",
+        )

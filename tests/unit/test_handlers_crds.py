@@ -1,0 +1,55 @@
+"""The CRD files are generated and current, and their schemas mirror the pydantic spec."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sluice.handlers import crds
+from sluice.spec.models import DagSpec, TaskSpec
+
+CRDS = Path(__file__).resolve().parents[2] / "crds"
+
+
+def _aliases(model: type[DagSpec] | type[TaskSpec]) -> set[str]:
+    return {field.alias or name for name, field in model.model_fields.items()}
+
+
+def test_files_in_crds_are_current() -> None:
+    for name, text in crds.rendered_files().items():
+        path = CRDS / name
+        assert path.is_file(), f"missing {path}; run python -m sluice.handlers.crds crds/"
+        assert path.read_text() == text, (
+            f"{path} is stale; run python -m sluice.handlers.crds crds/"
+        )
+
+
+def test_dag_schema_has_every_spec_and_task_field() -> None:
+    schema = crds.definitions()["dags.yaml"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    spec = schema["properties"]["spec"]
+    assert set(spec["properties"]) == _aliases(DagSpec)
+    task = spec["properties"]["tasks"]["items"]
+    assert set(task["properties"]) == _aliases(TaskSpec)
+    defaults = spec["properties"]["defaults"]["properties"]
+    assert set(defaults) == _aliases(TaskSpec) - {"name", "dependsOn"}
+
+
+def test_kinds_names_and_columns() -> None:
+    found = {crd["spec"]["names"]["kind"]: crd["spec"] for crd in crds.definitions().values()}
+    assert set(found) == {"DAG", "DagRun", "Pool", "Backfill"}
+    assert found["DAG"]["names"]["shortNames"] == ["dag"]
+    assert found["DagRun"]["names"]["shortNames"] == ["dr"]
+    for spec in found.values():
+        assert spec["group"] == "sluice.io"
+        assert spec["names"]["categories"] == ["sluice"]
+        version = spec["versions"][0]
+        assert version["name"] == "v1alpha1"
+        assert version["subresources"] == {"status": {}}
+        status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+        assert "observedGeneration" in status["conditions"]["items"]["properties"]
+
+    def columns(kind: str) -> list[str]:
+        return [c["name"] for c in found[kind]["versions"][0]["additionalPrinterColumns"]]
+
+    assert columns("DagRun") == ["DAG", "Type", "Logical Date", "State", "Tasks", "Age"]
+    assert columns("DAG")[:5] == ["Schedule", "Paused", "Active Runs", "Last Run", "Ready"]
+    assert columns("Pool")[:4] == ["Slots", "Running", "Queued", "Open"]

@@ -1,0 +1,138 @@
+"""Object bodies into manifests, trigger requests and pool specs; the namespace rules."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sluice.handlers import objects
+from sluice.spec.errors import SpecError
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _body(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "sluice.io/v1alpha1",
+        "kind": "DAG",
+        "metadata": {
+            "name": "hello",
+            "namespace": "team-a",
+            "uid": "0b7c4c2e-0000-0000-0000-000000000000",
+            "generation": 2,
+            "resourceVersion": "123",
+            "managedFields": [{"manager": "kubectl"}],
+            "finalizers": ["sluice.io/finalizer"],
+            "annotations": {"sluice.io/last-handled-configuration": "{}"},
+        },
+        "spec": spec or {"tasks": [{"name": "a", "image": "busybox"}]},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_examples_as_cluster_objects(path: Path) -> None:
+    body = yaml.safe_load(path.read_text())
+    body["metadata"].update(namespace="ns", uid="u", generation=1, resourceVersion="9")
+    body["status"] = {"dagId": "x"}
+    manifest = objects.manifest_from_body(body)
+    assert manifest.metadata.namespace == "ns"
+    assert manifest.metadata.name == body["metadata"]["name"]
+
+
+def test_server_metadata_and_status_are_not_spec_and_body_is_untouched() -> None:
+    body = _body()
+    before = copy.deepcopy(body)
+    manifest = objects.manifest_from_body(body)
+    assert manifest.metadata.namespace == "team-a"
+    assert body == before
+    assert objects.spec_error_of(body) is None
+
+
+def test_invalid_body_lists_issues_with_paths() -> None:
+    body = _body(tasks=[{"name": "a", "image": "x", "retryDelay": "soon", "dependsOn": ["b"]}])
+    error = objects.spec_error_of(body)
+    assert isinstance(error, SpecError)
+    paths = {issue.path for issue in error.issues}
+    assert "spec.tasks[0].retryDelay" in paths
+    assert any(path.startswith("spec.tasks[0].dependsOn") for path in paths)
+    with pytest.raises(SpecError):
+        objects.manifest_from_body(body)
+
+
+def test_long_dag_name_is_refused_for_the_job_name_budget() -> None:
+    body = _body()
+    body["metadata"]["name"] = "d" * 49  # plus task "a": exactly 50, fits
+    assert objects.spec_error_of(body) is None
+    body["spec"]["tasks"][0]["name"] = "ab"
+    error = objects.spec_error_of(body)
+    assert error is not None
+    assert [issue.path for issue in error.issues] == ["spec.tasks[0].name"]
+
+
+@pytest.mark.parametrize(
+    ("owner", "active", "namespace", "conflict"),
+    [
+        (None, True, "a", False),  # new, or registered by the CLI
+        ("a", True, "a", False),  # the owner re-applies
+        ("a", True, "b", True),  # another namespace, owner active
+        ("a", False, "b", False),  # owner deleted its DAG: the name is free
+    ],
+)
+def test_ownership(owner: str | None, active: bool, namespace: str, conflict: bool) -> None:
+    problem = objects.ownership_problem(
+        "hello", namespace, owner_namespace=owner, owner_active=active
+    )
+    assert (problem is not None) == conflict
+    if problem is not None:
+        assert problem.path == "metadata.name"
+        assert repr(owner) in problem.message
+
+
+def test_trigger_request() -> None:
+    body = {
+        "metadata": {"name": "r1", "namespace": "ns", "uid": "abcdef1234"},
+        "spec": {
+            "dagName": "hello",
+            "conf": {"a": [1, {"b": 2}]},
+            "logicalDate": "2026-12-01T00:00:00Z",
+        },
+    }
+    request = objects.trigger_request(body)
+    assert request.issues == []
+    assert request.dag_id == "hello"
+    assert request.namespace == "ns"
+    assert request.run_id == "manual__r1__abcdef12"
+    assert request.conf == {"a": [1, {"b": 2}]}
+    assert request.logical_date == datetime(2026, 12, 1, tzinfo=UTC)
+    assert objects.trigger_request(body).run_id == request.run_id  # stable across retries
+
+
+def test_trigger_request_problems() -> None:
+    body = {"metadata": {"name": "r"}, "spec": {"conf": 3, "logicalDate": "tomorrow"}}
+    paths = [issue.path for issue in objects.trigger_request(body).issues]
+    assert paths == ["spec.dagName", "spec.conf", "spec.logicalDate"]
+    naive = {
+        "metadata": {"name": "r"},
+        "spec": {"dagName": "d", "logicalDate": "2026-12-01T00:00:00"},
+    }
+    assert [i.path for i in objects.trigger_request(naive).issues] == ["spec.logicalDate"]
+
+
+def test_scheduler_made_dagruns_are_not_triggers() -> None:
+    assert objects.is_user_trigger({"metadata": {"labels": {}}})
+    labels = {objects.ORIGIN_LABEL: objects.ORIGIN_SCHEDULER}
+    assert not objects.is_user_trigger({"metadata": {"labels": labels}})
+
+
+def test_pool_spec() -> None:
+    body = {"metadata": {"name": "gpu"}, "spec": {"slots": 4}}
+    assert objects.pool_spec(body) == objects.PoolSpec("gpu", 4, "")
+    bad = objects.pool_spec({"metadata": {"name": "gpu"}, "spec": {"slots": -1}})
+    assert isinstance(bad, objects.SpecIssue)
+    assert bad.path == "spec.slots"
