@@ -107,7 +107,7 @@ def test_a_live_try_of_a_dead_replica_is_adopted_and_reported(
 def test_a_try_that_ended_unwatched_is_reported_from_its_result(
     sessions: sessionmaker[Session], tmp_path: Path
 ) -> None:
-    clock, _, pid = _replica_a_starts(sessions, tmp_path, "exit 0")
+    clock, _, pid = _replica_a_starts(sessions, tmp_path, "sleep 1; exit 0")
     deadline = time.monotonic() + 5
     while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
         try:
