@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Engine, event, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.dags import sync_dag
@@ -197,3 +198,18 @@ def run_until_runs_end(
         if not report.busy:
             loop.sleep(loop.config.tick_interval)
     raise AssertionError(f"runs still active after {max_ticks} ticks")
+
+
+@contextmanager
+def count_queries(engine: Engine) -> Iterator[list[str]]:
+    """Every SQL statement the engine sends while the block runs."""
+    statements: list[str] = []
+
+    def record(conn: object, cursor: object, statement: str, *args: object) -> None:
+        statements.append(statement)
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield statements
+    finally:
+        event.remove(engine, "before_cursor_execute", record)

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 
-from sqlalchemy import Engine, event, insert, select, text, update
+from sqlalchemy import Engine, insert, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.models import Outbox, SlotPool, TaskInstance
 from sluice.scheduler.critical import queue_schedulable_task_instances
 from sluice.spec.states import TaskState
-from tests.support import T0, FakeClock, ScriptedExecutor, make_loop, manifest, register, trigger
+from tests.support import (
+    T0,
+    FakeClock,
+    ScriptedExecutor,
+    count_queries,
+    make_loop,
+    manifest,
+    register,
+    trigger,
+)
 
 
 def _add_pool(sessions: sessionmaker[Session], name: str, slots: int) -> None:
@@ -169,20 +176,6 @@ def test_the_loop_survives_a_busy_lock(sessions: sessionmaker[Session], engine: 
         other.rollback()
     assert report.critical_section_skipped
     assert not report.errors
-
-
-@contextmanager
-def count_queries(engine: Engine) -> Iterator[list[str]]:
-    statements: list[str] = []
-
-    def record(conn: object, cursor: object, statement: str, *args: object) -> None:
-        statements.append(statement)
-
-    event.listen(engine, "before_cursor_execute", record)
-    try:
-        yield statements
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
 
 
 def test_critical_section_query_count_does_not_grow_with_tasks(

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 
-from sqlalchemy import Engine, event, text
+from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.dags import SpecCache
@@ -15,21 +13,16 @@ from sluice.scheduler.dispatch import claim_task_starts
 from sluice.scheduler.examine import examine_running_runs
 from sluice.scheduler.results import apply_task_events
 from sluice.spec.states import TaskState
-from tests.support import T0, FakeClock, ScriptedExecutor, make_loop, manifest, register, trigger
-
-
-@contextmanager
-def count_queries(engine: Engine) -> Iterator[list[str]]:
-    statements: list[str] = []
-
-    def record(conn: object, cursor: object, statement: str, *args: object) -> None:
-        statements.append(statement)
-
-    event.listen(engine, "before_cursor_execute", record)
-    try:
-        yield statements
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
+from tests.support import (
+    T0,
+    FakeClock,
+    ScriptedExecutor,
+    count_queries,
+    make_loop,
+    manifest,
+    register,
+    trigger,
+)
 
 
 def _runs_of_wide_dag(sessions: sessionmaker[Session], name: str, runs: int, width: int) -> None:
