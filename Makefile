@@ -15,8 +15,8 @@ $(BIN)/.installed: pyproject.toml
 install: $(BIN)/.installed
 
 lint: install
-	$(BIN)/ruff check operator tests
-	$(BIN)/ruff format --check operator tests
+	$(BIN)/ruff check operator tests bench
+	$(BIN)/ruff format --check operator tests bench
 	$(BIN)/mypy
 
 # Everything that needs no Kubernetes: unit tests, then real-Postgres tests
@@ -47,3 +47,6 @@ clean:
 # The local Kubernetes cluster (built from source, cached in ~/.cache/sluice):
 # cluster-up, cluster-down, cluster-status, e2e (the k8s test suite), kind-up/down.
 include hack/cluster.mk
+
+# Benchmarks (bench/README.md): bench, bench-compare, bench-smoke, bench-scale.
+include bench/bench.mk

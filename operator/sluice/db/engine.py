@@ -26,6 +26,8 @@ def make_engine(url: str, *, pool_size: int = 5, application_name: str = "sluice
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=True,
+        # UPDATE executemany (reports, counter propagation) in pages, not a round trip per row.
+        executemany_mode="values_plus_batch",
         connect_args={"application_name": application_name, "connect_timeout": 10},
     )
 

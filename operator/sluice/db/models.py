@@ -225,6 +225,11 @@ class TaskInstance(Base):
         Index("ix_ti_needs_eval", "dag_run_id", postgresql_where=text("needs_eval")),
         Index("ix_ti_retry", "next_retry_at", postgresql_where=text("state = 'up_for_retry'")),
         Index("ix_ti_queued", "queued_at", postgresql_where=text("state = 'queued'")),
+        Index(
+            "ix_ti_running_heartbeat",
+            "last_heartbeat_at",
+            postgresql_where=text("state = 'running'"),
+        ),
         Index("ix_ti_dag_task", "dag_id", "task_id", "logical_date"),
     )
 

@@ -133,7 +133,7 @@ class SchedulerLoop:
         result = self._transaction(
             "critical_section",
             lambda s: queue_schedulable_task_instances(
-                s, now, job_id=self.job_id, max_tis=cfg.max_tis_per_query
+                s, self.clock(), job_id=self.job_id, max_tis=cfg.max_tis_per_query
             ),
             None,
             report,

@@ -1,0 +1,152 @@
+"""Figures of one trial, from database timestamps only.
+
+- makespan: from the unpause (t0, the database clock) to the last task's end;
+- tasks/s: tasks / makespan;
+- scheduling lag: a task's queued time minus its latest upstream's end, or
+  minus its run's start for tasks without upstreams;
+- CPU per task: the scheduler processes' CPU seconds from t0 to the end
+  (read in /proc), divided by the tasks; Postgres's CPU and the machine's
+  busy fraction over the same time say which one was the limit;
+- start lag: as scheduling lag but to the time the try was handed to the
+  executor (Sluice: the dispatch claim; Airflow: the no-op executor's update).
+  Both are read from a fresh clock, while Sluice's `queued_at` is its tick's
+  start time (see the report), so this is the cross-check.
+- tasks per replica: by the job id that queued each task.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from bench.shapes import Graph, Workload
+
+
+@dataclass(frozen=True)
+class TaskTimes:
+    run: str  # the run's key (one run per DAG: the dag id will do)
+    task_id: str
+    queued_at: datetime | None
+    start_date: datetime | None
+    end_date: datetime | None
+    run_start: datetime | None
+    job: int | None
+
+
+@dataclass
+class Trial:
+    side: str
+    shape: str
+    dags: int
+    tasks: int
+    replicas: int
+    max_tis_per_query: int
+    trial: int
+    makespan_s: float
+    tasks_per_s: float
+    lag_p50_ms: float
+    lag_p95_ms: float
+    lag_max_ms: float
+    start_lag_p50_ms: float
+    start_lag_p95_ms: float
+    cpu_s: float
+    cpu_ms_per_task: float
+    pg_cpu_s: float
+    machine_busy: float
+    per_replica: list[int] = field(default_factory=list)
+    tasks_done: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def key(self) -> tuple[str, str, int, int, int, int]:
+        return (self.side, self.shape, self.dags, self.tasks, self.replicas, self.max_tis_per_query)
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[rank]
+
+
+def lags_ms(graph: Graph, rows: list[TaskTimes], *, at_start: bool = False) -> list[float]:
+    ends = {(r.run, r.task_id): r.end_date for r in rows}
+    lags: list[float] = []
+    for row in rows:
+        when = row.start_date if at_start else row.queued_at
+        if when is None:
+            continue
+        ups = graph.get(row.task_id, [])
+        ready: datetime | None
+        if ups:
+            up_ends = [ends.get((row.run, u)) for u in ups]
+            ready = None if any(e is None for e in up_ends) else max(e for e in up_ends if e)
+        else:
+            ready = row.run_start
+        if ready is not None:
+            lags.append((when - ready).total_seconds() * 1000)
+    return lags
+
+
+def summarize(
+    *,
+    side: str,
+    workload: Workload,
+    replicas: int,
+    max_tis_per_query: int,
+    trial: int,
+    t0: datetime,
+    rows: list[TaskTimes],
+    cpu: tuple[float, float, float],
+    errors: list[str] | None = None,
+) -> Trial:
+    cpu_s, pg_cpu_s, busy = cpu
+    ends = [r.end_date for r in rows if r.end_date is not None]
+    makespan = (max(ends) - t0).total_seconds() if ends else float("nan")
+    lags = lags_ms(workload.graph(), rows)
+    start_lags = lags_ms(workload.graph(), rows, at_start=True)
+    done = len(ends)
+    jobs = Counter(r.job for r in rows if r.job is not None)
+    return Trial(
+        side=side,
+        shape=workload.shape,
+        dags=workload.dags,
+        tasks=workload.tasks,
+        replicas=replicas,
+        max_tis_per_query=max_tis_per_query,
+        trial=trial,
+        makespan_s=round(makespan, 3),
+        tasks_per_s=round(done / makespan, 1) if makespan > 0 else float("nan"),
+        lag_p50_ms=round(percentile(lags, 50), 1),
+        lag_p95_ms=round(percentile(lags, 95), 1),
+        lag_max_ms=round(max(lags), 1) if lags else float("nan"),
+        start_lag_p50_ms=round(percentile(start_lags, 50), 1),
+        start_lag_p95_ms=round(percentile(start_lags, 95), 1),
+        cpu_s=round(cpu_s, 2),
+        cpu_ms_per_task=round(cpu_s * 1000 / done, 3) if done else float("nan"),
+        pg_cpu_s=round(pg_cpu_s, 2),
+        machine_busy=round(busy, 2),
+        per_replica=sorted(jobs.values(), reverse=True),
+        tasks_done=done,
+        errors=list(errors or []),
+    )
+
+
+def median_trial(trials: list[Trial]) -> Trial:
+    """The trial with the median throughput (its other figures come with it)."""
+    ordered = sorted(trials, key=lambda t: t.tasks_per_s)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def spread(trials: list[Trial]) -> str:
+    values = [t.tasks_per_s for t in trials]
+    if len(values) < 2:
+        return ""
+    return f"{min(values):.0f}-{max(values):.0f} (sd {statistics.pstdev(values):.0f})"

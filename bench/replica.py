@@ -1,0 +1,76 @@
+"""One Sluice scheduler replica for the benchmark: `python -m bench.replica URL [knobs]`.
+
+A real clock, the no-op executor, logging at warning (as on the Airflow side),
+and a clean stop on SIGTERM. The harness measures this process's CPU in /proc.
+
+`SLUICE_BENCH_EXECUTEMANY_MODE=values_plus_batch` builds the engine with that
+psycopg2 executemany mode instead of Sluice's default: an A/B switch for the
+proposed change to `sluice.db.engine.make_engine` (see bench/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+from types import FrameType
+
+from sqlalchemy import Engine, create_engine
+
+from sluice.db.engine import make_engine, normalize_url, session_factory
+from sluice.executors.noop import NoopExecutor
+from sluice.logs import configure_logging
+from sluice.scheduler.config import SchedulerConfig
+from sluice.scheduler.loop import SchedulerLoop
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.replica")
+    parser.add_argument("url")
+    parser.add_argument("--max-tis-per-query", type=int, default=16)
+    parser.add_argument("--runs-examined", type=int, default=20)
+    parser.add_argument("--runs-created", type=int, default=10)
+    parser.add_argument("--idle-sleep", type=float, default=1.0)
+    args = parser.parse_args(argv)
+    configure_logging("warning")
+
+    stopping = False
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    engine = _engine(args.url)
+    config = SchedulerConfig(
+        tick_interval=args.idle_sleep,
+        max_tis_per_query=args.max_tis_per_query,
+        runs_examined_per_tick=args.runs_examined,
+        runs_created_per_tick=args.runs_created,
+    )
+    loop = SchedulerLoop(session_factory(engine), NoopExecutor(), config)
+    print(f"ready job={loop.job_id}", flush=True)
+    try:
+        loop.run(lambda: stopping)
+    finally:
+        loop.close()
+        engine.dispose()
+
+
+def _engine(url: str) -> Engine:
+    mode = os.environ.get("SLUICE_BENCH_EXECUTEMANY_MODE")
+    if not mode:
+        return make_engine(url, application_name="sluice-bench")
+    return create_engine(
+        normalize_url(url),
+        pool_size=5,
+        max_overflow=5,
+        pool_pre_ping=True,
+        executemany_mode=mode,
+        connect_args={"application_name": "sluice-bench", "connect_timeout": 10},
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,213 @@
+"""Tables (rich) and the chart (matplotlib) of a benchmark's trials."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from bench.metrics import Trial, median_trial, spread
+
+Scenario = tuple[str, int, int, int, int]  # shape, dags, tasks, replicas, max_tis_per_query
+TARGET_RATIO = 20.0
+TARGET_LAG_MS = 50.0
+TARGET_CPU_MS = 0.5
+
+
+def scenario(t: Trial) -> Scenario:
+    return (t.shape, t.dags, t.tasks, t.replicas, t.max_tis_per_query)
+
+
+def medians(trials: list[Trial]) -> dict[tuple[str, Scenario], tuple[Trial, list[Trial]]]:
+    groups: dict[tuple[str, Scenario], list[Trial]] = defaultdict(list)
+    for t in trials:
+        groups[(t.side, scenario(t))].append(t)
+    return {key: (median_trial(group), group) for key, group in sorted(groups.items())}
+
+
+def _f(value: float, digits: int = 0) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:,.{digits}f}"
+
+
+def trials_table(trials: list[Trial], title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for name in (
+        "side",
+        "shape",
+        "DAGs x tasks",
+        "tis/query",
+        "replicas",
+        "unpause->last end s",
+        "tasks/s",
+        "lag p50/p95/max ms",
+        "start lag p50/p95 ms",
+        "sched CPU ms/task",
+        "PG CPU s",
+        "machine busy",
+        "tasks per replica",
+        "n (tasks/s range)",
+    ):
+        table.add_column(name, justify="left" if name in ("side", "shape") else "right")
+    for (side, _), (m, group) in medians(trials).items():
+        errors = sorted({e for t in group for e in t.errors})
+        table.add_row(
+            side,
+            m.shape,
+            f"{m.dags}x{m.tasks}",
+            str(m.max_tis_per_query),
+            str(m.replicas),
+            _f(m.makespan_s, 2),
+            _f(m.tasks_per_s),
+            f"{_f(m.lag_p50_ms)}/{_f(m.lag_p95_ms)}/{_f(m.lag_max_ms)}",
+            f"{_f(m.start_lag_p50_ms)}/{_f(m.start_lag_p95_ms)}",
+            _f(m.cpu_ms_per_task, 2),
+            _f(m.pg_cpu_s, 1),
+            f"{m.machine_busy:.0%}",
+            "/".join(str(n) for n in m.per_replica),
+            f"{len(group)} {spread(group)}" + (f" ERR: {'; '.join(errors)}" if errors else ""),
+        )
+    return table
+
+
+def ratio_table(trials: list[Trial]) -> Table | None:
+    by_key = medians(trials)
+    table = Table(
+        title=f"Sluice / Airflow (medians; target: tasks/s >= {TARGET_RATIO:.0f}x)",
+        title_justify="left",
+    )
+    for name in (
+        "shape",
+        "DAGs x tasks",
+        "tis/query",
+        "replicas",
+        "tasks/s ratio",
+        "lag p50 Airflow/Sluice",
+        "CPU/task Airflow/Sluice",
+        "target",
+    ):
+        table.add_column(name, justify="left" if name == "shape" else "right")
+    rows = 0
+    for (side, key), (sluice, _) in by_key.items():
+        peer = by_key.get(("airflow", key))
+        if side != "sluice" or peer is None:
+            continue
+        airflow = peer[0]
+        ratio = sluice.tasks_per_s / airflow.tasks_per_s if airflow.tasks_per_s else math.nan
+        lag = airflow.lag_p50_ms / sluice.lag_p50_ms if sluice.lag_p50_ms else math.inf
+        cpu = (
+            airflow.cpu_ms_per_task / sluice.cpu_ms_per_task if sluice.cpu_ms_per_task else math.inf
+        )
+        rows += 1
+        table.add_row(
+            key[0],
+            f"{key[1]}x{key[2]}",
+            str(key[4]),
+            str(key[3]),
+            f"{ratio:.2f}x",
+            f"{lag:.1f}x",
+            f"{cpu:.1f}x",
+            "met" if ratio >= TARGET_RATIO else "MISSED",
+        )
+    return table if rows else None
+
+
+def targets_table(trials: list[Trial]) -> Table:
+    """Sluice's absolute targets per scenario (reported, never asserted)."""
+    table = Table(
+        title=f"Sluice targets: lag p50 < {TARGET_LAG_MS:.0f} ms, CPU < {TARGET_CPU_MS} ms/task",
+        title_justify="left",
+    )
+    for name in ("shape", "DAGs x tasks", "tis/query", "replicas", "lag p50", "CPU/task"):
+        table.add_column(name, justify="left" if name == "shape" else "right")
+    for (side, key), (m, _) in medians(trials).items():
+        if side != "sluice":
+            continue
+        lag_ok = m.lag_p50_ms < TARGET_LAG_MS
+        cpu_ok = m.cpu_ms_per_task < TARGET_CPU_MS
+        table.add_row(
+            key[0],
+            f"{key[1]}x{key[2]}",
+            str(key[4]),
+            str(key[3]),
+            f"{_f(m.lag_p50_ms)} ms {'met' if lag_ok else 'MISSED'}",
+            f"{_f(m.cpu_ms_per_task, 2)} ms {'met' if cpu_ok else 'MISSED'}",
+        )
+    return table
+
+
+def scaling_lines(trials: list[Trial], cores: int) -> list[str]:
+    """Throughput against replica count, and what the limit looked like."""
+    by_key = medians(trials)
+    lines: list[str] = []
+    groups: dict[tuple[str, str, int, int, int], dict[int, Trial]] = defaultdict(dict)
+    for (side, key), (m, _) in by_key.items():
+        groups[(side, key[0], key[1], key[2], key[4])][key[3]] = m
+    for (side, shape, dags, tasks, tis), by_replicas in sorted(groups.items()):
+        if len(by_replicas) < 2:
+            continue
+        counts = sorted(by_replicas)
+        tps = " -> ".join(f"{by_replicas[r].tasks_per_s:.0f}" for r in counts)
+        top = by_replicas[counts[-1]]
+        used = (top.cpu_s + top.pg_cpu_s) / top.makespan_s if top.makespan_s else 0.0
+        if top.machine_busy >= 0.9:
+            limit = f"CPUs (machine {top.machine_busy:.0%} busy of {cores} cores)"
+        elif top.pg_cpu_s > top.cpu_s:
+            limit = "Postgres (its CPU exceeds the schedulers')"
+        else:
+            limit = "the schedulers / idle sleeps (CPU left over)"
+        lines.append(
+            f"{side} {shape} {dags}x{tasks} tis={tis}: tasks/s by replicas {counts}: {tps}; "
+            f"at {counts[-1]}: schedulers+Postgres {used:.2f} cores; limit: {limit}"
+        )
+    return lines
+
+
+def chart(trials: list[Trial], path: Path) -> Path | None:
+    """Tasks per second by shape and replica count (one panel per size and tis/query)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_key = medians(trials)
+    panels = sorted({(k[1], k[2], k[4]) for (_, k) in by_key})
+    if not panels:
+        return None
+    shapes = sorted({k[0] for (_, k) in by_key})
+    series = sorted({(side, k[3]) for (side, k) in by_key})
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.2), squeeze=False)
+    width = 0.8 / max(1, len(series))
+    for ax, (dags, tasks, tis) in zip(axes[0], panels, strict=True):
+        for i, (side, replicas) in enumerate(series):
+            values = []
+            for shape in shapes:
+                found = by_key.get((side, (shape, dags, tasks, replicas, tis)))
+                values.append(found[0].tasks_per_s if found else 0.0)
+            xs = [x + i * width for x in range(len(shapes))]
+            ax.bar(xs, values, width, label=f"{side} x{replicas}")
+        ax.set_xticks([x + width * (len(series) - 1) / 2 for x in range(len(shapes))])
+        ax.set_xticklabels(shapes, rotation=20)
+        ax.set_title(f"{dags} DAGs x {tasks} tasks, {tis} tis/query")
+        ax.set_ylabel("tasks / s")
+        if any(side == "airflow" for side, _ in series):
+            ax.set_yscale("log")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def print_report(trials: list[Trial], console: Console, cores: int) -> None:
+    console.print(trials_table(trials, "Per scenario and side (median trial by tasks/s)"))
+    ratios = ratio_table(trials)
+    if ratios is not None:
+        console.print(ratios)
+    if any(t.side == "sluice" for t in trials):
+        console.print(targets_table(trials))
+    for line in scaling_lines(trials, cores):
+        console.print(line, soft_wrap=True)

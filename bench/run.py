@@ -1,0 +1,173 @@
+"""The benchmark CLI: `python -m bench.run --smoke|--quick|--compare|--scale [filters]`.
+
+--smoke    Sluice only, tiny workloads, 1 and 2 replicas (under a minute; CI runs it).
+--quick    Sluice only: every shape at 100x10 and 10x100, tis/query 16 and 512,
+           1-3 replicas; 3 trials at 1 replica (the headline), 1 trial otherwise.
+--compare  the same scenarios on both sides (installs Airflow 2.10.5 on first use).
+--scale    the scheduler alone with 10,000 DAGs and 100,000 task instances.
+
+Results go to bench/results/<mode>-<time>.json and .png (copied to <mode>-latest.json and
+<mode>-tasks-per-s.png); `--render FILE.json` reprints a saved run. Figures come from
+database timestamps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rich.console import Console
+
+from bench import report
+from bench.common import RESULTS, Knobs, Postgres
+from bench.metrics import Trial
+from bench.shapes import SHAPES, Workload
+
+SIZES = {"100x10": (100, 10), "10x100": (10, 100)}
+Runner = Callable[[Postgres, Workload, Knobs, int, int], Trial]
+
+
+def plan(
+    shapes: list[str], sizes: list[str], tis: list[int], replicas: list[int], trials: int
+) -> list[tuple[Workload, int, int, int]]:
+    """(workload, tis, replicas, trial); full trials at 1 replica, one trial beyond."""
+    steps = []
+    for t in tis:
+        for size in sizes:
+            dags, tasks = SIZES[size] if size in SIZES else map(int, size.split("x"))
+            for shape in shapes:
+                for r in replicas:
+                    for trial in range(trials if r == min(replicas) else 1):
+                        steps.append((Workload(shape, dags, tasks), t, r, trial))
+    return steps
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
+    mode = parser.add_mutually_exclusive_group(required=True)
+    for name in ("smoke", "quick", "compare", "scale"):
+        mode.add_argument(f"--{name}", action="store_true")
+    mode.add_argument("--render", type=Path, help="print the tables and chart of a results JSON")
+    parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument("--sizes", default=",".join(SIZES), help="e.g. 100x10,10x100,5x8")
+    parser.add_argument("--tis", default="16,512", help="tasks per critical-section query")
+    parser.add_argument("--replicas", default="1,2,3")
+    parser.add_argument("--trials", type=int, default=3, help="trials at the lowest replica count")
+    parser.add_argument("--sides", default=None, help="sluice,airflow (default: by mode)")
+    args = parser.parse_args(argv)
+    # A cancelled run (CI, Ctrl-C) still stops its replicas and its Postgres server.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
+    console = Console(width=int(os.environ.get("COLUMNS", "200")))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+
+    if args.scale:
+        from bench.scale import run_scale
+
+        return run_scale(console)
+    if args.render:
+        saved = json.loads(args.render.read_text())
+        rendered = [Trial(**t) for t in saved["trials"]]
+        console.print(f"{saved['command']} ({saved['when']}, {saved['cores']} cores)")
+        report.print_report(rendered, console, saved["cores"])
+        png = report.chart(rendered, args.render.with_suffix(".png"))
+        console.print(f"chart: {png}")
+        return 0
+
+    name = next(n for n in ("smoke", "quick", "compare") if getattr(args, n))
+    sides = (args.sides or ("sluice,airflow" if args.compare else "sluice")).split(",")
+    if args.smoke:
+        # Every shape once at 1 replica, and one shape at 2: under a minute on 2 cores.
+        steps = plan(args.shapes.split(","), ["5x8"], [16], [1], 1)
+        steps += plan(["grid"], ["5x8"], [16], [2], 1)
+    else:
+        steps = plan(
+            args.shapes.split(","),
+            args.sizes.split(","),
+            [int(x) for x in args.tis.split(",")],
+            [int(x) for x in args.replicas.split(",")],
+            args.trials,
+        )
+    runners: dict[str, Runner] = {}
+    pg = Postgres()
+    try:
+        knobs = Knobs()
+        if "sluice" in sides:
+            from bench import sluice_side
+
+            sluice_side.prepare_template(pg, knobs)
+            runners["sluice"] = sluice_side.run_trial
+        if "airflow" in sides:
+            from bench import airflow_side
+
+            console.print("Airflow 2.10.5: checking the venv (the first install takes minutes)")
+            airflow_side.ensure_airflow(RESULTS / "logs" / "airflow-install.log")
+            airflow_side.prepare_template(pg, knobs)
+            runners["airflow"] = airflow_side.run_trial
+        trials = _run(steps, runners, pg, knobs, console)
+    finally:
+        pg.stop()
+
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    payload = {
+        "mode": name,
+        "command": "python -m bench.run " + " ".join(sys.argv[1:] if argv is None else argv),
+        "when": stamp,
+        "cores": os.cpu_count(),
+        "loadavg_at_end": os.getloadavg(),
+        "knobs": Knobs().__dict__,
+        "trials": [t.as_dict() for t in trials],
+    }
+    for path in (RESULTS / f"{name}-{stamp}.json", RESULTS / f"{name}-latest.json"):
+        path.write_text(json.dumps(payload, indent=1, default=str))
+    report.print_report(trials, console, os.cpu_count() or 1)
+    png = report.chart(trials, RESULTS / f"{name}-{stamp}.png")
+    if png is not None:
+        shutil.copyfile(png, RESULTS / f"{name}-tasks-per-s.png")
+    console.print(f"results: {RESULTS / f'{name}-{stamp}.json'}; chart: {png}")
+    return 1 if any(t.errors for t in trials) else 0
+
+
+def _run(
+    steps: list[tuple[Workload, int, int, int]],
+    runners: dict[str, Runner],
+    pg: Postgres,
+    knobs: Knobs,
+    console: Console,
+) -> list[Trial]:
+    trials: list[Trial] = []
+    total = len(steps) * len(runners)
+    done = 0
+    for workload, tis, replicas, trial in steps:
+        for side, runner in runners.items():
+            done += 1
+            started = time.monotonic()
+            try:
+                result = runner(
+                    pg, workload, replace(knobs, max_tis_per_query=tis), replicas, trial
+                )
+            except Exception as exc:  # one broken trial must not lose the others
+                console.print(f"[red]{side} {workload.label} failed: {exc}[/red]")
+                continue
+            trials.append(result)
+            console.print(
+                f"[{done}/{total}] {side:7} {workload.label:18} tis={tis:<3} x{replicas} "
+                f"#{trial}: {result.tasks_per_s:>7.0f} tasks/s, makespan {result.makespan_s:.2f}s, "
+                f"lag p50 {result.lag_p50_ms:.0f} ms, CPU {result.cpu_ms_per_task:.2f} ms/task "
+                f"({time.monotonic() - started:.0f}s)"
+                + (f" ERR {result.errors}" if result.errors else ""),
+                highlight=False,
+            )
+    return trials
+
+
+if __name__ == "__main__":
+    sys.exit(main())

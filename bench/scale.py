@@ -1,0 +1,259 @@
+"""The scheduler alone at scale: how a tick's time grows with DAGs and task instances.
+
+One in-process `SchedulerLoop` (no-op executor, tis/query 512) on a fresh
+database. A probe workload (10 DAGs x 100 independent tasks, manual runs) is
+scheduled to the end at each background level, cumulatively:
+
+1. nothing else;
+2. + 10,000 registered DAGs (idle: manual-only schedules);
+3. + 100,000 blocked task instances (100 running runs of a 1,000-task chain
+   whose first task is held `running` by a live fake scheduler);
+4. + 100,000 task instances in flight (100 running runs of 1,000 independent
+   tasks, every one `running` under that fake scheduler).
+
+Per level: tick time (median, p95, max) while the probe runs, an idle tick's time,
+ticks to finish the probe, and the median time of each phase.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from bench.common import RESULTS, Knobs, Postgres
+from bench.shapes import Workload
+from bench.sluice_side import TEMPLATE, manifest, prepare_template
+from sluice.db.dags import SpecCache, sync_dag
+from sluice.db.engine import make_engine, session_factory
+from sluice.executors.noop import NoopExecutor
+from sluice.logs import configure_logging
+from sluice.scheduler.config import SchedulerConfig
+from sluice.scheduler.loop import SchedulerLoop
+from sluice.scheduler.triggers import trigger_run
+
+T = TypeVar("T")
+FAR = datetime(2100, 1, 1, tzinfo=UTC)
+
+
+class TimedLoop(SchedulerLoop):
+    """The real loop, with the wall time of each phase's transaction recorded."""
+
+    phase_times: dict[str, list[float]]
+
+    def _transaction(
+        self, phase: str, work: Callable[[Session], T], default: T, report: Any = None
+    ) -> T:
+        if not hasattr(self, "phase_times"):
+            self.phase_times = defaultdict(list)
+        started = time.perf_counter()
+        try:
+            return super()._transaction(phase, work, default, report)
+        finally:
+            self.phase_times[phase].append(time.perf_counter() - started)
+
+
+def _manual_manifest(workload: Workload, dag_id: str, knobs: Knobs, max_runs: int = 16) -> Any:
+    m = manifest(workload, dag_id, knobs)
+    spec = m.spec.model_copy(
+        update={"schedule": None, "paused": False, "max_active_runs": max_runs}
+    )
+    return m.model_copy(update={"spec": spec})
+
+
+def _register(sessions: Any, manifests: list[Any], batch: int = 500) -> None:
+    now = datetime.now(UTC)
+    for i in range(0, len(manifests), batch):
+        with sessions() as session:
+            for m in manifests[i : i + batch]:
+                sync_dag(session, m, now)
+            session.commit()
+
+
+def _background(sessions: Any, dag_id: str, workload: Workload, runs: int, held: str) -> None:
+    """`runs` running runs of `dag_id`; tasks matching `held` are running under a fake job."""
+    knobs = Knobs()
+    _register(sessions, [_manual_manifest(workload, dag_id, knobs, max_runs=runs + 1)])
+    specs = SpecCache()
+    base = datetime(2025, 1, 1, tzinfo=UTC)
+    with sessions() as session:
+        for i in range(runs):
+            trigger_run(
+                session,
+                specs,
+                dag_id,
+                base,
+                logical_date=base.replace(hour=i % 24, day=1 + i // 24),
+            )
+        job = session.execute(
+            text(
+                "INSERT INTO scheduler_job (hostname, pid, state, started_at, latest_heartbeat)"
+                " VALUES ('bench-fake', 0, 'running', now(), :far) RETURNING id"
+            ),
+            {"far": FAR},
+        ).scalar_one()
+        session.execute(
+            text("UPDATE dag_run SET state = 'running', start_date = now() WHERE dag_id = :d"),
+            {"d": dag_id},
+        )
+        session.execute(
+            text(
+                "UPDATE task_instance SET state = 'running', try_number = 1, needs_eval = false,"
+                " queued_at = now(), start_date = now(), last_heartbeat_at = :far,"
+                " running_by_job_id = :job, queued_by_job_id = :job"
+                f" WHERE dag_id = :d AND {held}"
+            ),
+            {"d": dag_id, "far": FAR, "job": job},
+        )
+        session.execute(
+            text(
+                "UPDATE task_instance SET needs_eval = false WHERE dag_id = :d AND state = 'none'"
+            ),
+            {"d": dag_id},
+        )
+        session.commit()
+    with sessions() as session:
+        session.execute(text("ANALYZE"))
+        session.commit()
+
+
+def _probe(loop: TimedLoop, sessions: Any, dag_ids: list[str]) -> dict[str, Any]:
+    loop.phase_times = defaultdict(list)
+    specs = SpecCache()
+    with sessions() as session:
+        for dag_id in dag_ids:
+            trigger_run(session, specs, dag_id, datetime.now(UTC))
+        session.commit()
+    ticks: list[float] = []
+    while True:
+        started = time.perf_counter()
+        loop.tick()
+        ticks.append(time.perf_counter() - started)
+        with sessions() as session:
+            active = session.execute(
+                text(
+                    "SELECT count(*) FROM dag_run WHERE dag_id = ANY(:ids)"
+                    " AND state IN ('queued', 'running')"
+                ),
+                {"ids": dag_ids},
+            ).scalar_one()
+        if not active or len(ticks) > 2000:
+            break
+    busy_phases = {k: statistics.median(v) * 1000 for k, v in loop.phase_times.items()}
+    idle: list[float] = []
+    for _ in range(5):
+        started = time.perf_counter()
+        loop.tick()
+        idle.append(time.perf_counter() - started)
+    ordered = sorted(ticks)
+    return {
+        "ticks": len(ticks),
+        "tick_median_ms": round(statistics.median(ticks) * 1000, 1),
+        "tick_p95_ms": round(ordered[int(0.95 * (len(ordered) - 1))] * 1000, 1),
+        "tick_max_ms": round(max(ticks) * 1000, 1),
+        "idle_tick_ms": round(statistics.median(idle) * 1000, 1),
+        "probe_s": round(sum(ticks), 2),
+        "phases_ms": {k: round(v, 2) for k, v in sorted(busy_phases.items())},
+    }
+
+
+def run_scale(console: Console, *, dags: int = 10_000, runs: int = 100, tasks: int = 1000) -> int:
+    configure_logging("warning")
+    knobs = Knobs()
+    pg = Postgres()
+    results: list[dict[str, Any]] = []
+    try:
+        prepare_template(pg, knobs)
+        url = pg.create("sluice_bench_scale", TEMPLATE)
+        engine = make_engine(url)
+        sessions = session_factory(engine)
+        probe_workload = Workload("no_structure", 10, 100)
+        probe_ids = [f"probe-{i}" for i in range(probe_workload.dags)]
+        _register(sessions, [_manual_manifest(probe_workload, d, knobs) for d in probe_ids])
+        loop = TimedLoop(sessions, NoopExecutor(), SchedulerConfig(max_tis_per_query=512))
+
+        def measure(level: str, setup: Callable[[], None]) -> None:
+            started = time.monotonic()
+            setup()
+            took = time.monotonic() - started
+            result = {
+                "level": level,
+                "setup_s": round(took, 1),
+                **_probe(loop, sessions, probe_ids),
+            }
+            with sessions() as session:
+                counts = session.execute(
+                    text(
+                        "SELECT (SELECT count(*) FROM dag), (SELECT count(*) FROM task_instance),"
+                        " (SELECT count(*) FROM task_instance WHERE state = 'running')"
+                    )
+                ).one()
+            result["dags"], result["task_instances"], result["running"] = (int(c) for c in counts)
+            results.append(result)
+            console.print(f"{level}: {json.dumps(result)}", highlight=False, soft_wrap=True)
+
+        idle_workload = Workload("linear", dags, 3)
+        measure("probe only", lambda: None)
+        measure(
+            f"+{dags:,} DAGs",
+            lambda: _register(
+                sessions,
+                [_manual_manifest(idle_workload, f"idle-{i:05d}", knobs) for i in range(dags)],
+            ),
+        )
+        measure(
+            f"+{runs * tasks:,} blocked TIs",
+            lambda: _background(
+                sessions, "bg-blocked", Workload("linear", 1, tasks), runs, "task_id = 't0'"
+            ),
+        )
+        measure(
+            f"+{runs * tasks:,} running TIs",
+            lambda: _background(
+                sessions, "bg-running", Workload("no_structure", 1, tasks), runs, "true"
+            ),
+        )
+        loop.close()
+        engine.dispose()
+    finally:
+        pg.stop()
+    table = Table(title="Scheduler alone at scale (probe: 10x100 no_structure, tis/query 512)")
+    for name in (
+        "level",
+        "DAGs",
+        "TIs",
+        "running",
+        "ticks",
+        "tick med/p95/max ms",
+        "idle tick ms",
+        "probe s",
+        "slowest phases (median ms)",
+    ):
+        table.add_column(name)
+    for r in results:
+        slow = sorted(r["phases_ms"].items(), key=lambda kv: -kv[1])[:3]
+        table.add_row(
+            r["level"],
+            f"{r['dags']:,}",
+            f"{r['task_instances']:,}",
+            f"{r['running']:,}",
+            str(r["ticks"]),
+            f"{r['tick_median_ms']}/{r['tick_p95_ms']}/{r['tick_max_ms']}",
+            str(r["idle_tick_ms"]),
+            str(r["probe_s"]),
+            ", ".join(f"{k} {v}" for k, v in slow),
+        )
+    console.print(table)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    for path in (RESULTS / f"scale-{stamp}.json", RESULTS / "scale-latest.json"):
+        path.write_text(json.dumps({"when": stamp, "levels": results}, indent=1))
+    return 0

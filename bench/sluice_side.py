@@ -1,0 +1,194 @@
+"""The Sluice side: a migrated template, DAGs registered paused, replicas as processes.
+
+One run per DAG comes from `schedule: "@once"` with a start date in the past,
+as Airflow's performance DAGs do: at t0 the DAGs are unpaused and the
+scheduler itself creates the runs (at most `runs_created` per tick).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from bench.common import RESULTS, Knobs, Meter, Postgres, stop_processes
+from bench.metrics import TaskTimes, Trial, summarize
+from bench.shapes import Workload
+from sluice.db.dags import sync_dag
+from sluice.db.engine import make_engine, session_factory
+from sluice.db.migrate import upgrade
+from sluice.spec.models import DagManifest
+from sluice.spec.validation import parse_dag_manifest
+
+TEMPLATE = "sluice_bench_template"
+START = "2024-01-01T00:00:00Z"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def prepare_template(pg: Postgres, knobs: Knobs) -> None:
+    url = pg.create(TEMPLATE)
+    upgrade(url)
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE slot_pool SET slots = :n WHERE name = 'default'"), {"n": knobs.pool_slots}
+        )
+    engine.dispose()
+    pg.set_template(TEMPLATE)
+
+
+def manifest(workload: Workload, dag_id: str, knobs: Knobs) -> DagManifest:
+    tasks: list[dict[str, Any]] = []
+    for name, ups in workload.graph().items():
+        task: dict[str, Any] = {"name": name}
+        if ups:
+            task["dependsOn"] = ups
+        tasks.append(task)
+    return parse_dag_manifest(
+        {
+            "apiVersion": "sluice.io/v1alpha1",
+            "kind": "DAG",
+            "metadata": {"name": dag_id},
+            "spec": {
+                "schedule": "@once",
+                "startDate": START,
+                "paused": True,
+                "maxActiveTasks": knobs.max_active_tasks,
+                "defaults": {"image": "busybox:1.36"},
+                "tasks": tasks,
+            },
+        }
+    )
+
+
+def register(session: Session, workload: Workload, knobs: Knobs) -> None:
+    now = datetime.now(UTC)
+    for dag_id in workload.dag_ids():
+        sync_dag(session, manifest(workload, dag_id, knobs), now)
+    session.commit()
+
+
+def start_replicas(
+    url: str, knobs: Knobs, count: int, log_dir: Path
+) -> list[subprocess.Popen[bytes]]:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    procs = []
+    for i in range(count):
+        log = (log_dir / f"sluice-replica-{i}.log").open("wb")
+        cmd = [
+            sys.executable,
+            "-m",
+            "bench.replica",
+            url,
+            f"--max-tis-per-query={knobs.max_tis_per_query}",
+            f"--runs-examined={knobs.runs_examined}",
+            f"--runs-created={knobs.runs_created}",
+            f"--idle-sleep={knobs.idle_sleep}",
+        ]
+        procs.append(subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT))
+    return procs
+
+
+def wait_for(condition: Any, timeout: float, what: str, interval: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def run_trial(
+    pg: Postgres,
+    workload: Workload,
+    knobs: Knobs,
+    replicas: int,
+    trial: int,
+    *,
+    timeout: float = 600.0,
+) -> Trial:
+    name = f"sluice_bench_{workload.shape}_{workload.dags}x{workload.tasks}_{replicas}_{trial}"
+    url = pg.create(name, TEMPLATE)
+    engine = make_engine(url, application_name="sluice-bench-harness")
+    sessions = session_factory(engine)
+    procs: list[subprocess.Popen[bytes]] = []
+    errors: list[str] = []
+    try:
+        with sessions() as session:
+            register(session, workload, knobs)
+        procs = start_replicas(url, knobs, replicas, RESULTS / "logs")
+
+        def ready() -> bool:
+            for proc in procs:
+                if proc.poll() is not None:
+                    raise RuntimeError(
+                        f"replica exited with {proc.returncode}; see bench/results/logs"
+                    )
+            with engine.connect() as conn:
+                n = conn.execute(
+                    text("SELECT count(*) FROM scheduler_job WHERE state = 'running'")
+                ).scalar_one()
+            return bool(n >= replicas)
+
+        wait_for(ready, 60, "replicas to register")
+        time.sleep(0.5)  # let every replica reach its idle sleep
+        meter = Meter([p.pid for p in procs], pg.pid)
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE dag SET is_paused = false"))
+            t0: datetime = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
+
+        def finished() -> bool:
+            with engine.connect() as conn:
+                total, active = conn.execute(
+                    text(
+                        "SELECT count(*), count(*) FILTER (WHERE state IN ('queued', 'running'))"
+                        " FROM dag_run"
+                    )
+                ).one()
+            return bool(total >= workload.dags and active == 0)
+
+        try:
+            wait_for(finished, timeout, "every run to end", interval=0.2)
+        except TimeoutError as exc:
+            errors.append(str(exc))
+        cpu = meter.read()
+        stop_processes(procs)
+        with engine.connect() as conn:
+            rows = [
+                TaskTimes(
+                    r.dag_id, r.task_id, r.queued_at, r.start_date, r.end_date, r.run_start, r.job
+                )
+                for r in conn.execute(
+                    text(
+                        "SELECT ti.dag_id, ti.task_id, ti.queued_at, ti.start_date, ti.end_date,"
+                        " r.start_date AS run_start,"
+                        " ti.queued_by_job_id AS job"
+                        " FROM task_instance ti JOIN dag_run r ON r.id = ti.dag_run_id"
+                    )
+                )
+            ]
+            failed = conn.execute(
+                text("SELECT count(*) FROM task_instance WHERE state <> 'success'")
+            ).scalar_one()
+        if failed:
+            errors.append(f"{failed} task instances did not succeed")
+        return summarize(
+            side="sluice",
+            workload=workload,
+            replicas=replicas,
+            max_tis_per_query=knobs.max_tis_per_query,
+            trial=trial,
+            t0=t0,
+            rows=rows,
+            cpu=cpu,
+            errors=errors,
+        )
+    finally:
+        stop_processes(procs)
+        engine.dispose()
+        pg.drop(name)

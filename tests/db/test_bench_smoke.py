@@ -1,0 +1,63 @@
+"""The benchmark harness does not rot: shapes, metrics, and one tiny Sluice trial end to end.
+
+No timing is asserted; figures depend on the machine. `make bench-smoke` prints them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from bench.common import Knobs, Postgres
+from bench.metrics import TaskTimes, lags_ms
+from bench.shapes import SHAPES, Workload, check
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("n", [1, 2, 10, 100])
+def test_shapes_are_dags_with_n_tasks(shape: str, n: int) -> None:
+    graph = SHAPES[shape](n)
+    assert len(graph) == n
+    check(graph)
+
+
+def test_grid_fans_in_toward_t0() -> None:
+    graph = SHAPES["grid"](10)
+    assert graph["t0"] == ["t2", "t1"]
+    assert not any("t0" in ups for ups in graph.values())
+
+
+def test_lag_is_measured_from_the_latest_upstream_end() -> None:
+    t = datetime(2026, 1, 1, tzinfo=UTC)
+    ms = timedelta(milliseconds=1)
+    rows = [
+        TaskTimes("r", "t0", t + 5 * ms, t + 6 * ms, t + 7 * ms, t, 1),
+        TaskTimes("r", "t1", t + 8 * ms, t + 9 * ms, t + 10 * ms, t, 1),
+        TaskTimes("r", "t2", t + 9 * ms, t + 10 * ms, t + 11 * ms, t, 1),
+    ]
+    graph = {"t0": [], "t1": ["t0"], "t2": ["t0"]}
+    assert lags_ms(graph, rows) == [5.0, 1.0, 2.0]
+
+
+@pytest.fixture(scope="module")
+def bench_postgres() -> Iterator[Postgres]:
+    from bench.sluice_side import prepare_template
+
+    pg = Postgres()
+    prepare_template(pg, Knobs())
+    yield pg
+    pg.stop()
+
+
+@pytest.mark.db
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_a_tiny_sluice_trial_runs_every_task(bench_postgres: Postgres, replicas: int) -> None:
+    from bench.sluice_side import run_trial
+
+    workload = Workload("binary_tree", 3, 5)
+    trial = run_trial(bench_postgres, workload, Knobs(), replicas, 0, timeout=120)
+    assert trial.errors == []
+    assert trial.tasks_done == workload.total_tasks
+    assert sum(trial.per_replica) == workload.total_tasks
+    assert trial.tasks_per_s > 0
