@@ -42,7 +42,8 @@ def _task(name: str, seconds: float, **extra: Any) -> dict[str, Any]:
 def manifests(now: datetime, fault_window: timedelta, event_log: Path) -> list[dict[str, Any]]:
     """Enough catchup work to keep the pool busy for about the fault window."""
     hour = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-    hours = max(3, int(fault_window.total_seconds() / 6))
+    # Capped so a long soak keeps a steady load instead of a backlog that outlasts it.
+    hours = max(3, min(30, int(fault_window.total_seconds() / 6)))
     minute = now.astimezone(UTC).replace(second=0, microsecond=0)
     defaults = {
         "image": "busybox:1.36",
