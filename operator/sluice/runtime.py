@@ -37,15 +37,15 @@ class LocalRuntime:
         state_dir: Path | None = None,
         config: SchedulerConfig | None = None,
     ) -> None:
-        self._temp = None if state_dir else Path(tempfile.mkdtemp(prefix="sluice-"))
-        self.state_dir: Path = state_dir or Path(tempfile.gettempdir())
-        if self._temp is not None:
-            self.state_dir = self._temp
+        self._temp: Path | None = None
+        if state_dir is None:
+            self._temp = state_dir = Path(tempfile.mkdtemp(prefix="sluice-"))
+        self.state_dir = state_dir
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._postgres: EmbeddedPostgres | None = None
         if database_url is None:
             self._postgres = start_embedded_postgres(
-                self.state_dir / "pgdata", keep_data=state_dir is not None
+                self.state_dir / "pgdata", keep_data=self._temp is None
             )
             database_url = self._postgres.url
         self.database_url = database_url
