@@ -15,13 +15,21 @@ import os
 import subprocess
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
-from bench.common import CACHE, RESULTS, Knobs, Meter, Postgres, stop_processes
-from bench.metrics import TaskTimes, Trial, summarize
+from bench.common import (
+    CACHE,
+    RESULTS,
+    Knobs,
+    Meter,
+    Postgres,
+    stop_processes,
+    unpause_all,
+    wait_for_runs,
+)
+from bench.metrics import Trial, read_task_times, summarize
 from bench.shapes import Workload
 
 AIRFLOW_VERSION = "2.10.5"
@@ -237,44 +245,18 @@ def run_trial(
             time.sleep(0.2)
         time.sleep(3)  # past startup work (adoption, first loops) into the idle sleep
         meter = Meter([p.pid for p in procs], pg.pid)
-        with engine.begin() as conn:
-            conn.execute(text("UPDATE dag SET is_paused = false"))
-            t0: datetime = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
-
-        deadline = time.monotonic() + timeout
-        while True:
-            with engine.connect() as conn:
-                total, active = conn.execute(
-                    text(
-                        "SELECT count(*), count(*) FILTER (WHERE state IN ('queued', 'running'))"
-                        " FROM dag_run"
-                    )
-                ).one()
-            if total >= workload.dags and active == 0:
-                break
-            if time.monotonic() > deadline:
-                errors.append(f"timed out after {timeout:.0f}s with {active} runs active")
-                break
-            time.sleep(0.2)
+        t0 = unpause_all(engine)
+        error = wait_for_runs(engine, workload.dags, timeout)
+        if error:
+            errors.append(error)
         cpu = meter.read()
         stop_processes(procs)
-        with engine.connect() as conn:
-            rows = [
-                TaskTimes(
-                    r.dag_id, r.task_id, r.queued_dttm, r.start_date, r.end_date, r.run_start, r.job
-                )
-                for r in conn.execute(
-                    text(
-                        "SELECT ti.dag_id, ti.task_id, ti.queued_dttm, ti.start_date, ti.end_date,"
-                        " r.start_date AS run_start,"
-                        " ti.queued_by_job_id AS job FROM task_instance ti"
-                        " JOIN dag_run r ON r.dag_id = ti.dag_id AND r.run_id = ti.run_id"
-                    )
-                )
-            ]
-            failed = conn.execute(
-                text("SELECT count(*) FROM task_instance WHERE state IS DISTINCT FROM 'success'")
-            ).scalar_one()
+        rows, failed = read_task_times(
+            engine,
+            "SELECT ti.dag_id, ti.task_id, ti.queued_dttm, ti.start_date, ti.end_date,"
+            " r.start_date AS run_start, ti.queued_by_job_id AS job FROM task_instance ti"
+            " JOIN dag_run r ON r.dag_id = ti.dag_id AND r.run_id = ti.run_id",
+        )
         if failed:
             errors.append(f"{failed} task instances did not succeed")
         return summarize(

@@ -7,7 +7,9 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, text
@@ -150,3 +152,41 @@ class Meter:
         busy, total = machine_busy()
         fraction = (busy - self.busy_start[0]) / max(1.0, total - self.busy_start[1])
         return sched, pg, fraction
+
+
+def wait_for(
+    condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.1
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def unpause_all(engine: Engine) -> datetime:
+    """t0: unpause every DAG (both sides' `dag` tables have `is_paused`); Postgres' clock."""
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE dag SET is_paused = false"))
+        t0: datetime = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
+    return t0
+
+
+def wait_for_runs(engine: Engine, expected: int, timeout: float) -> str | None:
+    """Wait until `expected` runs exist and none is queued or running; an error if not."""
+
+    def finished() -> bool:
+        with engine.connect() as conn:
+            total, active = conn.execute(
+                text(
+                    "SELECT count(*), count(*) FILTER (WHERE state IN ('queued', 'running'))"
+                    " FROM dag_run"
+                )
+            ).one()
+        return bool(total >= expected and active == 0)
+
+    try:
+        wait_for(finished, timeout, "every run to end", interval=0.2)
+    except TimeoutError as exc:
+        return str(exc)
+    return None

@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import Engine, text
+
 from bench.shapes import Graph, Workload
 
 
@@ -150,3 +152,16 @@ def spread(trials: list[Trial]) -> str:
     if len(values) < 2:
         return ""
     return f"{min(values):.0f}-{max(values):.0f} (sd {statistics.pstdev(values):.0f})"
+
+
+def read_task_times(engine: Engine, query: str) -> tuple[list[TaskTimes], int]:
+    """Task timestamps from a side's own schema, and how many tasks did not succeed.
+
+    `query` selects dag_id, task_id, queued, start_date, end_date, run_start and job.
+    """
+    with engine.connect() as conn:
+        rows = [TaskTimes(*row) for row in conn.execute(text(query))]
+        failed = conn.execute(
+            text("SELECT count(*) FROM task_instance WHERE state IS DISTINCT FROM 'success'")
+        ).scalar_one()
+    return rows, int(failed)

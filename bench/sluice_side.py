@@ -17,8 +17,17 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from bench.common import RESULTS, Knobs, Meter, Postgres, stop_processes
-from bench.metrics import TaskTimes, Trial, summarize
+from bench.common import (
+    RESULTS,
+    Knobs,
+    Meter,
+    Postgres,
+    stop_processes,
+    unpause_all,
+    wait_for,
+    wait_for_runs,
+)
+from bench.metrics import Trial, read_task_times, summarize
 from bench.shapes import Workload
 from sluice.db.dags import sync_dag
 from sluice.db.engine import make_engine, session_factory
@@ -95,14 +104,6 @@ def start_replicas(
     return procs
 
 
-def wait_for(condition: Any, timeout: float, what: str, interval: float = 0.1) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
-
-
 def run_trial(
     pg: Postgres,
     workload: Workload,
@@ -138,43 +139,18 @@ def run_trial(
         wait_for(ready, 60, "replicas to register")
         time.sleep(0.5)  # let every replica reach its idle sleep
         meter = Meter([p.pid for p in procs], pg.pid)
-        with engine.begin() as conn:
-            conn.execute(text("UPDATE dag SET is_paused = false"))
-            t0: datetime = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
-
-        def finished() -> bool:
-            with engine.connect() as conn:
-                total, active = conn.execute(
-                    text(
-                        "SELECT count(*), count(*) FILTER (WHERE state IN ('queued', 'running'))"
-                        " FROM dag_run"
-                    )
-                ).one()
-            return bool(total >= workload.dags and active == 0)
-
-        try:
-            wait_for(finished, timeout, "every run to end", interval=0.2)
-        except TimeoutError as exc:
-            errors.append(str(exc))
+        t0 = unpause_all(engine)
+        error = wait_for_runs(engine, workload.dags, timeout)
+        if error:
+            errors.append(error)
         cpu = meter.read()
         stop_processes(procs)
-        with engine.connect() as conn:
-            rows = [
-                TaskTimes(
-                    r.dag_id, r.task_id, r.queued_at, r.start_date, r.end_date, r.run_start, r.job
-                )
-                for r in conn.execute(
-                    text(
-                        "SELECT ti.dag_id, ti.task_id, ti.queued_at, ti.start_date, ti.end_date,"
-                        " r.start_date AS run_start,"
-                        " ti.queued_by_job_id AS job"
-                        " FROM task_instance ti JOIN dag_run r ON r.id = ti.dag_run_id"
-                    )
-                )
-            ]
-            failed = conn.execute(
-                text("SELECT count(*) FROM task_instance WHERE state <> 'success'")
-            ).scalar_one()
+        rows, failed = read_task_times(
+            engine,
+            "SELECT ti.dag_id, ti.task_id, ti.queued_at, ti.start_date, ti.end_date,"
+            " r.start_date AS run_start, ti.queued_by_job_id AS job"
+            " FROM task_instance ti JOIN dag_run r ON r.id = ti.dag_run_id",
+        )
         if failed:
             errors.append(f"{failed} task instances did not succeed")
         return summarize(
