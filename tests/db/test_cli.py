@@ -25,35 +25,13 @@ from typer.testing import CliRunner, Result
 from sluice.cli import app
 from sluice.db.dags import sync_dag
 from sluice.db.models import Backfill, DagRun
+from tests.manifests import BAD, GOOD
 from tests.support import manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 SLUICE = Path(sys.executable).parent / "sluice"
 
-GOOD = """\
-apiVersion: sluice.io/v1alpha1
-kind: DAG
-metadata: {name: good}
-spec:
-  schedule: "@hourly"
-  startDate: 2026-12-01T00:00:00Z
-  defaults: {image: busybox:1.36, command: [sh, -c]}
-  tasks:
-    - {name: a, args: [echo a]}
-    - {name: b, args: [echo b], dependsOn: [a]}
-"""
-
-BAD = """\
-apiVersion: sluice.io/v1alpha1
-kind: DAG
-metadata: {name: bad}
-spec:
-  defaults: {image: busybox:1.36}
-  tasks:
-    - {name: a, dependsOn: [z]}
-    - {name: b, retries: -1}
-"""
 
 FAILING = """\
 apiVersion: sluice.io/v1alpha1

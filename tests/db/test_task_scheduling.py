@@ -153,19 +153,22 @@ def test_retries_exhausted_fail_the_task(sessions: sessionmaker[Session]) -> Non
     assert [launch.try_number for launch in executor.started] == [1, 2]
 
 
-def test_depends_on_past_waits_for_the_previous_run(sessions: sessionmaker[Session]) -> None:
+def _two_hourly_intervals_ago(
+    sessions: sessionmaker[Session], name: str, tasks: list[dict[str, object]], **spec: object
+) -> FakeClock:
+    """An hourly DAG with catchup from T0, registered two hours later: two runs are due."""
     clock = FakeClock(T0 + timedelta(hours=2))
     register(
         sessions,
-        manifest(
-            "dp",
-            [{"name": "t", "dependsOnPast": True}],
-            schedule="@hourly",
-            startDate="2026-12-01T00:00:00Z",
-            catchup=True,
-            maxActiveRuns=2,
-        ),
+        manifest(name, tasks, schedule="@hourly", startDate=T0.isoformat(), catchup=True, **spec),
         clock.now,
+    )
+    return clock
+
+
+def test_depends_on_past_waits_for_the_previous_run(sessions: sessionmaker[Session]) -> None:
+    clock = _two_hourly_intervals_ago(
+        sessions, "dp", [{"name": "t", "dependsOnPast": True}], maxActiveRuns=2
     )
     executor = ScriptedExecutor()
     executor.hold.add("t")
@@ -183,18 +186,7 @@ def test_depends_on_past_waits_for_the_previous_run(sessions: sessionmaker[Sessi
 
 
 def test_depends_on_past_blocks_after_a_failure(sessions: sessionmaker[Session]) -> None:
-    clock = FakeClock(T0 + timedelta(hours=2))
-    register(
-        sessions,
-        manifest(
-            "dpf",
-            [{"name": "t", "dependsOnPast": True}],
-            schedule="@hourly",
-            startDate="2026-12-01T00:00:00Z",
-            catchup=True,
-        ),
-        clock.now,
-    )
+    clock = _two_hourly_intervals_ago(sessions, "dpf", [{"name": "t", "dependsOnPast": True}])
     executor = ScriptedExecutor({"t": [F]})
     run_until_idle(make_loop(sessions, executor, clock))
     with sessions() as session:
@@ -207,20 +199,8 @@ def test_depends_on_past_blocks_after_a_failure(sessions: sessionmaker[Session])
 def test_wait_for_downstream_waits_for_the_previous_runs_children(
     sessions: sessionmaker[Session],
 ) -> None:
-    clock = FakeClock(T0 + timedelta(hours=2))
     tasks = [{"name": "a", "waitForDownstream": True}, {"name": "b", "dependsOn": ["a"]}]
-    register(
-        sessions,
-        manifest(
-            "wfd",
-            tasks,
-            schedule="@hourly",
-            startDate="2026-12-01T00:00:00Z",
-            catchup=True,
-            maxActiveRuns=2,
-        ),
-        clock.now,
-    )
+    clock = _two_hourly_intervals_ago(sessions, "wfd", tasks, maxActiveRuns=2)
     executor = ScriptedExecutor()
     executor.hold.add("b")
     loop = make_loop(sessions, executor, clock)
