@@ -163,8 +163,17 @@ def test_pool_and_backfill_rules(crds: Cluster, k8s_namespace: str) -> None:
     )
     assert "spec.slots" in err
     assert "greater than or equal to 0" in err
-    header = crds.kubectl("get", "pools").stdout.split("\n")[0]
-    assert header.split()[:5] == ["NAME", "SLOTS", "RUNNING", "QUEUED", "OPEN"]
+    # A pool of our own, so the table has a header even on a fresh cluster
+    # (kubectl prints none when there is nothing to list).
+    crds.apply(
+        "apiVersion: sluice.io/v1alpha1\nkind: Pool\n"
+        "metadata: {name: sluice-test-columns}\nspec: {slots: 2}\n"
+    )
+    try:
+        header = crds.kubectl("get", "pools").stdout.split("\n")[0]
+        assert header.split()[:5] == ["NAME", "SLOTS", "RUNNING", "QUEUED", "OPEN"]
+    finally:
+        crds.kubectl("delete", "pool", "sluice-test-columns", "--wait=false")
     err = _rejected(
         crds,
         """\
