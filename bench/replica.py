@@ -18,6 +18,7 @@ from types import FrameType
 from sqlalchemy import Engine, create_engine
 
 from sluice.db.engine import make_engine, normalize_url, session_factory
+from sluice.db.wakeups import Waker
 from sluice.executors.noop import NoopExecutor
 from sluice.logs import configure_logging
 from sluice.scheduler.config import SchedulerConfig
@@ -31,6 +32,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs-examined", type=int, default=20)
     parser.add_argument("--runs-created", type=int, default=10)
     parser.add_argument("--idle-sleep", type=float, default=1.0)
+    parser.add_argument(
+        "--critical-batches",
+        type=int,
+        default=SchedulerConfig.critical_batches_per_tick,
+        help="critical-section batches per tick (1: one query per tick, as Airflow)",
+    )
+    parser.add_argument("--no-wake", action="store_true", help="idle sleep without LISTEN/NOTIFY")
     args = parser.parse_args(argv)
     configure_logging("warning")
 
@@ -48,8 +56,10 @@ def main(argv: list[str] | None = None) -> None:
         max_tis_per_query=args.max_tis_per_query,
         runs_examined_per_tick=args.runs_examined,
         runs_created_per_tick=args.runs_created,
+        critical_batches_per_tick=args.critical_batches,
     )
-    loop = SchedulerLoop(session_factory(engine), NoopExecutor(), config)
+    waker = None if args.no_wake else Waker(engine)
+    loop = SchedulerLoop(session_factory(engine), NoopExecutor(), config, waker=waker)
     print(f"ready job={loop.job_id}", flush=True)
     try:
         loop.run(lambda: stopping)

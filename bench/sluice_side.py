@@ -7,6 +7,7 @@ scheduler itself creates the runs (at most `runs_created` per tick).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -99,6 +100,8 @@ def start_replicas(
             f"--runs-examined={knobs.runs_examined}",
             f"--runs-created={knobs.runs_created}",
             f"--idle-sleep={knobs.idle_sleep}",
+            # Sluice-only settings for A/B runs, e.g. "--critical-batches=1 --no-wake".
+            *os.environ.get("SLUICE_BENCH_REPLICA_ARGS", "").split(),
         ]
         procs.append(subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT))
     return procs

@@ -192,3 +192,24 @@ def test_critical_section_query_count_does_not_grow_with_tasks(
         counts.append(len(statements))
         assert len(queued) == n
     assert counts[0] == counts[1] <= 8
+
+
+def test_full_batches_repeat_within_a_tick_up_to_the_cap(
+    sessions: sessionmaker[Session],
+) -> None:
+    clock = FakeClock()
+    tasks = [{"name": f"t{i}", "image": "busybox"} for i in range(10)]
+    register(sessions, manifest("wide", tasks, schedule=None), clock())
+    trigger(sessions, "wide", clock())
+    executor = ScriptedExecutor()
+    loop = make_loop(
+        sessions, executor, clock, max_tis_per_query=3, critical_batches_per_tick=2,
+        dispatch_batch=2,
+    )  # fmt: skip
+    report = loop.tick()
+    assert report.tasks_queued == 6  # two full batches of 3, then the cap
+    assert report.tasks_started == 4  # two full dispatch batches of 2, then the cap
+    report = loop.tick()
+    assert report.tasks_queued == 4  # 3, then 1: a batch that is not full ends the phase
+    assert report.tasks_started == 4
+    assert len(executor.started) == 8

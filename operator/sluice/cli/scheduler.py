@@ -13,6 +13,7 @@ from sluice.config import ConfigError, require_database_url
 from sluice.db.dags import sync_dag
 from sluice.db.engine import make_engine, session_factory
 from sluice.db.migrate import upgrade
+from sluice.db.wakeups import Waker
 from sluice.executors.base import Executor
 from sluice.executors.local import LocalExecutor
 from sluice.executors.noop import NoopExecutor
@@ -88,7 +89,7 @@ def scheduler(
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    loop = SchedulerLoop(sessions, chosen, config)
+    loop = SchedulerLoop(sessions, chosen, config, waker=Waker(engine))
     try:
         loop.run(lambda: stopping["now"])
     finally:

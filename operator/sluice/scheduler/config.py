@@ -15,6 +15,8 @@ class SchedulerConfig:
     runs_examined_per_tick: int = 20
     # Phase 3: scheduled task instances read per critical section (Airflow: max_tis_per_query).
     max_tis_per_query: int = 512
+    # Critical-section batches per tick: another follows only while the last came back full.
+    critical_batches_per_tick: int = 8
     # Outbox rows claimed per dispatch.
     dispatch_batch: int = 512
     # Phase 4: housekeeping periods and thresholds (seconds).

@@ -13,15 +13,47 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, select, tuple_, update
+from sqlalchemy import Row, text
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache
-from sluice.db.models import DagRun, Outbox, TaskInstance, TaskTry
 from sluice.executors.base import TaskLaunch
 from sluice.scheduler.critical import START_TASK
 from sluice.scheduler.results import ALERT
 from sluice.spec.states import TaskState
+
+# One round trip: take the outbox rows, compare-and-set each try `queued -> running`,
+# record the try, and read what the launch needs from the run.
+_CLAIM = text(
+    """
+    WITH taken AS (
+        DELETE FROM outbox WHERE id IN (
+            SELECT id FROM outbox
+            WHERE kind = :kind AND not_before <= :now
+            ORDER BY id LIMIT :limit
+            FOR UPDATE SKIP LOCKED)
+        RETURNING CAST(payload->>'ti_id' AS bigint) AS ti_id,
+                  CAST(payload->>'try_number' AS integer) AS try_number
+    ), claimed AS (
+        UPDATE task_instance ti SET
+            state = :running, start_date = :now, last_heartbeat_at = :now,
+            running_by_job_id = :job_id, external_id = NULL
+        FROM taken
+        WHERE ti.id = taken.ti_id AND ti.try_number = taken.try_number AND ti.state = :queued
+        RETURNING ti.id, ti.try_number, ti.dag_run_id, ti.task_id
+    ), tries AS (
+        UPDATE task_try tt SET
+            state = :running, start_date = :now, scheduler_job_id = :job_id,
+            external_id = :executor
+        FROM claimed
+        WHERE tt.task_instance_id = claimed.id AND tt.try_number = claimed.try_number
+    )
+    SELECT c.id, c.try_number, c.task_id, r.dag_id, r.run_id, r.dag_version_id,
+           r.logical_date, r.data_interval_start, r.data_interval_end, r.conf
+    FROM claimed c JOIN dag_run r ON r.id = c.dag_run_id
+    ORDER BY c.id
+    """
+)
 
 
 def claim_task_starts(
@@ -33,72 +65,38 @@ def claim_task_starts(
     executor_name: str,
     limit: int,
 ) -> list[TaskLaunch]:
-    """Claim up to `limit` queued tries for this replica; the caller commits, then starts them."""
-    effects = take_outbox(session, START_TASK, now, limit=limit)
-    if not effects:
-        return []
-    keys = [(e["ti_id"], e["try_number"]) for e in effects]
+    """Claim up to `limit` queued tries for this replica; the caller commits, then starts them.
+
+    An outbox row whose try is no longer queued (requeued, failed, claimed by a
+    fenced-off replica) is dropped: the try it named will never start.
+    """
     claimed = session.execute(
-        update(TaskInstance)
-        .where(
-            tuple_(TaskInstance.id, TaskInstance.try_number).in_(keys),
-            TaskInstance.state == TaskState.QUEUED,
-        )
-        .values(
-            state=TaskState.RUNNING,
-            start_date=now,
-            last_heartbeat_at=now,
-            running_by_job_id=job_id,
-            external_id=None,
-        )
-        .returning(
-            TaskInstance.id,
-            TaskInstance.try_number,
-            TaskInstance.dag_run_id,
-            TaskInstance.task_id,
-        )
+        _CLAIM,
+        {
+            "kind": START_TASK,
+            "now": now,
+            "limit": limit,
+            "job_id": job_id,
+            "executor": executor_name,
+            "queued": TaskState.QUEUED.value,
+            "running": TaskState.RUNNING.value,
+        },
     ).all()
-    if not claimed:
-        return []
-    session.execute(
-        update(TaskTry)
-        .where(
-            tuple_(TaskTry.task_instance_id, TaskTry.try_number).in_(
-                [(c.id, c.try_number) for c in claimed]
-            )
-        )
-        .values(
-            state=TaskState.RUNNING,
-            start_date=now,
-            scheduler_job_id=job_id,
-            external_id=executor_name,
-        )
-    )
-    runs = {
-        run.id: run
-        for run in session.execute(
-            select(DagRun).where(DagRun.id.in_({c.dag_run_id for c in claimed}))
-        ).scalars()
-    }
-    return [
-        _launch(specs, session, runs[c.dag_run_id], c.task_id, c.id, c.try_number) for c in claimed
-    ]
+    return [_launch(specs, session, c) for c in claimed]
 
 
-def _launch(
-    specs: SpecCache, session: Session, run: DagRun, task_id: str, ti_id: int, try_number: int
-) -> TaskLaunch:
-    task = specs.get(session, run.dag_version_id).tasks[task_id]
+def _launch(specs: SpecCache, session: Session, c: Row[Any]) -> TaskLaunch:
+    task = specs.get(session, c.dag_version_id).tasks[c.task_id]
     return TaskLaunch(
-        ti_id=ti_id,
-        try_number=try_number,
-        dag_id=run.dag_id,
-        task_id=task_id,
-        run_id=run.run_id,
-        logical_date=run.logical_date,
-        data_interval_start=run.data_interval_start,
-        data_interval_end=run.data_interval_end,
-        conf=dict(run.conf),
+        ti_id=c.id,
+        try_number=c.try_number,
+        dag_id=c.dag_id,
+        task_id=c.task_id,
+        run_id=c.run_id,
+        logical_date=c.logical_date,
+        data_interval_start=c.data_interval_start,
+        data_interval_end=c.data_interval_end,
+        conf=dict(c.conf),
         image=task.image,
         command=list(task.command),
         args=list(task.args),
@@ -119,15 +117,19 @@ def claim_alerts(session: Session, now: datetime, *, limit: int) -> list[dict[st
     return take_outbox(session, ALERT, now, limit=limit)
 
 
+_TAKE = text(
+    """
+    DELETE FROM outbox WHERE id IN (
+        SELECT id FROM outbox
+        WHERE kind = :kind AND not_before <= :now
+        ORDER BY id LIMIT :limit
+        FOR UPDATE SKIP LOCKED)
+    RETURNING id, payload
+    """
+)
+
+
 def take_outbox(session: Session, kind: str, now: datetime, *, limit: int) -> list[dict[str, Any]]:
     """Lock (SKIP LOCKED, oldest first) and delete up to `limit` ready rows of one kind."""
-    rows = session.execute(
-        select(Outbox.id, Outbox.payload)
-        .where(Outbox.kind == kind, Outbox.not_before <= now)
-        .order_by(Outbox.id)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-    ).all()
-    if rows:
-        session.execute(delete(Outbox).where(Outbox.id.in_([r.id for r in rows])))
-    return [dict(r.payload) for r in rows]
+    rows = session.execute(_TAKE, {"kind": kind, "now": now, "limit": limit}).all()
+    return [dict(payload) for _, payload in sorted(rows, key=lambda r: r[0])]

@@ -39,10 +39,11 @@ class ExamineStats:
 
 
 def examine_running_runs(
-    session: Session, specs: SpecCache, now: datetime, limit: int
+    session: Session, specs: SpecCache, now: datetime, limit: int, *, quiet: bool = True
 ) -> ExamineStats:
+    """Examine up to `limit` runs; with `quiet`, runs without work fill the rest of the batch."""
     stats = ExamineStats()
-    runs = _take_runs(session, now, limit)
+    runs = _take_runs(session, now, limit, quiet=quiet)
     if not runs:
         return stats
     run_ids = [run.id for run in runs]
@@ -85,13 +86,13 @@ def _examine(
     _finish_completed_runs(session, live, now, stats)
 
 
-def _take_runs(session: Session, now: datetime, limit: int) -> list[DagRun]:
+def _take_runs(session: Session, now: datetime, limit: int, *, quiet: bool) -> list[DagRun]:
     """Runs with work first (changed counters, due retries, all tasks done), then the rest.
 
     Both lists are taken `FOR UPDATE SKIP LOCKED`, least recently examined first.
     Runs with work are found through partial indexes, so a tick costs the same
-    however many runs sit idle; the round-robin over the rest still catches
-    timeouts.
+    however many runs sit idle. The round-robin over the rest (`quiet`) only
+    has timeouts to catch, so the loop asks for it once per tick interval.
     """
     with_work = (
         select(TaskInstance.dag_run_id)
@@ -114,7 +115,7 @@ def _take_runs(session: Session, now: datetime, limit: int) -> list[DagRun]:
         .with_for_update(of=DagRun, skip_locked=True)
     )
     urgent = list(session.execute(base.where(DagRun.id.in_(with_work)).limit(limit)).scalars())
-    if len(urgent) >= limit:
+    if len(urgent) >= limit or not quiet:
         return urgent
     rest = base.limit(limit - len(urgent))
     if urgent:

@@ -2,13 +2,17 @@
 
 1. create runs the timetables call for, and start queued runs within maxActiveRuns;
 2. examine running runs: trigger rules, retries, timeouts, run completion;
-3. the critical section: queue scheduled tasks within pools and limits;
-4. housekeeping: hand queued tries to the executor, apply its reports and
-   heartbeats, scheduler heartbeats, zombies, counter reconciliation.
+3. the critical section: queue scheduled tasks within pools and limits, in
+   batches of `max_tis_per_query`, each its own short transaction, repeated
+   while batches come back full (up to `critical_batches_per_tick`);
+4. housekeeping: hand queued tries to the executor (and claim alerts) in one
+   transaction, apply its reports and heartbeats, scheduler heartbeats,
+   zombies, counter reconciliation.
 
 A phase that meets a busy lock skips this tick; a deadlock is retried with
 backoff; any other error is logged and the loop goes on (invariant 6). The
-clock is injected so tests can drive time.
+clock is injected so tests can drive time. An idle loop sleeps one tick
+interval, or less when a `Waker` hears that work appeared.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import structlog
@@ -25,6 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db import locks
 from sluice.db.dags import SpecCache
+from sluice.db.wakeups import Waker
 from sluice.executors.base import Executor, TaskEvent, TaskLaunch
 from sluice.scheduler import housekeeping, reconcile
 from sluice.scheduler.config import SchedulerConfig
@@ -83,12 +88,14 @@ class SchedulerLoop:
         *,
         clock: Clock = utcnow,
         sleep: Callable[[float], None] = time.sleep,
+        waker: Waker | None = None,
     ) -> None:
         self.sessions = sessions
         self.executor = executor
         self.config = config or SchedulerConfig()
         self.clock = clock
         self.sleep = sleep
+        self.waker = waker
         self.specs = SpecCache()
         # No fallback here: a replica that cannot register exits and is restarted.
         with self.sessions() as session:
@@ -98,6 +105,7 @@ class SchedulerLoop:
         self._last_heartbeat = self.clock()
         self._last_zombie_check = self.clock()
         self._last_reconcile = self.clock()
+        self._last_quiet_examine = self.clock() - timedelta(seconds=self.config.tick_interval)
 
     # -- the tick -----------------------------------------------------------------
 
@@ -107,20 +115,21 @@ class SchedulerLoop:
         now = self.clock()
 
         # Phase 1: runs.
-        report.runs_created = self._transaction(
-            "create_runs",
-            lambda s: create_due_runs(s, self.specs, now, cfg.runs_created_per_tick),
-            0,
-            report,
-        )
-        report.runs_started = self._transaction(
-            "start_runs", lambda s: start_queued_runs(s, now, cfg.runs_created_per_tick), 0, report
-        )
+        def runs(session: Session) -> tuple[int, int]:
+            created = create_due_runs(session, self.specs, now, cfg.runs_created_per_tick)
+            return created, start_queued_runs(session, now, cfg.runs_created_per_tick)
 
-        # Phase 2: examine running runs.
+        report.runs_created, report.runs_started = self._transaction("runs", runs, (0, 0), report)
+
+        # Phase 2: examine running runs (quiet ones too, once per tick interval).
+        quiet = (now - self._last_quiet_examine).total_seconds() >= cfg.tick_interval
+        if quiet:
+            self._last_quiet_examine = now
         stats = self._transaction(
             "examine",
-            lambda s: examine_running_runs(s, self.specs, now, cfg.runs_examined_per_tick),
+            lambda s: examine_running_runs(
+                s, self.specs, now, cfg.runs_examined_per_tick, quiet=quiet
+            ),
             None,
             report,
         )
@@ -130,55 +139,66 @@ class SchedulerLoop:
             report.tasks_scheduled = stats.scheduled + stats.retried
 
         # Phase 3: the critical section.
-        result = self._transaction(
-            "critical_section",
-            lambda s: queue_schedulable_task_instances(
-                s, self.clock(), job_id=self.job_id, max_tis=cfg.max_tis_per_query
-            ),
-            None,
-            report,
-        )
-        if result is not None:
-            report.critical_section_skipped = not result.entered
-            report.tasks_queued = len(result.queued)
+        self._queue_tasks(report)
 
         # Phase 4: hand over, collect reports, housekeeping.
         report.tasks_started = self._dispatch(report)
-        self._deliver_alerts(report)
         report.events_applied = self._sync_executor(report)
         self._housekeeping(now, report)
         return report
 
+    def _queue_tasks(self, report: TickReport) -> None:
+        """Critical-section batches, each committed (releasing the pool lock) before the next.
+
+        Another batch follows only while the last one came back full, so a
+        backlog drains within a tick and the lock is never held for more than
+        one batch.
+        """
+        cfg = self.config
+        for _ in range(cfg.critical_batches_per_tick):
+            result = self._transaction(
+                "critical_section",
+                lambda s: queue_schedulable_task_instances(
+                    s, self.clock(), job_id=self.job_id, max_tis=cfg.max_tis_per_query
+                ),
+                None,
+                report,
+            )
+            if result is None:
+                return
+            report.critical_section_skipped = not result.entered
+            report.tasks_queued += len(result.queued)
+            if len(result.queued) < cfg.max_tis_per_query:
+                return
+
     def _dispatch(self, report: TickReport) -> int:
-        no_launches: list[TaskLaunch] = []
-        launches = self._transaction(
-            "dispatch",
-            lambda s: claim_task_starts(
-                s,
+        """Claim queued tries and pending alerts, a batch per transaction; act after each commit."""
+        nothing: tuple[list[TaskLaunch], list[dict[str, Any]]] = ([], [])
+
+        def claim(session: Session) -> tuple[list[TaskLaunch], list[dict[str, Any]]]:
+            now = self.clock()
+            launches = claim_task_starts(
+                session,
                 self.specs,
-                self.clock(),
+                now,
                 job_id=self.job_id,
                 executor_name=self.executor.name,
                 limit=self.config.dispatch_batch,
-            ),
-            no_launches,
-            report,
-        )
-        # Started only after the claim committed: at most one start per try.
-        if launches:
-            self.executor.start(launches)
-        return len(launches)
+            )
+            return launches, claim_alerts(session, now, limit=self.config.dispatch_batch)
 
-    def _deliver_alerts(self, report: TickReport) -> None:
-        no_alerts: list[dict[str, Any]] = []
-        alerts = self._transaction(
-            "alerts",
-            lambda s: claim_alerts(s, self.clock(), limit=self.config.dispatch_batch),
-            no_alerts,
-            report,
-        )
-        for alert in alerts:
-            log.warning("alert: task try failed", **alert)
+        started = 0
+        for _ in range(self.config.critical_batches_per_tick):
+            launches, alerts = self._transaction("dispatch", claim, nothing, report)
+            # Started only after the claim committed: at most one start per try.
+            if launches:
+                self.executor.start(launches)
+            for alert in alerts:
+                log.warning("alert: task try failed", **alert)
+            started += len(launches)
+            if len(launches) < self.config.dispatch_batch:
+                break
+        return started
 
     def _sync_executor(self, report: TickReport) -> int:
         self._pending_events.extend(self.executor.poll())
@@ -312,10 +332,19 @@ class SchedulerLoop:
         while not should_stop():
             report = self.tick()
             if not report.busy:
-                self.sleep(self.config.tick_interval)
+                self.idle()
+
+    def idle(self) -> None:
+        """Wait one tick interval, or until the waker hears that work appeared."""
+        if self.waker is not None:
+            self.waker.wait(self.config.tick_interval)
+        else:
+            self.sleep(self.config.tick_interval)
 
     def close(self) -> None:
         self.executor.shutdown()
+        if self.waker is not None:
+            self.waker.close()
         self._transaction(
             "end", lambda s: housekeeping.end_scheduler(s, self.job_id, self.clock()), None
         )
