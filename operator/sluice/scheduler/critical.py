@@ -14,17 +14,40 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import func, select, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from sluice.db import locks
-from sluice.db.models import Dag, Outbox, SlotPool, TaskInstance, TaskTry
+from sluice.db.models import Dag, SlotPool, TaskInstance
 from sluice.spec.states import OCCUPYING_TASK_STATES, TaskState
 
 START_TASK = "start_task"
+
+
+# One round trip for the writes: each chosen instance `scheduled -> queued` with its try
+# number bumped, a task_try row, and a `start_task` outbox row per try.
+_QUEUE = text(
+    """
+    WITH queued AS (
+        UPDATE task_instance SET
+            state = :queued, try_number = try_number + 1, queued_at = :now,
+            queued_by_job_id = :job_id, start_date = NULL, end_date = NULL,
+            exit_code = NULL, reason = NULL, last_heartbeat_at = NULL
+        WHERE id = ANY(:ids) AND state = :scheduled
+        RETURNING id, try_number
+    ), tries AS (
+        INSERT INTO task_try (task_instance_id, try_number, state, queued_at, scheduler_job_id)
+        SELECT id, try_number, :queued, :now, :job_id FROM queued
+    ), starts AS (
+        INSERT INTO outbox (kind, payload, created_at, not_before, attempts)
+        SELECT :kind, jsonb_build_object('ti_id', id, 'try_number', try_number), :now, :now, 0
+        FROM queued
+    )
+    SELECT id, try_number FROM queued ORDER BY id
+    """
+)
 
 
 @dataclass
@@ -109,44 +132,15 @@ def queue_schedulable_task_instances(
         return result
 
     queued = session.execute(
-        update(TaskInstance)
-        .where(TaskInstance.id.in_(chosen), TaskInstance.state == TaskState.SCHEDULED)
-        .values(
-            state=TaskState.QUEUED,
-            try_number=TaskInstance.try_number + 1,
-            queued_at=now,
-            queued_by_job_id=job_id,
-            start_date=None,
-            end_date=None,
-            exit_code=None,
-            reason=None,
-            last_heartbeat_at=None,
-        )
-        .returning(TaskInstance.id, TaskInstance.try_number)
+        _QUEUE,
+        {
+            "ids": chosen,
+            "now": now,
+            "job_id": job_id,
+            "kind": START_TASK,
+            "scheduled": TaskState.SCHEDULED.value,
+            "queued": TaskState.QUEUED.value,
+        },
     ).all()
     result.queued = [(ti_id, try_number) for ti_id, try_number in queued]
-    tries: list[dict[str, Any]] = [
-        {
-            "task_instance_id": ti_id,
-            "try_number": try_number,
-            "state": TaskState.QUEUED.value,
-            "queued_at": now,
-            "scheduler_job_id": job_id,
-        }
-        for ti_id, try_number in result.queued
-    ]
-    session.execute(insert(TaskTry), tries)
-    session.execute(
-        insert(Outbox),
-        [
-            {
-                "kind": START_TASK,
-                "payload": {"ti_id": ti_id, "try_number": try_number},
-                "created_at": now,
-                "not_before": now,
-                "attempts": 0,
-            }
-            for ti_id, try_number in result.queued
-        ],
-    )
     return result

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from sluice.db.dags import SpecCache
 from sluice.db.models import DagRun, Outbox, TaskInstance, TaskTry
 from sluice.executors.base import TaskEvent
-from sluice.scheduler.transitions import Settled, lock_runs, propagate
+from sluice.scheduler.transitions import Settled, lock_runs_of, propagate
 from sluice.spec.retries import retry_delay
 from sluice.spec.states import TaskState
 
@@ -53,10 +53,7 @@ def apply_task_events(
         return []
     by_key = {e.key: e for e in events}
     ti_ids = sorted({e.ti_id for e in events})
-    run_ids = session.execute(
-        select(TaskInstance.dag_run_id).where(TaskInstance.id.in_(ti_ids))
-    ).scalars()
-    lock_runs(session, run_ids)
+    lock_runs_of(session, ti_ids)
     rows = session.execute(
         select(
             TaskInstance.id,

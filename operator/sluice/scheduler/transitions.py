@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from sqlalchemy import bindparam, select, text, update
 from sqlalchemy.orm import Session
 
-from sluice.db.models import DagRun
+from sluice.db.models import DagRun, TaskInstance
 from sluice.spec.states import TERMINAL_TASK_STATES, TaskState
 
 
@@ -30,6 +30,26 @@ def lock_runs(session: Session, run_ids: Iterable[int]) -> list[int]:
     return list(
         session.execute(
             select(DagRun.id).where(DagRun.id.in_(ids)).order_by(DagRun.id).with_for_update()
+        )
+        .scalars()
+        .all()
+    )
+
+
+def lock_runs_of(session: Session, ti_ids: Sequence[int]) -> list[int]:
+    """Lock the runs of these task instances, in id order (waiting); returns the run ids."""
+    if not ti_ids:
+        return []
+    return list(
+        session.execute(
+            select(DagRun.id)
+            .where(
+                DagRun.id.in_(
+                    select(TaskInstance.dag_run_id).where(TaskInstance.id.in_(list(ti_ids)))
+                )
+            )
+            .order_by(DagRun.id)
+            .with_for_update()
         )
         .scalars()
         .all()
