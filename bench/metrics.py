@@ -8,9 +8,8 @@
   (read in /proc), divided by the tasks; Postgres's CPU and the machine's
   busy fraction over the same time say which one was the limit;
 - start lag: as scheduling lag but to the time the try was handed to the
-  executor (Sluice: the dispatch claim; Airflow: the no-op executor's update).
-  Both are read from a fresh clock, while Sluice's `queued_at` is its tick's
-  start time (see the report), so this is the cross-check.
+  executor (Sluice: the dispatch claim; Airflow: the no-op executor's update),
+  a cross-check of the queued figure.
 - tasks per replica: by the job id that queued each task.
 """
 

@@ -165,6 +165,41 @@ def scaling_lines(trials: list[Trial], cores: int) -> list[str]:
     return lines
 
 
+def markdown(trials: list[Trial]) -> str:
+    """The headline table for the README: 1-replica medians, both settings of tis/query.
+
+    Each cell is `tasks/s (CPU ms/task, lag p50 ms)`; the ratio is Sluice/Airflow tasks/s.
+    """
+    by_key = medians(trials)
+    tis_values = sorted({t.max_tis_per_query for t in trials})
+    head = ["shape", "size"]
+    for tis in tis_values:
+        head += [f"tis {tis}: Sluice", "Airflow", "ratio"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    sizes = sorted({(t.dags, t.tasks) for t in trials}, key=lambda d: -d[0])
+    shapes = list(dict.fromkeys(t.shape for t in trials))
+    for dags, tasks in sizes:
+        for shape in shapes:
+            cells = [shape, f"{dags}x{tasks}"]
+            for tis in tis_values:
+                key = (shape, dags, tasks, 1, tis)
+                sluice = by_key.get(("sluice", key))
+                airflow = by_key.get(("airflow", key))
+                for side in (sluice, airflow):
+                    cells.append(
+                        "-"
+                        if side is None
+                        else f"{side[0].tasks_per_s:,.0f} ({side[0].cpu_ms_per_task:.2f}, "
+                        f"{side[0].lag_p50_ms:,.0f})"
+                    )
+                if sluice and airflow and airflow[0].tasks_per_s:
+                    cells.append(f"{sluice[0].tasks_per_s / airflow[0].tasks_per_s:.1f}x")
+                else:
+                    cells.append("-")
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def chart(trials: list[Trial], path: Path) -> Path | None:
     """Tasks per second by shape and replica count (one panel per size and tis/query)."""
     import matplotlib

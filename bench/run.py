@@ -63,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replicas", default="1,2,3")
     parser.add_argument("--trials", type=int, default=3, help="trials at the lowest replica count")
     parser.add_argument("--sides", default=None, help="sluice,airflow (default: by mode)")
+    parser.add_argument(
+        "--markdown", action="store_true", help="with --render: the README's headline table"
+    )
     args = parser.parse_args(argv)
     # A cancelled run (CI, Ctrl-C) still stops its replicas and its Postgres server.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
@@ -76,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.render:
         saved = json.loads(args.render.read_text())
         rendered = [Trial(**t) for t in saved["trials"]]
+        if args.markdown:
+            print(f"`{saved['command']}` ({saved['when']}, {saved['cores']} cores)\n")
+            print(report.markdown(rendered))
+            return 0
         console.print(f"{saved['command']} ({saved['when']}, {saved['cores']} cores)")
         report.print_report(rendered, console, saved["cores"])
         png = report.chart(rendered, args.render.with_suffix(".png"))

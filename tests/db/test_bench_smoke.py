@@ -10,7 +10,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from bench.common import Knobs, Postgres
-from bench.metrics import TaskTimes, lags_ms
+from bench.metrics import TaskTimes, Trial, lags_ms
+from bench.report import markdown
 from bench.shapes import SHAPES, Workload, check
 
 
@@ -26,6 +27,23 @@ def test_grid_fans_in_toward_t0() -> None:
     graph = SHAPES["grid"](10)
     assert graph["t0"] == ["t2", "t1"]
     assert not any("t0" in ups for ups in graph.values())
+
+
+def _trial(side: str, tps: float, trial: int = 0, tis: int = 16) -> Trial:
+    return Trial(
+        side=side, shape="linear", dags=10, tasks=100, replicas=1, max_tis_per_query=tis,
+        trial=trial, makespan_s=1000 / tps, tasks_per_s=tps, lag_p50_ms=20.0, lag_p95_ms=30.0,
+        lag_max_ms=40.0, start_lag_p50_ms=21.0, start_lag_p95_ms=31.0, cpu_s=1.0,
+        cpu_ms_per_task=1.0, pg_cpu_s=0.5, machine_busy=0.5,
+    )  # fmt: skip
+
+
+def test_the_readme_table_quotes_medians_and_their_ratio() -> None:
+    trials = [_trial("sluice", tps, i) for i, tps in enumerate([300.0, 500.0, 400.0])]
+    trials += [_trial("airflow", tps, i) for i, tps in enumerate([20.0, 25.0, 10.0])]
+    lines = markdown(trials).splitlines()
+    assert lines[0] == "| shape | size | tis 16: Sluice | Airflow | ratio |"
+    assert lines[2] == "| linear | 10x100 | 400 (1.00, 20) | 20 (1.00, 20) | 20.0x |"
 
 
 def test_lag_is_measured_from_the_latest_upstream_end() -> None:
