@@ -6,9 +6,11 @@
 --compare  the same scenarios on both sides (installs Airflow 2.10.5 on first use).
 --scale    the scheduler alone with 10,000 DAGs and 100,000 task instances.
 
-Results go to bench/results/<mode>-<time>.json and .png (copied to <mode>-latest.json and
-<mode>-tasks-per-s.png); `--render FILE.json` reprints a saved run. Figures come from
-database timestamps.
+Results go to bench/results/<mode>-<time>.json (rewritten after every trial, so an
+interrupted run keeps what it measured) and .png (copied to <mode>-latest.json and
+<mode>-tasks-per-s.png). `--render FILE.json [FILE.json ...]` reprints saved runs,
+merged; with `--markdown`, as the README's headline table. Figures come from database
+timestamps.
 """
 
 from __future__ import annotations
@@ -56,7 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     mode = parser.add_mutually_exclusive_group(required=True)
     for name in ("smoke", "quick", "compare", "scale"):
         mode.add_argument(f"--{name}", action="store_true")
-    mode.add_argument("--render", type=Path, help="print the tables and chart of a results JSON")
+    mode.add_argument(
+        "--render",
+        type=Path,
+        nargs="+",
+        help="print the tables and chart of saved results (several files are merged)",
+    )
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--sizes", default=",".join(SIZES), help="e.g. 100x10,10x100,5x8")
     parser.add_argument("--tis", default="16,512", help="tasks per critical-section query")
@@ -77,15 +84,18 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_scale(console)
     if args.render:
-        saved = json.loads(args.render.read_text())
-        rendered = [Trial(**t) for t in saved["trials"]]
+        runs = [json.loads(path.read_text()) for path in args.render]
+        rendered = [Trial(**t) for saved in runs for t in saved["trials"]]
+        cores = max(saved["cores"] for saved in runs)
+        for saved in runs:
+            done = "" if saved.get("complete", True) else ", interrupted"
+            print(f"`{saved['command']}` ({saved['when']}, {saved['cores']} cores{done})")
         if args.markdown:
-            print(f"`{saved['command']}` ({saved['when']}, {saved['cores']} cores)\n")
+            print()
             print(report.markdown(rendered))
             return 0
-        console.print(f"{saved['command']} ({saved['when']}, {saved['cores']} cores)")
-        report.print_report(rendered, console, saved["cores"])
-        png = report.chart(rendered, args.render.with_suffix(".png"))
+        report.print_report(rendered, console, cores)
+        png = report.chart(rendered, args.render[0].with_suffix(".png"))
         console.print(f"chart: {png}")
         return 0
 
@@ -104,6 +114,24 @@ def main(argv: list[str] | None = None) -> int:
             args.trials,
         )
     runners: dict[str, Runner] = {}
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    command = "python -m bench.run " + " ".join(sys.argv[1:] if argv is None else argv)
+    saved = RESULTS / f"{name}-{stamp}.json"
+
+    def save(trials: list[Trial], *, complete: bool) -> None:
+        """Written after every trial too, so an interrupted run keeps what it measured."""
+        payload = {
+            "mode": name,
+            "command": command,
+            "when": stamp,
+            "complete": complete,
+            "cores": os.cpu_count(),
+            "loadavg_at_end": os.getloadavg(),
+            "knobs": Knobs().__dict__,
+            "trials": [t.as_dict() for t in trials],
+        }
+        saved.write_text(json.dumps(payload, indent=1, default=str))
+
     pg = Postgres()
     try:
         knobs = Knobs()
@@ -119,27 +147,17 @@ def main(argv: list[str] | None = None) -> int:
             airflow_side.ensure_airflow(RESULTS / "logs" / "airflow-install.log")
             airflow_side.prepare_template(pg, knobs)
             runners["airflow"] = airflow_side.run_trial
-        trials = _run(steps, runners, pg, knobs, console)
+        trials = _run(steps, runners, pg, knobs, console, lambda t: save(t, complete=False))
     finally:
         pg.stop()
 
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    payload = {
-        "mode": name,
-        "command": "python -m bench.run " + " ".join(sys.argv[1:] if argv is None else argv),
-        "when": stamp,
-        "cores": os.cpu_count(),
-        "loadavg_at_end": os.getloadavg(),
-        "knobs": Knobs().__dict__,
-        "trials": [t.as_dict() for t in trials],
-    }
-    for path in (RESULTS / f"{name}-{stamp}.json", RESULTS / f"{name}-latest.json"):
-        path.write_text(json.dumps(payload, indent=1, default=str))
+    save(trials, complete=True)
+    shutil.copyfile(saved, RESULTS / f"{name}-latest.json")
     report.print_report(trials, console, os.cpu_count() or 1)
     png = report.chart(trials, RESULTS / f"{name}-{stamp}.png")
     if png is not None:
         shutil.copyfile(png, RESULTS / f"{name}-tasks-per-s.png")
-    console.print(f"results: {RESULTS / f'{name}-{stamp}.json'}; chart: {png}")
+    console.print(f"results: {saved}; chart: {png}")
     return 1 if any(t.errors for t in trials) else 0
 
 
@@ -149,6 +167,7 @@ def _run(
     pg: Postgres,
     knobs: Knobs,
     console: Console,
+    progress: Callable[[list[Trial]], None],
 ) -> list[Trial]:
     trials: list[Trial] = []
     total = len(steps) * len(runners)
@@ -165,6 +184,7 @@ def _run(
                 console.print(f"[red]{side} {workload.label} failed: {exc}[/red]")
                 continue
             trials.append(result)
+            progress(trials)
             console.print(
                 f"[{done}/{total}] {side:7} {workload.label:18} tis={tis:<3} x{replicas} "
                 f"#{trial}: {result.tasks_per_s:>7.0f} tasks/s, makespan {result.makespan_s:.2f}s, "

@@ -31,6 +31,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from bench.common import RESULTS, Knobs, Postgres
+from bench.metrics import percentile
 from bench.shapes import Workload
 from bench.sluice_side import TEMPLATE, manifest, prepare_template
 from sluice.db.dags import SpecCache, sync_dag
@@ -154,11 +155,10 @@ def _probe(loop: TimedLoop, sessions: Any, dag_ids: list[str]) -> dict[str, Any]
         started = time.perf_counter()
         loop.tick()
         idle.append(time.perf_counter() - started)
-    ordered = sorted(ticks)
     return {
         "ticks": len(ticks),
         "tick_median_ms": round(statistics.median(ticks) * 1000, 1),
-        "tick_p95_ms": round(ordered[int(0.95 * (len(ordered) - 1))] * 1000, 1),
+        "tick_p95_ms": round(percentile(ticks, 95) * 1000, 1),
         "tick_max_ms": round(max(ticks) * 1000, 1),
         "idle_tick_ms": round(statistics.median(idle) * 1000, 1),
         "probe_s": round(sum(ticks), 2),

@@ -5,8 +5,11 @@ No timing is asserted; figures depend on the machine. `make bench-smoke` prints 
 
 from __future__ import annotations
 
+import json
+import signal
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from bench.common import Knobs, Postgres
@@ -79,3 +82,30 @@ def test_a_tiny_sluice_trial_runs_every_task(bench_postgres: Postgres, replicas:
     assert trial.tasks_done == workload.total_tasks
     assert sum(trial.per_replica) == workload.total_tasks
     assert trial.tasks_per_s > 0
+
+
+@pytest.mark.db
+def test_a_run_saves_its_trials_and_renders_them_for_the_readme(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import bench.run
+    import bench.sluice_side
+
+    monkeypatch.setattr(bench.run, "RESULTS", tmp_path)
+    monkeypatch.setattr(bench.sluice_side, "RESULTS", tmp_path)
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        code = bench.run.main(
+            ["--quick", "--shapes", "linear", "--sizes", "2x3", "--tis", "16",
+             "--replicas", "1", "--trials", "1"]
+        )  # fmt: skip
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert code == 0
+    saved = json.loads((tmp_path / "quick-latest.json").read_text())
+    assert saved["complete"] is True
+    assert [(t["shape"], t["tasks_done"]) for t in saved["trials"]] == [("linear", 6)]
+    capsys.readouterr()
+    assert bench.run.main(["--render", str(tmp_path / "quick-latest.json"), "--markdown"]) == 0
+    table = capsys.readouterr().out
+    assert "| linear | 2x3 | " in table
