@@ -201,8 +201,15 @@ def markdown(trials: list[Trial]) -> str:
 
 
 def chart(trials: list[Trial], path: Path) -> Path | None:
-    """Tasks per second by shape and replica count (one panel per size and tis/query)."""
-    import matplotlib
+    """Tasks per second by shape and replica count (one panel per size and tis/query).
+
+    None when there is nothing to draw, or without matplotlib (the `bench` extra,
+    installed by `make bench-deps`): the tables and the JSON do not need it.
+    """
+    try:
+        import matplotlib
+    except ImportError:
+        return None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -35,6 +35,7 @@ from bench.metrics import Trial
 from bench.shapes import SHAPES, Workload
 
 SIZES = {"100x10": (100, 10), "10x100": (10, 100)}
+NO_CHART = "none (no trials, or matplotlib missing: `make bench-deps`)"
 Runner = Callable[[Postgres, Workload, Knobs, int, int], Trial]
 
 
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         report.print_report(rendered, console, cores)
         png = report.chart(rendered, args.render[0].with_suffix(".png"))
-        console.print(f"chart: {png}")
+        console.print(f"chart: {png or NO_CHART}")
         return 0
 
     name = next(n for n in ("smoke", "quick", "compare") if getattr(args, n))
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     png = report.chart(trials, RESULTS / f"{name}-{stamp}.png")
     if png is not None:
         shutil.copyfile(png, RESULTS / f"{name}-tasks-per-s.png")
-    console.print(f"results: {saved}; chart: {png}")
+    console.print(f"results: {saved}; chart: {png or NO_CHART}")
     return 1 if any(t.errors for t in trials) else 0
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -93,6 +94,8 @@ def test_a_run_saves_its_trials_and_renders_them_for_the_readme(
 
     monkeypatch.setattr(bench.run, "RESULTS", tmp_path)
     monkeypatch.setattr(bench.sluice_side, "RESULTS", tmp_path)
+    # The chart is optional (matplotlib comes with the bench extra, not with `make test`).
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
     previous = signal.getsignal(signal.SIGTERM)
     try:
         code = bench.run.main(
@@ -102,6 +105,7 @@ def test_a_run_saves_its_trials_and_renders_them_for_the_readme(
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert code == 0
+    assert "chart: none (no trials, or matplotlib missing" in capsys.readouterr().out
     saved = json.loads((tmp_path / "quick-latest.json").read_text())
     assert saved["complete"] is True
     assert [(t["shape"], t["tasks_done"]) for t in saved["trials"]] == [("linear", 6)]

@@ -499,3 +499,12 @@ def test_missing_database_url_names_the_variable(args: list[str]) -> None:
     assert result.exit_code == 2
     assert "SLUICE_DATABASE_URL" in result.stderr
     assert "--database-url" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "option", ["--max-tis-per-query", "--critical-batches-per-tick", "--runs-examined-per-tick"]
+)
+def test_scheduler_batch_knobs_must_be_positive(db_url: str, option: str) -> None:
+    result = sluice("scheduler", option, "0", "--database-url", db_url, "--no-migrate")
+    assert result.exit_code == 2
+    assert f"{option} must be at least 1 (got 0)" in result.stderr

@@ -36,6 +36,9 @@ def scheduler(
     runs_created_per_tick: Annotated[int, typer.Option()] = _defaults.runs_created_per_tick,
     runs_examined_per_tick: Annotated[int, typer.Option()] = _defaults.runs_examined_per_tick,
     max_tis_per_query: Annotated[int, typer.Option()] = _defaults.max_tis_per_query,
+    critical_batches_per_tick: Annotated[
+        int, typer.Option(help="critical-section batches per tick while batches come back full")
+    ] = _defaults.critical_batches_per_tick,
     zombie_threshold: Annotated[float, typer.Option()] = _defaults.zombie_threshold,
     heartbeat_interval: Annotated[float, typer.Option()] = _defaults.heartbeat_interval,
     scheduler_dead_after: Annotated[float, typer.Option()] = _defaults.scheduler_dead_after,
@@ -59,6 +62,7 @@ def scheduler(
         ("--runs-created-per-tick", runs_created_per_tick),
         ("--runs-examined-per-tick", runs_examined_per_tick),
         ("--max-tis-per-query", max_tis_per_query),
+        ("--critical-batches-per-tick", critical_batches_per_tick),
     ):
         if value < 1:
             fail(f"{name} must be at least 1 (got {value})")
@@ -67,6 +71,7 @@ def scheduler(
         runs_created_per_tick=runs_created_per_tick,
         runs_examined_per_tick=runs_examined_per_tick,
         max_tis_per_query=max_tis_per_query,
+        critical_batches_per_tick=critical_batches_per_tick,
         dispatch_batch=max_tis_per_query,
         heartbeat_interval=heartbeat_interval,
         scheduler_dead_after=scheduler_dead_after,
