@@ -53,6 +53,12 @@ def main(argv: list[str] | None = None) -> int:
             checked_at,
         )
         results = checker.all()
+        # Faults may stop a replica; none may make it exit on its own (invariant 6).
+        results["6. no replica exits by itself"] = [
+            f"replica {f.target.replace(':', ' exited with ')} at {f.at:.1f}s"
+            for f in run.faults
+            if f.kind == "replica exited"
+        ]
     finally:
         run.stop()
         run.close()

@@ -12,6 +12,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.dags import set_paused
+from sluice.db.engine import make_engine
 from sluice.db.wakeups import Waker
 from tests.support import (
     T0,
@@ -88,6 +89,18 @@ def test_a_lost_listener_falls_back_to_sleeping_and_reconnects(
         set_paused(session, "r", False)
         session.commit()
     assert waker.wait(WOKEN) is True
+
+
+def test_a_waker_without_a_database_sleeps_instead_of_raising() -> None:
+    # Postgres down (restarting, unreachable): the idle wait must not kill the replica.
+    engine = make_engine("postgresql://nobody@127.0.0.1:1/none")
+    waker = Waker(engine)
+    try:
+        assert waker.wait(0.05) is False
+        assert waker.wait(0.05) is False  # and it tries again each time
+    finally:
+        waker.close()
+        engine.dispose()
 
 
 class RecordingWaker(Waker):

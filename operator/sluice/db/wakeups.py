@@ -69,7 +69,8 @@ class Waker:
             return self._conn
         try:
             proxied = self.engine.raw_connection()
-        except SQLAlchemyError as exc:
+        # The pool hands out the driver's own error here, not SQLAlchemy's wrapper.
+        except (SQLAlchemyError, psycopg2.Error) as exc:
             log.info("wake-up listener unavailable", error=str(exc).splitlines()[0])
             return None
         proxied.detach()  # ours for good: never handed back to the pool
