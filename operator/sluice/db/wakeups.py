@@ -53,7 +53,7 @@ class Waker:
                     return False
                 select.select([conn], [], [], left)
         except (psycopg2.Error, OSError, ValueError) as exc:
-            log.info("wake-up listener lost; sleeping instead", error=str(exc).splitlines()[0])
+            log.info("wake-up listener lost; sleeping instead", error=_first_line(exc))
             self.close()
             time.sleep(max(0.0, deadline - time.monotonic()))
             return False
@@ -71,7 +71,7 @@ class Waker:
             proxied = self.engine.raw_connection()
         # The pool hands out the driver's own error here, not SQLAlchemy's wrapper.
         except (SQLAlchemyError, psycopg2.Error) as exc:
-            log.info("wake-up listener unavailable", error=str(exc).splitlines()[0])
+            log.info("wake-up listener unavailable", error=_first_line(exc))
             return None
         proxied.detach()  # ours for good: never handed back to the pool
         conn = cast(PgConnection, proxied.dbapi_connection)
@@ -81,8 +81,12 @@ class Waker:
             with conn.cursor() as cursor:
                 cursor.execute(f"LISTEN {CHANNEL}")
         except psycopg2.Error as exc:
-            log.info("wake-up listener unavailable", error=str(exc).splitlines()[0])
+            log.info("wake-up listener unavailable", error=_first_line(exc))
             conn.close()
             return None
         self._conn = conn
         return conn
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
