@@ -22,16 +22,21 @@ from sluice.scheduler.critical import START_TASK
 from sluice.scheduler.results import ALERT
 from sluice.spec.states import TaskState
 
+# Lock (SKIP LOCKED, oldest first) and delete up to :limit ready outbox rows of one :kind;
+# the statements below add what they return.
+_TAKE_OUTBOX = """
+    DELETE FROM outbox WHERE id IN (
+        SELECT id FROM outbox
+        WHERE kind = :kind AND not_before <= :now
+        ORDER BY id LIMIT :limit
+        FOR UPDATE SKIP LOCKED)
+"""
+
 # One round trip: take the outbox rows, compare-and-set each try `queued -> running`,
 # record the try, and read what the launch needs from the run.
 _CLAIM = text(
-    """
-    WITH taken AS (
-        DELETE FROM outbox WHERE id IN (
-            SELECT id FROM outbox
-            WHERE kind = :kind AND not_before <= :now
-            ORDER BY id LIMIT :limit
-            FOR UPDATE SKIP LOCKED)
+    f"""
+    WITH taken AS ({_TAKE_OUTBOX}
         RETURNING CAST(payload->>'ti_id' AS bigint) AS ti_id,
                   CAST(payload->>'try_number' AS integer) AS try_number
     ), claimed AS (
@@ -117,16 +122,7 @@ def claim_alerts(session: Session, now: datetime, *, limit: int) -> list[dict[st
     return take_outbox(session, ALERT, now, limit=limit)
 
 
-_TAKE = text(
-    """
-    DELETE FROM outbox WHERE id IN (
-        SELECT id FROM outbox
-        WHERE kind = :kind AND not_before <= :now
-        ORDER BY id LIMIT :limit
-        FOR UPDATE SKIP LOCKED)
-    RETURNING id, payload
-    """
-)
+_TAKE = text(_TAKE_OUTBOX + "RETURNING id, payload")
 
 
 def take_outbox(session: Session, kind: str, now: datetime, *, limit: int) -> list[dict[str, Any]]:
