@@ -6,6 +6,7 @@ No timing is asserted: `wait` says whether a notification woke it.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import Engine, text
@@ -14,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sluice.db.dags import set_paused
 from sluice.db.engine import make_engine
 from sluice.db.wakeups import Waker
+from sluice.scheduler.loop import SchedulerLoop
 from tests.support import (
     T0,
     FakeClock,
@@ -37,6 +39,12 @@ def waker(engine: Engine) -> Iterator[Waker]:
     waker.close()
 
 
+def _drain(waker: Waker) -> None:
+    """Take every notification sent so far (delivery is asynchronous: a poll can miss one)."""
+    while waker.wait(0.2):
+        pass
+
+
 def test_registering_and_unpausing_a_dag_wake_the_scheduler(
     sessions: sessionmaker[Session], waker: Waker
 ) -> None:
@@ -51,7 +59,7 @@ def test_registering_and_unpausing_a_dag_wake_the_scheduler(
 
 def test_a_manual_run_wakes_the_scheduler(sessions: sessionmaker[Session], waker: Waker) -> None:
     register(sessions, manifest("m", chain("a"), schedule=None))
-    waker.wait(0)
+    _drain(waker)
     trigger(sessions, "m", FakeClock().now)
     assert waker.wait(WOKEN) is True
 
@@ -61,7 +69,7 @@ def test_the_schedulers_own_bookkeeping_does_not_wake_anyone(
 ) -> None:
     register(sessions, manifest("b", chain("a"), schedule=None))
     trigger(sessions, "b", FakeClock().now)
-    waker.wait(0)
+    _drain(waker)
     with sessions() as session:
         session.execute(text("UPDATE dag SET next_run_after = now()"))
         session.execute(text("UPDATE dag_run SET state = 'running'"))
@@ -74,7 +82,7 @@ def test_a_lost_listener_falls_back_to_sleeping_and_reconnects(
     sessions: sessionmaker[Session], engine: Engine, waker: Waker
 ) -> None:
     register(sessions, manifest("r", chain("a"), schedule=None, paused=True))
-    waker.wait(0)
+    _drain(waker)
     with engine.begin() as conn:
         killed = conn.execute(
             text(
@@ -108,9 +116,14 @@ class RecordingWaker(Waker):
         self.waits: list[float] = []
         self.closed = False
 
+        self.heard = False  # what pending() answers
+
     def wait(self, timeout: float) -> bool:
         self.waits.append(timeout)
         return False
+
+    def pending(self) -> bool:
+        return self.heard
 
     def close(self) -> None:
         self.closed = True
@@ -128,3 +141,96 @@ def test_an_idle_loop_waits_on_its_waker_instead_of_sleeping(
     assert clock() == T0  # the clock's sleep was never called
     loop.close()
     assert waker.closed
+
+
+def test_a_run_that_ends_wakes_the_scheduler_and_progress_does_not(
+    sessions: sessionmaker[Session], waker: Waker
+) -> None:
+    register(sessions, manifest("e", chain("a"), schedule=None))
+    trigger(sessions, "e", FakeClock().now)
+    _drain(waker)
+    with sessions() as session:
+        session.execute(text("UPDATE dag_run SET state = 'running', tasks_done = 1"))
+        session.commit()
+    assert waker.wait(0.2) is False
+    with sessions() as session:
+        session.execute(text("UPDATE dag_run SET state = 'success'"))
+        session.commit()
+    assert waker.wait(WOKEN) is True
+
+
+def test_pending_says_whether_something_came_without_waiting(
+    sessions: sessionmaker[Session], engine: Engine
+) -> None:
+    waker = Waker(engine)
+    try:
+        assert waker.pending() is True  # listening only from now: cannot tell
+        assert waker.pending() is False
+        register(sessions, manifest("p", chain("a"), schedule=None))
+        deadline = 200
+        while not waker.pending():  # delivery is asynchronous; a broken NOTIFY fails here
+            deadline -= 1
+            assert deadline, "no notification arrived"
+            waker.wait(0.05)  # consumes nothing it did not hear
+        assert waker.pending() is False
+    finally:
+        waker.close()
+
+
+def _busy_loop(
+    sessions: sessionmaker[Session], clock: FakeClock
+) -> tuple[SchedulerLoop, RecordingWaker]:
+    loop = make_loop(sessions, ScriptedExecutor(), clock, tick_interval=1.0)
+    loop.waker = waker = RecordingWaker()
+    loop.tick()  # phase 1 always runs on the first tick
+    return loop, waker
+
+
+def test_a_busy_loop_looks_at_runs_when_told_or_once_per_tick_interval(
+    sessions: sessionmaker[Session],
+) -> None:
+    clock = FakeClock()
+    register(sessions, manifest("g", chain("a"), schedule=None))
+    loop, waker = _busy_loop(sessions, clock)
+    trigger(sessions, "g", clock.now)
+    assert loop.tick().runs_started == 0  # nothing heard, looked at runs this interval
+    clock.advance(seconds=0.5)
+    assert loop.tick().runs_started == 0
+    clock.advance(seconds=0.5)
+    assert loop.tick().runs_started == 1  # a tick interval since the last look
+
+    trigger(sessions, "g", clock.now, logical_date=T0 + timedelta(hours=1))
+    waker.heard = True  # the run's NOTIFY
+    assert loop.tick().runs_started == 1
+
+
+def test_a_run_this_replica_ends_lets_the_next_one_start_at_once(
+    sessions: sessionmaker[Session],
+) -> None:
+    clock = FakeClock()
+    register(sessions, manifest("m1", chain("a"), schedule=None, maxActiveRuns=1))
+    trigger(sessions, "m1", clock.now)
+    trigger(sessions, "m1", clock.now, logical_date=T0 + timedelta(hours=1))
+    loop, _ = _busy_loop(sessions, clock)  # starts "first"; "second" waits for its place
+    for _ in range(5):
+        report = loop.tick()
+        if report.runs_finished:
+            break
+    assert report.runs_finished == 1
+    assert loop.tick().runs_started == 1  # no notification needed, no interval waited
+
+
+def test_a_full_phase_one_is_followed_by_another_at_once(
+    sessions: sessionmaker[Session],
+) -> None:
+    clock = FakeClock()
+    for n in range(5):
+        register(sessions, manifest(f"f{n}", chain("a"), schedule=None))
+    loop = make_loop(sessions, ScriptedExecutor(), clock, runs_created_per_tick=2)
+    loop.waker = RecordingWaker()
+    loop.tick()
+    for n in range(5):  # phase 1 starts the queued runs of at most 2 DAGs per tick
+        trigger(sessions, f"f{n}", clock.now)
+    assert loop.tick().runs_started == 0  # nothing heard, this interval looked at already
+    clock.advance(seconds=1)
+    assert [loop.tick().runs_started for _ in range(4)] == [2, 2, 1, 0]

@@ -1,11 +1,14 @@
 """Waking idle schedulers: Postgres LISTEN/NOTIFY on one channel.
 
 An idle replica sleeps up to its tick interval; a change that creates work
-(a DAG registered or unpaused, a run inserted: triggers from migration 0004)
-commits a NOTIFY on `sluice_wake`, and every listening replica wakes at once
-instead of at its next tick. The sleep still bounds everything time-based
-(schedules, retry delays, timeouts), so a lost notification costs at most one
-tick interval, never correctness.
+(a DAG registered or unpaused, a run inserted: triggers from migration 0004;
+a run ended, which may let a queued one start: 0005) commits a NOTIFY on
+`sluice_wake`, and every listening replica wakes at once instead of at its
+next tick. A busy replica asks `pending()` instead, to know whether phase 1
+(runs) has anything new to look at before its next periodic look. The tick
+interval still bounds everything time-based (schedules, retry delays,
+timeouts), so a lost notification costs at most one tick interval, never
+correctness.
 
 The listening connection is a dedicated one, detached from the pool. If it
 breaks (Postgres restarted, connection killed), the wait falls back to a plain
@@ -57,6 +60,27 @@ class Waker:
             self.close()
             time.sleep(max(0.0, deadline - time.monotonic()))
             return False
+
+    def pending(self) -> bool:
+        """Did a notification come since the last look? Never blocks.
+
+        True, too, when it cannot tell: not listening, or listening only from now
+        (a notification before that would have been missed).
+        """
+        conn = self._conn
+        if conn is None:
+            self._listening()  # heard from now on; what came before is unknown
+            return True
+        try:
+            conn.poll()
+        except (psycopg2.Error, OSError, ValueError) as exc:
+            log.info("wake-up listener lost", error=_first_line(exc))
+            self.close()
+            return True
+        if conn.notifies:
+            conn.notifies.clear()
+            return True
+        return False
 
     def close(self) -> None:
         conn, self._conn = self._conn, None

@@ -10,7 +10,7 @@ downstream counters, so that is repeated until the runs are quiet.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -43,22 +43,19 @@ def examine_running_runs(
 ) -> ExamineStats:
     """Examine up to `limit` runs; with `quiet`, runs without work fill the rest of the batch."""
     stats = ExamineStats()
-    runs = _take_runs(session, now, limit, quiet=quiet)
-    if not runs:
+    taken = _take_runs(session, now, limit, quiet=quiet)
+    if not taken:
         return stats
-    run_ids = [run.id for run in runs]
+    runs = [run for run, _ in taken]
+    retrying = {run.id for run, due_retry in taken if due_retry}
 
     def examine(batch: Sequence[DagRun]) -> list[ExamineStats]:
         part = ExamineStats(runs=len(batch))
-        _examine(session, specs, list(batch), now, part)
+        _examine(session, specs, list(batch), retrying, now, part)
         return [part]
 
     parts, bad = batch_or_each(
-        session,
-        runs,
-        examine,
-        what="examining a run",
-        describe=lambda run: run_ids[runs.index(run)],
+        session, runs, examine, what="examining a run", describe=lambda run: run.id
     )
     for part in parts:
         stats.runs += part.runs
@@ -66,33 +63,41 @@ def examine_running_runs(
         stats.settled += part.settled
         stats.retried += part.retried
         stats.finished_runs.update(part.finished_runs)
-    stats.failed_runs = [run_ids[runs.index(run)] for run in bad]
-    # Every run taken goes to the back of the queue, a failing one included.
-    session.execute(
-        update(DagRun).where(DagRun.id.in_(run_ids)).values(last_scheduling_decision=now)
-    )
+    stats.failed_runs = [run.id for run in bad]
     return stats
 
 
 def _examine(
-    session: Session, specs: SpecCache, runs: list[DagRun], now: datetime, stats: ExamineStats
+    session: Session,
+    specs: SpecCache,
+    runs: list[DagRun],
+    retrying: set[int],
+    now: datetime,
+    stats: ExamineStats,
 ) -> None:
     live = [run for run in runs if not _time_out(session, specs, run, now, stats)]
     run_ids = [run.id for run in live]
-    stats.retried = _reschedule_retries(session, run_ids, now)
+    done: Counter[int] = Counter()  # tasks_done moved in this transaction, per run
+    due = [run_id for run_id in run_ids if run_id in retrying]
+    stats.retried = _reschedule_retries(session, due, now) if due else 0
     for _ in range(_MAX_SETTLE_ROUNDS):
-        if not _evaluate_ready(session, run_ids, now, stats):
+        if not _evaluate_ready(session, run_ids, now, stats, done):
             break
-    _finish_completed_runs(session, live, now, stats)
+    _finish_completed_runs(session, live, done, now, stats)
 
 
-def _take_runs(session: Session, now: datetime, limit: int, *, quiet: bool) -> list[DagRun]:
-    """Runs with work first (changed counters, due retries, all tasks done), then the rest.
+def _take_runs(
+    session: Session, now: datetime, limit: int, *, quiet: bool
+) -> list[tuple[DagRun, bool]]:
+    """Take runs to examine, with whether each has a retry due; runs with work come first.
 
-    Both lists are taken `FOR UPDATE SKIP LOCKED`, least recently examined first.
-    Runs with work are found through partial indexes, so a tick costs the same
-    however many runs sit idle. The round-robin over the rest (`quiet`) only
-    has timeouts to catch, so the loop asks for it once per tick interval.
+    Work is changed counters, a due retry, or all tasks done; with `quiet`, runs
+    without work fill the rest of the batch (the round-robin that catches
+    timeouts, which the loop asks for once per tick interval). Runs with work
+    are found through partial indexes, so a tick costs the same however many
+    runs sit idle. One statement locks the runs (`FOR UPDATE SKIP LOCKED`, least
+    recently examined first) and sends them to the back of the queue, a run
+    that then fails to be examined included.
     """
     with_work = (
         select(TaskInstance.dag_run_id)
@@ -107,20 +112,36 @@ def _take_runs(session: Session, now: datetime, limit: int, *, quiet: bool) -> l
         )
         .scalar_subquery()
     )
-    base = (
-        select(DagRun)
+    has_work = DagRun.id.in_(with_work)
+    pick = (
+        select(DagRun.id)
         .join(Dag, Dag.dag_id == DagRun.dag_id)
         .where(DagRun.state == RunState.RUNNING, Dag.is_paused.is_(False))
-        .order_by(DagRun.last_scheduling_decision.asc().nulls_first(), DagRun.id)
+        .limit(limit)
         .with_for_update(of=DagRun, skip_locked=True)
     )
-    urgent = list(session.execute(base.where(DagRun.id.in_(with_work)).limit(limit)).scalars())
-    if len(urgent) >= limit or not quiet:
-        return urgent
-    rest = base.limit(limit - len(urgent))
-    if urgent:
-        rest = rest.where(DagRun.id.not_in([run.id for run in urgent]))
-    return urgent + list(session.execute(rest).scalars())
+    order = (DagRun.last_scheduling_decision.asc().nulls_first(), DagRun.id)
+    if quiet:
+        pick = pick.order_by(has_work.desc(), *order)
+    else:
+        pick = pick.where(has_work).order_by(*order)
+    due_retry = (
+        select(TaskInstance.id)
+        .where(
+            TaskInstance.dag_run_id == DagRun.id,
+            TaskInstance.state == TaskState.UP_FOR_RETRY,
+            TaskInstance.next_retry_at <= now,
+        )
+        .exists()
+    )
+    taken = session.execute(
+        update(DagRun)
+        .where(DagRun.id.in_(pick.scalar_subquery()))
+        .values(last_scheduling_decision=now)
+        .returning(DagRun, due_retry)
+        .execution_options(synchronize_session=False)
+    ).all()
+    return sorted(((run, bool(due)) for run, due in taken), key=lambda item: item[0].id)
 
 
 # Each round settles at least one level of the graph; deeper chains finish next tick.
@@ -161,7 +182,7 @@ def _reschedule_retries(session: Session, run_ids: list[int], now: datetime) -> 
 
 
 def _evaluate_ready(
-    session: Session, run_ids: list[int], now: datetime, stats: ExamineStats
+    session: Session, run_ids: list[int], now: datetime, stats: ExamineStats, done: Counter[int]
 ) -> bool:
     """One round of trigger-rule decisions; True if some task settled (more may follow)."""
     rows = session.execute(
@@ -223,31 +244,33 @@ def _evaluate_ready(
         )
     stats.scheduled += len(decided.get(TaskState.SCHEDULED, []))
     stats.settled += len(settled)
-    propagate(session, settled)
+    done.update(propagate(session, settled))
     return bool(settled)
 
 
 def _finish_completed_runs(
-    session: Session, runs: list[DagRun], now: datetime, stats: ExamineStats
+    session: Session, runs: list[DagRun], done: Counter[int], now: datetime, stats: ExamineStats
 ) -> None:
-    """A run whose tasks are all terminal fails if a leaf failed, else succeeds (Airflow)."""
-    progress = dict(
+    """A run whose tasks are all terminal fails if a leaf failed, else succeeds (Airflow).
+
+    `tasks_done` was read with the run's lock, and only lock holders move it, so
+    the row as taken plus this transaction's own moves is its value now.
+    """
+    complete = [run for run in runs if run.tasks_done + done[run.id] >= run.tasks_total]
+    if not complete:
+        return
+    failed = set(
         session.execute(
-            select(DagRun.id, DagRun.tasks_done).where(DagRun.id.in_([r.id for r in runs]))
-        ).all()
-    )
-    for run in runs:
-        if progress.get(run.id, 0) < run.tasks_total:
-            continue
-        failed_leaf = session.execute(
-            select(TaskInstance.id)
+            select(TaskInstance.dag_run_id)
             .where(
-                TaskInstance.dag_run_id == run.id,
+                TaskInstance.dag_run_id.in_([run.id for run in complete]),
                 TaskInstance.downstream_task_ids == [],
                 TaskInstance.state.in_([TaskState.FAILED, TaskState.UPSTREAM_FAILED]),
             )
-            .limit(1)
-        ).first()
-        run.state = RunState.FAILED if failed_leaf else RunState.SUCCESS
+            .distinct()
+        ).scalars()
+    )
+    for run in complete:
+        run.state = RunState.FAILED if run.id in failed else RunState.SUCCESS
         run.end_date = now
         stats.finished_runs[run.id] = RunState(run.state)

@@ -1,6 +1,7 @@
 """The scheduler loop: four phases per tick, each its own short transaction.
 
-1. create runs the timetables call for, and start queued runs within maxActiveRuns;
+1. create runs the timetables call for, and start queued runs within maxActiveRuns
+   (with a `Waker`, only when something may have changed: see `_runs_phase_due`);
 2. examine running runs: trigger rules, retries, timeouts, run completion;
 3. the critical section: queue scheduled tasks within pools and limits, in
    batches of `max_tis_per_query`, each its own short transaction, repeated
@@ -106,6 +107,9 @@ class SchedulerLoop:
         self._last_zombie_check = self.clock()
         self._last_reconcile = self.clock()
         self._last_quiet_examine = self.clock() - timedelta(seconds=self.config.tick_interval)
+        self._last_runs_phase = self._last_quiet_examine
+        self._runs_backlog = True  # phase 1 runs on the first tick
+        self._heard = False  # the idle wait was woken by a notification
 
     # -- the tick -----------------------------------------------------------------
 
@@ -119,7 +123,13 @@ class SchedulerLoop:
             created = create_due_runs(session, self.specs, now, cfg.runs_created_per_tick)
             return created, start_queued_runs(session, now, cfg.runs_created_per_tick)
 
-        report.runs_created, report.runs_started = self._transaction("runs", runs, (0, 0), report)
+        if self._runs_phase_due(now):
+            self._last_runs_phase = now
+            report.runs_created, report.runs_started = self._transaction(
+                "runs", runs, (0, 0), report
+            )
+            limit = cfg.runs_created_per_tick
+            self._runs_backlog = report.runs_created >= limit or report.runs_started >= limit
 
         # Phase 2: examine running runs (quiet ones too, once per tick interval).
         quiet = (now - self._last_quiet_examine).total_seconds() >= cfg.tick_interval
@@ -136,6 +146,8 @@ class SchedulerLoop:
         if stats is not None:
             report.runs_examined = stats.runs
             report.runs_finished = len(stats.finished_runs)
+            if stats.finished_runs:
+                self._runs_backlog = True  # a queued run may start now
             report.tasks_scheduled = stats.scheduled + stats.retried
 
         # Phase 3: the critical section.
@@ -146,6 +158,23 @@ class SchedulerLoop:
         report.events_applied = self._sync_executor(report)
         self._housekeeping(now, report)
         return report
+
+    def _runs_phase_due(self, now: datetime) -> bool:
+        """Does phase 1 have anything new to look at?
+
+        Without a waker, always. With one: when a notification came (a DAG
+        registered or unpaused, a run inserted or ended), when the last phase 1
+        came back full or this replica ended a run, and otherwise once per tick
+        interval (schedules falling due, anything a notification missed). A busy
+        replica so skips two queries per tick that would find nothing.
+        """
+        if self.waker is None:
+            return True
+        heard = self.waker.pending() or self._heard
+        self._heard = False
+        if heard or self._runs_backlog:
+            return True
+        return (now - self._last_runs_phase).total_seconds() >= self.config.tick_interval
 
     def _queue_tasks(self, report: TickReport) -> None:
         """Critical-section batches, each committed (releasing the pool lock) before the next.
@@ -337,7 +366,7 @@ class SchedulerLoop:
     def idle(self) -> None:
         """Wait one tick interval, or until the waker hears that work appeared."""
         if self.waker is not None:
-            self.waker.wait(self.config.tick_interval)
+            self._heard = self.waker.wait(self.config.tick_interval) or self._heard
         else:
             self.sleep(self.config.tick_interval)
 

@@ -10,24 +10,72 @@ counters move in the same transaction.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, insert, or_, select, update
+from sqlalchemy import insert, text
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache
-from sluice.db.models import DagRun, Outbox, TaskInstance, TaskTry
+from sluice.db.models import Outbox
 from sluice.executors.base import TaskEvent
 from sluice.scheduler.transitions import Settled, lock_runs_of, propagate
 from sluice.spec.retries import retry_delay
 from sluice.spec.states import TaskState
 
 LIVE_STATES = (TaskState.QUEUED, TaskState.RUNNING)
+_LIVE = [state.value for state in LIVE_STATES]
 ALERT = "alert"
-_TRY_COLUMNS = ("b_id", "b_try", "try_state", "end_date", "exit_code", "reason")
+
+# The reported instances with their runs' versions, locked (their runs are locked first).
+_READ = text(
+    """
+    SELECT ti.id, ti.try_number, ti.max_tries, ti.state, ti.task_id, ti.dag_run_id,
+           ti.downstream_task_ids, r.dag_version_id
+    FROM task_instance ti JOIN dag_run r ON r.id = ti.dag_run_id
+    WHERE ti.id = ANY(:ids)
+    ORDER BY ti.id
+    FOR UPDATE OF ti
+    """
+)
+
+# One round trip: each report a compare-and-set on (instance, try number, a live state),
+# and the try's own row; one array per column.
+_SETTLE = text(
+    """
+    WITH v AS (
+        SELECT * FROM unnest(
+            CAST(:b_id AS bigint[]), CAST(:b_try AS int[]), CAST(:state AS text[]),
+            CAST(:try_state AS text[]), CAST(:exit_code AS int[]), CAST(:reason AS text[]),
+            CAST(:next_retry_at AS timestamptz[]), CAST(:evidence AS text[])
+        ) AS v(id, try_number, state, try_state, exit_code, reason, next_retry_at, evidence)
+    ), settled AS (
+        UPDATE task_instance ti SET
+            state = v.state, end_date = :now, exit_code = v.exit_code, reason = v.reason,
+            next_retry_at = v.next_retry_at, evidence = CAST(v.evidence AS jsonb)
+        FROM v
+        WHERE ti.id = v.id AND ti.try_number = v.try_number AND ti.state = ANY(:live)
+        RETURNING ti.id, ti.try_number
+    )
+    UPDATE task_try tt SET
+        state = v.try_state, end_date = :now, exit_code = v.exit_code, reason = v.reason
+    FROM settled JOIN v ON v.id = settled.id AND v.try_number = settled.try_number
+    WHERE tt.task_instance_id = settled.id AND tt.try_number = settled.try_number
+    """
+)
+_COLUMNS = (
+    "b_id",
+    "b_try",
+    "state",
+    "try_state",
+    "exit_code",
+    "reason",
+    "next_retry_at",
+    "evidence",
+)
 
 
 @dataclass(frozen=True)
@@ -54,22 +102,7 @@ def apply_task_events(
     by_key = {e.key: e for e in events}
     ti_ids = sorted({e.ti_id for e in events})
     lock_runs_of(session, ti_ids)
-    rows = session.execute(
-        select(
-            TaskInstance.id,
-            TaskInstance.try_number,
-            TaskInstance.max_tries,
-            TaskInstance.state,
-            TaskInstance.task_id,
-            TaskInstance.dag_run_id,
-            TaskInstance.downstream_task_ids,
-            DagRun.dag_version_id,
-        )
-        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
-        .where(TaskInstance.id.in_(ti_ids))
-        .order_by(TaskInstance.id)
-        .with_for_update(of=TaskInstance)
-    ).all()
+    rows = session.execute(_READ, {"ids": ti_ids}).all()
 
     updates: list[dict[str, Any]] = []
     settled: list[Settled] = []
@@ -89,17 +122,17 @@ def apply_task_events(
                 exponential=task.retry_exponential_backoff,
                 max_delay=task.max_retry_delay,
             )
+        found = (evidence or {}).get(row.id)
         updates.append(
             {
                 "b_id": row.id,
                 "b_try": row.try_number,
                 "state": state.value,
                 "try_state": event.state.value,
-                "end_date": now,
                 "exit_code": event.exit_code,
                 "reason": event.reason,
                 "next_retry_at": next_retry_at,
-                "evidence": (evidence or {}).get(row.id),
+                "evidence": None if found is None else json.dumps(found),
             }
         )
         applied.append(Applied(row.id, row.try_number, state))
@@ -107,40 +140,8 @@ def apply_task_events(
             settled.append(Settled(row.dag_run_id, row.task_id, row.downstream_task_ids, state))
     if not updates:
         return []
-    # Executed on the connection: a Core executemany, not the ORM's bulk-by-primary-key.
-    connection = session.connection()
-    connection.execute(
-        update(TaskInstance)
-        .where(
-            TaskInstance.id == bindparam("b_id"),
-            TaskInstance.try_number == bindparam("b_try"),
-            # Spelled out: an IN list would be an expanding parameter, which executemany refuses.
-            or_(*(TaskInstance.state == s for s in LIVE_STATES)),
-        )
-        .values(
-            state=bindparam("state"),
-            end_date=bindparam("end_date"),
-            exit_code=bindparam("exit_code"),
-            reason=bindparam("reason"),
-            next_retry_at=bindparam("next_retry_at"),
-            evidence=bindparam("evidence"),
-        ),
-        updates,
-    )
-    connection.execute(
-        update(TaskTry)
-        .where(
-            TaskTry.task_instance_id == bindparam("b_id"),
-            TaskTry.try_number == bindparam("b_try"),
-        )
-        .values(
-            state=bindparam("try_state"),
-            end_date=bindparam("end_date"),
-            exit_code=bindparam("exit_code"),
-            reason=bindparam("reason"),
-        ),
-        [{k: u[k] for k in _TRY_COLUMNS} for u in updates],
-    )
+    columns = {name: [u[name] for u in updates] for name in _COLUMNS}
+    session.execute(_SETTLE, {"now": now, "live": _LIVE, **columns})
     propagate(session, settled)
     failures = [u for u in updates if u["try_state"] == TaskState.FAILED.value]
     if failures:

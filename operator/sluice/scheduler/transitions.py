@@ -15,10 +15,10 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import bindparam, select, text, update
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from sluice.db.models import DagRun, TaskInstance
+from sluice.db.models import DagRun
 from sluice.spec.states import TERMINAL_TASK_STATES, TaskState
 
 
@@ -36,24 +36,21 @@ def lock_runs(session: Session, run_ids: Iterable[int]) -> list[int]:
     )
 
 
+_LOCK_RUNS_OF = text(
+    """
+    SELECT id FROM dag_run
+    WHERE id IN (SELECT dag_run_id FROM task_instance WHERE id = ANY(:ids))
+    ORDER BY id
+    FOR UPDATE
+    """
+)
+
+
 def lock_runs_of(session: Session, ti_ids: Sequence[int]) -> list[int]:
     """Lock the runs of these task instances, in id order (waiting); returns the run ids."""
     if not ti_ids:
         return []
-    return list(
-        session.execute(
-            select(DagRun.id)
-            .where(
-                DagRun.id.in_(
-                    select(TaskInstance.dag_run_id).where(TaskInstance.id.in_(list(ti_ids)))
-                )
-            )
-            .order_by(DagRun.id)
-            .with_for_update()
-        )
-        .scalars()
-        .all()
-    )
+    return list(session.execute(_LOCK_RUNS_OF, {"ids": list(ti_ids)}).scalars())
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,11 +92,20 @@ _PROPAGATE = text(
 )
 
 
-def propagate(session: Session, settled: Sequence[Settled]) -> None:
+_PROGRESS = text(
+    """
+    UPDATE dag_run SET tasks_done = tasks_done + v.delta
+    FROM unnest(CAST(:runs AS bigint[]), CAST(:deltas AS int[])) AS v(id, delta)
+    WHERE dag_run.id = v.id
+    """
+)
+
+
+def propagate(session: Session, settled: Sequence[Settled]) -> Counter[int]:
     """Move downstream counters and run progress for task instances that settled.
 
     The caller holds the run locks. `tasks_done` on the run moves by one per
-    instance entering (+1) or leaving (-1) a terminal state.
+    instance entering (+1) or leaving (-1) a terminal state; returns those moves.
     """
     edges = [
         {
@@ -116,11 +122,7 @@ def propagate(session: Session, settled: Sequence[Settled]) -> None:
     done_delta: Counter[int] = Counter()
     for s in settled:
         done_delta[s.dag_run_id] += 1 if s.state in TERMINAL_TASK_STATES else -1
-    progress = [{"rid": rid, "delta": delta} for rid, delta in done_delta.items() if delta]
-    if progress:
-        session.connection().execute(
-            update(DagRun)
-            .where(DagRun.id == bindparam("rid"))
-            .values(tasks_done=DagRun.tasks_done + bindparam("delta")),
-            progress,
-        )
+    moved = {rid: delta for rid, delta in done_delta.items() if delta}
+    if moved:
+        session.execute(_PROGRESS, {"runs": list(moved), "deltas": list(moved.values())})
+    return done_delta
