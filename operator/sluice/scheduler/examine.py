@@ -10,16 +10,16 @@ downstream counters, so that is repeated until the runs are quiet.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import and_, select, update
+from sqlalchemy import Row, text
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache
-from sluice.db.models import Dag, DagRun, TaskInstance
 from sluice.scheduler import past
 from sluice.scheduler.isolation import batch_or_each
 from sluice.scheduler.transitions import Settled, propagate
@@ -43,19 +43,17 @@ def examine_running_runs(
 ) -> ExamineStats:
     """Examine up to `limit` runs; with `quiet`, runs without work fill the rest of the batch."""
     stats = ExamineStats()
-    taken = _take_runs(session, now, limit, quiet=quiet)
+    taken = session.execute(_TAKE, {"now": now, "limit": limit, "quiet": quiet}).all()
     if not taken:
         return stats
-    runs = [run for run, _ in taken]
-    retrying = {run.id for run, due_retry in taken if due_retry}
 
-    def examine(batch: Sequence[DagRun]) -> list[ExamineStats]:
+    def examine(batch: Sequence[Row[Any]]) -> list[ExamineStats]:
         part = ExamineStats(runs=len(batch))
-        _examine(session, specs, list(batch), retrying, now, part)
+        _examine(session, specs, list(batch), now, part)
         return [part]
 
     parts, bad = batch_or_each(
-        session, runs, examine, what="examining a run", describe=lambda run: run.id
+        session, taken, examine, what="examining a run", describe=lambda run: run.id
     )
     for part in parts:
         stats.runs += part.runs
@@ -68,146 +66,126 @@ def examine_running_runs(
 
 
 def _examine(
-    session: Session,
-    specs: SpecCache,
-    runs: list[DagRun],
-    retrying: set[int],
-    now: datetime,
-    stats: ExamineStats,
+    session: Session, specs: SpecCache, runs: list[Row[Any]], now: datetime, stats: ExamineStats
 ) -> None:
     live = [run for run in runs if not _time_out(session, specs, run, now, stats)]
     run_ids = [run.id for run in live]
     done: Counter[int] = Counter()  # tasks_done moved in this transaction, per run
-    due = [run_id for run_id in run_ids if run_id in retrying]
-    stats.retried = _reschedule_retries(session, due, now) if due else 0
+    due = [run.id for run in live if run.due_retry]
+    if due:
+        stats.retried = session.execute(_RETRY, {"runs": due, "now": now}).rowcount  # type: ignore[attr-defined]
     for _ in range(_MAX_SETTLE_ROUNDS):
         if not _evaluate_ready(session, run_ids, now, stats, done):
             break
     _finish_completed_runs(session, live, done, now, stats)
 
 
-def _take_runs(
-    session: Session, now: datetime, limit: int, *, quiet: bool
-) -> list[tuple[DagRun, bool]]:
-    """Take runs to examine, with whether each has a retry due; runs with work come first.
-
-    Work is changed counters, a due retry, or all tasks done; with `quiet`, runs
-    without work fill the rest of the batch (the round-robin that catches
-    timeouts, which the loop asks for once per tick interval). Runs with work
-    are found through partial indexes, so a tick costs the same however many
-    runs sit idle. One statement locks the runs (`FOR UPDATE SKIP LOCKED`, least
-    recently examined first) and sends them to the back of the queue, a run
-    that then fails to be examined included.
+# Take runs to examine, with whether each has a retry due; runs with work come first.
+# Work is changed counters, a due retry, or all tasks done, found through partial
+# indexes, so a tick costs the same however many runs sit idle. With :quiet, runs
+# without work fill the rest of the batch (the round-robin that catches timeouts,
+# which the loop asks for once per tick interval). One statement locks the runs
+# (SKIP LOCKED, least recently examined first) and sends them to the back of the
+# queue, a run that then fails to be examined included.
+_TAKE = text(
     """
-    with_work = (
-        select(TaskInstance.dag_run_id)
-        .where(TaskInstance.needs_eval, TaskInstance.state == TaskState.NONE)
-        .union(
-            select(TaskInstance.dag_run_id).where(
-                TaskInstance.state == TaskState.UP_FOR_RETRY, TaskInstance.next_retry_at <= now
-            ),
-            select(DagRun.id).where(
-                DagRun.state == RunState.RUNNING, DagRun.tasks_done >= DagRun.tasks_total
-            ),
-        )
-        .scalar_subquery()
+    WITH work AS (
+        SELECT dag_run_id AS id FROM task_instance WHERE needs_eval AND state = 'none'
+        UNION
+        SELECT dag_run_id FROM task_instance
+        WHERE state = 'up_for_retry' AND next_retry_at <= :now
+        UNION
+        SELECT id FROM dag_run WHERE state = 'running' AND tasks_done >= tasks_total
+    ), picked AS (
+        SELECT r.id FROM dag_run r JOIN dag d ON d.dag_id = r.dag_id
+        WHERE r.state = 'running' AND NOT d.is_paused
+          AND (:quiet OR r.id IN (SELECT id FROM work))
+        ORDER BY r.id IN (SELECT id FROM work) DESC,
+                 r.last_scheduling_decision ASC NULLS FIRST, r.id
+        LIMIT :limit
+        FOR UPDATE OF r SKIP LOCKED
     )
-    has_work = DagRun.id.in_(with_work)
-    pick = (
-        select(DagRun.id)
-        .join(Dag, Dag.dag_id == DagRun.dag_id)
-        .where(DagRun.state == RunState.RUNNING, Dag.is_paused.is_(False))
-        .limit(limit)
-        .with_for_update(of=DagRun, skip_locked=True)
-    )
-    order = (DagRun.last_scheduling_decision.asc().nulls_first(), DagRun.id)
-    if quiet:
-        pick = pick.order_by(has_work.desc(), *order)
-    else:
-        pick = pick.where(has_work).order_by(*order)
-    due_retry = (
-        select(TaskInstance.id)
-        .where(
-            TaskInstance.dag_run_id == DagRun.id,
-            TaskInstance.state == TaskState.UP_FOR_RETRY,
-            TaskInstance.next_retry_at <= now,
-        )
-        .exists()
-    )
-    taken = session.execute(
-        update(DagRun)
-        .where(DagRun.id.in_(pick.scalar_subquery()))
-        .values(last_scheduling_decision=now)
-        .returning(DagRun, due_retry)
-        .execution_options(synchronize_session=False)
-    ).all()
-    return sorted(((run, bool(due)) for run, due in taken), key=lambda item: item[0].id)
+    UPDATE dag_run r SET last_scheduling_decision = :now
+    FROM picked WHERE r.id = picked.id
+    RETURNING r.id, r.dag_version_id, r.start_date, r.tasks_total, r.tasks_done,
+        EXISTS (SELECT FROM task_instance t
+                WHERE t.dag_run_id = r.id AND t.state = 'up_for_retry'
+                  AND t.next_retry_at <= :now) AS due_retry
+    """
+)
 
+_RETRY = text(
+    """
+    UPDATE task_instance SET state = 'scheduled', next_retry_at = NULL
+    WHERE dag_run_id = ANY(:runs) AND state = 'up_for_retry' AND next_retry_at <= :now
+    """
+)
 
 # Each round settles at least one level of the graph; deeper chains finish next tick.
 _MAX_SETTLE_ROUNDS = 32
 
 
 def _time_out(
-    session: Session, specs: SpecCache, run: DagRun, now: datetime, stats: ExamineStats
+    session: Session, specs: SpecCache, run: Row[Any], now: datetime, stats: ExamineStats
 ) -> bool:
     """Fail a run past its dagrunTimeout; its unfinished tasks are skipped (as in Airflow)."""
     timeout = specs.get(session, run.dag_version_id).spec.dagrun_timeout
     if timeout is None or run.start_date is None or now < run.start_date + timeout:
         return False
     unfinished = [s.value for s in TaskState if s not in TERMINAL_TASK_STATES]
-    result = session.execute(
-        update(TaskInstance)
-        .where(TaskInstance.dag_run_id == run.id, TaskInstance.state.in_(unfinished))
-        .values(state=TaskState.SKIPPED, end_date=now, reason="dagrun timeout", needs_eval=False)
-    )
-    run.tasks_done += int(result.rowcount)  # type: ignore[attr-defined]
-    run.state = RunState.FAILED
-    run.end_date = now
+    session.execute(_TIME_OUT, {"run": run.id, "now": now, "unfinished": unfinished})
     stats.finished_runs[run.id] = RunState.FAILED
     return True
 
 
-def _reschedule_retries(session: Session, run_ids: list[int], now: datetime) -> int:
-    result = session.execute(
-        update(TaskInstance)
-        .where(
-            TaskInstance.dag_run_id.in_(run_ids),
-            TaskInstance.state == TaskState.UP_FOR_RETRY,
-            TaskInstance.next_retry_at <= now,
-        )
-        .values(state=TaskState.SCHEDULED, next_retry_at=None)
+_TIME_OUT = text(
+    """
+    WITH skipped AS (
+        UPDATE task_instance SET state = 'skipped', end_date = :now,
+            reason = 'dagrun timeout', needs_eval = false
+        WHERE dag_run_id = :run AND state = ANY(:unfinished)
+        RETURNING id
     )
-    return int(result.rowcount)  # type: ignore[attr-defined]
+    UPDATE dag_run SET state = 'failed', end_date = :now,
+        tasks_done = tasks_done + (SELECT count(*) FROM skipped)
+    WHERE id = :run
+    """
+)
+
+
+# Task instances whose upstream counters moved since they were last looked at.
+_READY = text(
+    """
+    SELECT id, dag_run_id, task_id, trigger_rule, upstream_task_ids, downstream_task_ids,
+           n_success, n_failed, n_skipped, n_upstream_failed, depends_on_past
+    FROM task_instance
+    WHERE dag_run_id = ANY(:runs) AND needs_eval AND state = 'none'
+    """
+)
+
+# The verdicts of one round, in one statement: a state (NULL: still waiting), and an
+# end date for the states that settle the instance.
+_DECIDE = text(
+    """
+    UPDATE task_instance ti SET
+        needs_eval = false,
+        state = COALESCE(v.state, ti.state),
+        end_date = CASE WHEN v.ends THEN :now ELSE ti.end_date END
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:states AS text[]), CAST(:ends AS boolean[]))
+         AS v(id, state, ends)
+    WHERE ti.id = v.id AND ti.state = 'none'
+    """
+)
 
 
 def _evaluate_ready(
     session: Session, run_ids: list[int], now: datetime, stats: ExamineStats, done: Counter[int]
 ) -> bool:
     """One round of trigger-rule decisions; True if some task settled (more may follow)."""
-    rows = session.execute(
-        select(
-            TaskInstance.id,
-            TaskInstance.dag_run_id,
-            TaskInstance.task_id,
-            TaskInstance.trigger_rule,
-            TaskInstance.upstream_task_ids,
-            TaskInstance.downstream_task_ids,
-            TaskInstance.n_success,
-            TaskInstance.n_failed,
-            TaskInstance.n_skipped,
-            TaskInstance.n_upstream_failed,
-            TaskInstance.depends_on_past,
-        ).where(
-            TaskInstance.dag_run_id.in_(run_ids),
-            TaskInstance.needs_eval,
-            TaskInstance.state == TaskState.NONE,
-        )
-    ).all()
+    rows = session.execute(_READY, {"runs": run_ids}).all()
     if not rows:
         return False
-    decided: dict[TaskState, list[int]] = defaultdict(list)
-    waiting: list[int] = []
+    decided: dict[int, TaskState | None] = {}  # None: waits, only needs_eval cleared
     settled: list[Settled] = []
     for row in rows:
         counts = UpstreamCounts(
@@ -221,56 +199,61 @@ def _evaluate_ready(
         if verdict is Verdict.RUN:
             if row.depends_on_past and not past.previous_allows(session, row.id):
                 continue  # stays needs_eval: re-checked until the previous run catches up
-            decided[TaskState.SCHEDULED].append(row.id)
+            decided[row.id] = TaskState.SCHEDULED
         elif verdict is Verdict.WAIT:
-            waiting.append(row.id)
+            decided[row.id] = None
         else:
             state = verdict.settles_as
             assert state is not None
-            decided[state].append(row.id)
+            decided[row.id] = state
             settled.append(Settled(row.dag_run_id, row.task_id, row.downstream_task_ids, state))
-    if waiting:
+    if decided:
         session.execute(
-            update(TaskInstance).where(TaskInstance.id.in_(waiting)).values(needs_eval=False)
+            _DECIDE,
+            {
+                "ids": list(decided),
+                "states": [None if state is None else state.value for state in decided.values()],
+                "ends": [state in TERMINAL_TASK_STATES for state in decided.values()],
+                "now": now,
+            },
         )
-    for state, ids in decided.items():
-        values: dict[str, object] = {"state": state, "needs_eval": False}
-        if state in TERMINAL_TASK_STATES:
-            values["end_date"] = now
-        session.execute(
-            update(TaskInstance)
-            .where(and_(TaskInstance.id.in_(ids), TaskInstance.state == TaskState.NONE))
-            .values(**values)
-        )
-    stats.scheduled += len(decided.get(TaskState.SCHEDULED, []))
+    stats.scheduled += sum(1 for state in decided.values() if state is TaskState.SCHEDULED)
     stats.settled += len(settled)
     done.update(propagate(session, settled))
     return bool(settled)
 
 
 def _finish_completed_runs(
-    session: Session, runs: list[DagRun], done: Counter[int], now: datetime, stats: ExamineStats
+    session: Session, runs: list[Row[Any]], done: Counter[int], now: datetime, stats: ExamineStats
 ) -> None:
     """A run whose tasks are all terminal fails if a leaf failed, else succeeds (Airflow).
 
     `tasks_done` was read with the run's lock, and only lock holders move it, so
     the row as taken plus this transaction's own moves is its value now.
     """
-    complete = [run for run in runs if run.tasks_done + done[run.id] >= run.tasks_total]
+    complete = [run.id for run in runs if run.tasks_done + done[run.id] >= run.tasks_total]
     if not complete:
         return
-    failed = set(
-        session.execute(
-            select(TaskInstance.dag_run_id)
-            .where(
-                TaskInstance.dag_run_id.in_([run.id for run in complete]),
-                TaskInstance.downstream_task_ids == [],
-                TaskInstance.state.in_([TaskState.FAILED, TaskState.UPSTREAM_FAILED]),
-            )
-            .distinct()
-        ).scalars()
+    failed = set(session.execute(_FAILED_LEAVES, {"runs": complete}).scalars())
+    states = [RunState.FAILED if run_id in failed else RunState.SUCCESS for run_id in complete]
+    session.execute(
+        _FINISH, {"runs": complete, "states": [state.value for state in states], "now": now}
     )
-    for run in complete:
-        run.state = RunState.FAILED if run.id in failed else RunState.SUCCESS
-        run.end_date = now
-        stats.finished_runs[run.id] = RunState(run.state)
+    stats.finished_runs.update(zip(complete, states, strict=True))
+
+
+_FAILED_LEAVES = text(
+    """
+    SELECT DISTINCT dag_run_id FROM task_instance
+    WHERE dag_run_id = ANY(:runs) AND downstream_task_ids = '{}'
+      AND state IN ('failed', 'upstream_failed')
+    """
+)
+
+_FINISH = text(
+    """
+    UPDATE dag_run SET state = v.state, end_date = :now
+    FROM unnest(CAST(:runs AS bigint[]), CAST(:states AS text[])) AS v(id, state)
+    WHERE dag_run.id = v.id
+    """
+)
