@@ -29,3 +29,9 @@ def configure_logging(level: str = "info", *, json: bool = False) -> None:
         logger_factory=lambda *args: structlog.PrintLogger(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
+
+
+def first_line(exc: BaseException) -> str:
+    """An error's first line for a log field; its type's name when it has no message."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__

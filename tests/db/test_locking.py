@@ -175,6 +175,62 @@ def test_one_corrupt_run_does_not_stop_the_others(sessions: sessionmaker[Session
         assert [r.state for r in runs(session, "bad")] == ["running"]
 
 
+def test_a_try_whose_spec_cannot_be_loaded_fails_and_the_batch_starts(
+    sessions: sessionmaker[Session],
+) -> None:
+    from sluice.scheduler.critical import queue_schedulable_task_instances
+    from sluice.scheduler.dispatch import claim_task_starts
+    from sluice.scheduler.examine import examine_running_runs
+
+    register(sessions, manifest("fine", chain("a")))
+    register(sessions, manifest("broken", chain("a", "b", retries=3)))
+    trigger(sessions, "fine", T0)
+    trigger(sessions, "broken", T0)
+    with sessions() as session:
+        session.execute(text("UPDATE dag_run SET state = 'running', start_date = :t"), {"t": T0})
+        examine_running_runs(session, SpecCache(), T0, 10)
+        result = queue_schedulable_task_instances(session, T0, job_id=None, max_tis=10)
+        assert len(result.queued) == 2
+        # The stored spec of one run's version stops parsing while its try waits in the outbox.
+        session.execute(
+            text(
+                "UPDATE dag_version SET spec = '{\"tasks\": \"not a list\"}'"
+                " WHERE dag_id = 'broken'"
+            )
+        )
+        session.commit()
+    with sessions() as session:
+        launches = claim_task_starts(
+            session, SpecCache(), T0, job_id=None, executor_name="x", limit=10
+        )
+        session.commit()
+    assert [launch.dag_id for launch in launches] == ["fine"]
+    with sessions() as session:
+        a = ti_row(session, "broken", "a")
+        assert a.state == TaskState.FAILED  # retries left, but a retry would fail the same way
+        assert a.reason is not None
+        assert a.reason.startswith("the task's spec could not be loaded")
+        assert ti_row(session, "broken", "b").n_failed == 1  # settled like any failure
+        assert (
+            session.execute(
+                text("SELECT count(*) FROM outbox WHERE kind = 'start_task'")
+            ).scalar_one()
+            == 0
+        )
+        assert (
+            session.execute(text("SELECT count(*) FROM outbox WHERE kind = 'alert'")).scalar_one()
+            == 1
+        )
+
+
+def test_an_error_without_a_message_is_recorded_by_its_type() -> None:
+    from sluice.scheduler.loop import SchedulerLoop, TickReport
+
+    report = TickReport()
+    SchedulerLoop._record_error("examine", RuntimeError(), report)
+    assert report.errors == ["examine: RuntimeError"]
+
+
 class _PgError(Exception):
     def __init__(self, pgcode: str) -> None:
         super().__init__(f"pgcode {pgcode}")

@@ -28,6 +28,8 @@ from psycopg2.extensions import connection as PgConnection
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from sluice.logs import first_line
+
 CHANNEL = "sluice_wake"
 
 log = structlog.get_logger("sluice.wakeups")
@@ -56,7 +58,7 @@ class Waker:
                     return False
                 select.select([conn], [], [], left)
         except (psycopg2.Error, OSError, ValueError) as exc:
-            log.info("wake-up listener lost; sleeping instead", error=_first_line(exc))
+            log.info("wake-up listener lost; sleeping instead", error=first_line(exc))
             self.close()
             time.sleep(max(0.0, deadline - time.monotonic()))
             return False
@@ -74,7 +76,7 @@ class Waker:
         try:
             conn.poll()
         except (psycopg2.Error, OSError, ValueError) as exc:
-            log.info("wake-up listener lost", error=_first_line(exc))
+            log.info("wake-up listener lost", error=first_line(exc))
             self.close()
             return True
         if conn.notifies:
@@ -95,7 +97,7 @@ class Waker:
             proxied = self.engine.raw_connection()
         # The pool hands out the driver's own error here, not SQLAlchemy's wrapper.
         except (SQLAlchemyError, psycopg2.Error) as exc:
-            log.info("wake-up listener unavailable", error=_first_line(exc))
+            log.info("wake-up listener unavailable", error=first_line(exc))
             return None
         proxied.detach()  # ours for good: never handed back to the pool
         conn = cast(PgConnection, proxied.dbapi_connection)
@@ -105,12 +107,8 @@ class Waker:
             with conn.cursor() as cursor:
                 cursor.execute(f"LISTEN {CHANNEL}")
         except psycopg2.Error as exc:
-            log.info("wake-up listener unavailable", error=_first_line(exc))
+            log.info("wake-up listener unavailable", error=first_line(exc))
             conn.close()
             return None
         self._conn = conn
         return conn
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).splitlines() or [type(exc).__name__])[0]

@@ -15,13 +15,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import func, select, text
+from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from sluice.db import locks
-from sluice.db.models import Dag, SlotPool, TaskInstance
-from sluice.spec.states import OCCUPYING_TASK_STATES, TaskState
+from sluice.spec.states import TaskState
 
 START_TASK = "start_task"
 
@@ -50,6 +49,34 @@ _QUEUE = text(
 )
 
 
+# The critical section's lock: every pool row, NOWAIT (a busy lock skips the tick).
+_LOCK_POOLS = text("SELECT name, slots FROM slot_pool ORDER BY id FOR UPDATE NOWAIT")
+
+# Slots in use per pool, and tasks in flight per DAG, counted under that lock.
+_OCCUPANCY = text(
+    """
+    SELECT ti.pool, ti.dag_id, sum(ti.pool_slots), count(*), d.max_active_tasks
+    FROM task_instance ti JOIN dag d ON d.dag_id = ti.dag_id
+    WHERE ti.state IN ('queued', 'running')
+    GROUP BY ti.pool, ti.dag_id, d.max_active_tasks
+    """
+)
+
+# Scheduled instances by priority weight, logical date and id, in pools with room
+# and DAGs under maxActiveTasks; locked SKIP LOCKED so replicas never queue one twice.
+_CANDIDATES = text(
+    """
+    SELECT ti.id, ti.dag_id, ti.pool, ti.pool_slots, d.max_active_tasks
+    FROM task_instance ti JOIN dag d ON d.dag_id = ti.dag_id
+    WHERE ti.state = 'scheduled' AND NOT d.is_paused
+      AND ti.pool = ANY(:open_pools) AND NOT ti.dag_id = ANY(:busy_dags)
+    ORDER BY ti.priority_weight DESC, ti.logical_date, ti.id
+    LIMIT :limit
+    FOR UPDATE OF ti SKIP LOCKED
+    """
+)
+
+
 @dataclass
 class CriticalSectionResult:
     entered: bool
@@ -62,13 +89,7 @@ def queue_schedulable_task_instances(
 ) -> CriticalSectionResult:
     """Queue what the limits allow; the caller commits (which releases the pool lock)."""
     try:
-        pools = dict(
-            session.execute(
-                select(SlotPool.name, SlotPool.slots)
-                .order_by(SlotPool.id)
-                .with_for_update(nowait=True)
-            ).all()
-        )
+        pools: dict[str, int] = dict(session.execute(_LOCK_POOLS).all())
     except OperationalError as exc:
         if locks.is_lock_not_available(exc):
             session.rollback()
@@ -78,48 +99,25 @@ def queue_schedulable_task_instances(
     pool_used: dict[str, int] = defaultdict(int)
     dag_active: dict[str, int] = defaultdict(int)
     busy_dags: set[str] = set()
-    for pool, dag_id, slots, count, max_active in session.execute(
-        select(
-            TaskInstance.pool,
-            TaskInstance.dag_id,
-            func.sum(TaskInstance.pool_slots),
-            func.count(),
-            Dag.max_active_tasks,
-        )
-        .join(Dag, Dag.dag_id == TaskInstance.dag_id)
-        .where(TaskInstance.state.in_(OCCUPYING_TASK_STATES))
-        .group_by(TaskInstance.pool, TaskInstance.dag_id, Dag.max_active_tasks)
-    ):
+    for pool, dag_id, slots, count, max_active in session.execute(_OCCUPANCY):
         pool_used[pool] += int(slots)
         dag_active[dag_id] += int(count)
         if dag_active[dag_id] >= max_active:
             busy_dags.add(dag_id)
 
     full_pools = {name for name, slots in pools.items() if pool_used[name] >= slots}
-    candidates_query = (
-        select(
-            TaskInstance.id,
-            TaskInstance.dag_id,
-            TaskInstance.pool,
-            TaskInstance.pool_slots,
-            Dag.max_active_tasks,
-        )
-        .join(Dag, Dag.dag_id == TaskInstance.dag_id)
-        .where(TaskInstance.state == TaskState.SCHEDULED, Dag.is_paused.is_(False))
-        .order_by(TaskInstance.priority_weight.desc(), TaskInstance.logical_date, TaskInstance.id)
-        .limit(max_tis)
-        .with_for_update(of=TaskInstance, skip_locked=True)
-    )
     # Leave out what cannot run now, so a full pool or a busy DAG never starves the rest.
-    if full_pools:
-        candidates_query = candidates_query.where(TaskInstance.pool.not_in(full_pools))
-    candidates_query = candidates_query.where(TaskInstance.pool.in_(list(pools)))
-    if busy_dags:
-        candidates_query = candidates_query.where(TaskInstance.dag_id.not_in(busy_dags))
-
+    candidates = session.execute(
+        _CANDIDATES,
+        {
+            "open_pools": [name for name in pools if name not in full_pools],
+            "busy_dags": sorted(busy_dags),
+            "limit": max_tis,
+        },
+    )
     chosen: list[int] = []
     result = CriticalSectionResult(entered=True, starved_pools=full_pools)
-    for ti_id, dag_id, pool, slots, max_active in session.execute(candidates_query):
+    for ti_id, dag_id, pool, slots, max_active in candidates:
         if pool_used[pool] + slots > pools[pool]:
             result.starved_pools.add(pool)
             continue

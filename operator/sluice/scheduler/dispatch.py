@@ -13,14 +13,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import structlog
 from sqlalchemy import Row, text
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache
-from sluice.executors.base import TaskLaunch
+from sluice.executors.base import TaskEvent, TaskLaunch
+from sluice.logs import first_line
 from sluice.scheduler.critical import START_TASK
-from sluice.scheduler.results import ALERT
+from sluice.scheduler.results import ALERT, apply_task_events
 from sluice.spec.states import TaskState
+
+log = structlog.get_logger("sluice.scheduler")
 
 # Lock (SKIP LOCKED, oldest first) and delete up to :limit ready outbox rows of one :kind;
 # the statements below add what they return.
@@ -73,7 +77,8 @@ def claim_task_starts(
     """Claim up to `limit` queued tries for this replica; the caller commits, then starts them.
 
     An outbox row whose try is no longer queued (requeued, failed, claimed by a
-    fenced-off replica) is dropped: the try it named will never start.
+    fenced-off replica) is dropped: the try it named will never start. A try
+    whose task spec cannot be loaded fails at once, with the reason.
     """
     claimed = session.execute(
         _CLAIM,
@@ -87,7 +92,19 @@ def claim_task_starts(
             "running": TaskState.RUNNING.value,
         },
     ).all()
-    return [_launch(specs, session, c) for c in claimed]
+    launches: list[TaskLaunch] = []
+    unlaunchable: list[TaskEvent] = []
+    for c in claimed:
+        try:
+            launches.append(_launch(specs, session, c))
+        except Exception as exc:  # a stored spec this version cannot read, a task it lacks
+            reason = f"the task's spec could not be loaded: {first_line(exc)}"
+            log.error("try cannot be started", ti=c.id, try_number=c.try_number, reason=reason)
+            unlaunchable.append(TaskEvent(c.id, c.try_number, TaskState.FAILED, None, reason))
+    # Failed in the same transaction, without retries (they would fail the same way): one
+    # bad spec must not hold back every other try in the batch, on every replica (inv. 6).
+    apply_task_events(session, unlaunchable, specs, now, retry=False)
+    return launches
 
 
 def _launch(specs: SpecCache, session: Session, c: Row[Any]) -> TaskLaunch:

@@ -17,6 +17,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from sluice.db import locks
+from sluice.logs import first_line
 
 log = structlog.get_logger("sluice.scheduler")
 
@@ -46,7 +47,7 @@ def batch_or_each(
         if _is_lock_conflict(exc) or len(items) == 1:
             if _is_lock_conflict(exc):
                 raise
-            log.error(f"{what} failed; left out", item=describe(items[0]), error=_first_line(exc))
+            log.error(f"{what} failed; left out", item=describe(items[0]), error=first_line(exc))
             return [], list(items)
     results: list[Result] = []
     bad: list[Item] = []
@@ -57,11 +58,6 @@ def batch_or_each(
         except Exception as exc:
             if _is_lock_conflict(exc):
                 raise
-            log.error(f"{what} failed; left out", item=describe(item), error=_first_line(exc))
+            log.error(f"{what} failed; left out", item=describe(item), error=first_line(exc))
             bad.append(item)
     return results, bad
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -32,6 +32,7 @@ from sluice.db import locks
 from sluice.db.dags import SpecCache
 from sluice.db.wakeups import Waker
 from sluice.executors.base import Executor, TaskEvent, TaskLaunch
+from sluice.logs import first_line
 from sluice.scheduler import housekeeping, reconcile
 from sluice.scheduler.config import SchedulerConfig
 from sluice.scheduler.critical import queue_schedulable_task_instances
@@ -410,9 +411,9 @@ class SchedulerLoop:
 
     @staticmethod
     def _record_error(phase: str, exc: Exception, report: TickReport | None) -> None:
-        log.error("phase failed", phase=phase, error=str(exc).splitlines()[0], exc_info=exc)
+        log.error("phase failed", phase=phase, error=first_line(exc), exc_info=exc)
         if report is not None:
-            report.errors.append(f"{phase}: {str(exc).splitlines()[0]}")
+            report.errors.append(f"{phase}: {first_line(exc)}")
 
 
 _DEADLOCK_RETRIES = 4

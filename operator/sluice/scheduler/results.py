@@ -92,10 +92,12 @@ def apply_task_events(
     now: datetime,
     *,
     evidence: dict[int, dict[str, Any]] | None = None,
+    retry: bool = True,
 ) -> list[Applied]:
     """Apply executor reports; returns the transitions that took effect.
 
     The caller commits. Reports for tries that are no longer live are dropped.
+    With `retry=False` a failed try fails its task instance, retries left or not.
     """
     if not events:
         return []
@@ -113,7 +115,7 @@ def apply_task_events(
             continue  # a report for an older try, or for a try already settled
         state = event.state
         next_retry_at = None
-        if state is TaskState.FAILED and row.try_number <= row.max_tries:
+        if state is TaskState.FAILED and retry and row.try_number <= row.max_tries:
             task = specs.get(session, row.dag_version_id).tasks[row.task_id]
             state = TaskState.UP_FOR_RETRY
             next_retry_at = now + retry_delay(
