@@ -508,3 +508,17 @@ def test_scheduler_batch_knobs_must_be_positive(db_url: str, option: str) -> Non
     result = sluice("scheduler", option, "0", "--database-url", db_url, "--no-migrate")
     assert result.exit_code == 2
     assert f"{option} must be at least 1 (got 0)" in result.stderr
+
+
+def test_scheduler_zombie_threshold_must_outlast_the_heartbeat(db_url: str) -> None:
+    result = sluice(
+        "scheduler",
+        "--heartbeat-interval", "10",
+        "--zombie-threshold", "5",
+        "--database-url", db_url,
+        "--no-migrate",
+    )  # fmt: skip
+    assert result.exit_code == 2
+    assert "--zombie-threshold (5.0s) must be longer than --heartbeat-interval (10.0s)" in (
+        result.stderr
+    )

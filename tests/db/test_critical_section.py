@@ -213,3 +213,21 @@ def test_full_batches_repeat_within_a_tick_up_to_the_cap(
     assert report.tasks_queued == 4  # 3, then 1: a batch that is not full ends the phase
     assert report.tasks_started == 4
     assert len(executor.started) == 8
+
+
+def test_with_nothing_scheduled_the_tasks_in_flight_are_not_counted(
+    sessions: sessionmaker[Session], engine: Engine
+) -> None:
+    register(sessions, manifest("busy", [{"name": f"t{i}"} for i in range(5)]))
+    trigger(sessions, "busy", T0)
+    with sessions() as session:
+        session.execute(
+            text("UPDATE dag_run SET state = 'running'; UPDATE task_instance SET state = 'running'")
+        )
+        session.commit()
+    with count_queries(engine) as statements, sessions() as session:
+        result = queue_schedulable_task_instances(session, T0, job_id=None, max_tis=16)
+        session.commit()
+    assert result.entered
+    assert not result.queued
+    assert [s.split()[0] for s in statements] == ["SELECT"]  # the lock, which says "no work"

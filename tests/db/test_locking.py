@@ -194,7 +194,7 @@ def test_a_try_whose_spec_cannot_be_loaded_fails_and_the_batch_starts(
         # The stored spec of one run's version stops parsing while its try waits in the outbox.
         session.execute(
             text(
-                "UPDATE dag_version SET spec = '{\"tasks\": \"not a list\"}'"
+                'UPDATE dag_version SET spec = \'{"tasks": "not a list"}\''
                 " WHERE dag_id = 'broken'"
             )
         )

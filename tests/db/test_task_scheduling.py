@@ -245,3 +245,34 @@ def test_manual_run_carries_its_conf_to_the_task(sessions: sessionmaker[Session]
     assert launch.conf == {"table": "users"}
     assert launch.context_env()["SLUICE_CONF"] == '{"table": "users"}'
     assert launch.context_env()["SLUICE_RUN_ID"].startswith("manual__")
+
+
+def test_running_tries_are_heartbeated_once_per_interval_and_new_ones_at_once(
+    sessions: sessionmaker[Session],
+) -> None:
+    clock = FakeClock()
+    register(sessions, manifest("hb", [{"name": "a"}, {"name": "b"}, {"name": "c"}]), clock.now)
+    trigger(sessions, "hb", clock.now)
+    executor = ScriptedExecutor()
+    executor.hold.update({"a", "b", "c"})
+    loop = make_loop(sessions, executor, clock, heartbeat_interval=5.0)
+    loop.tick()
+
+    def beats() -> dict[str, tuple[object, str | None]]:
+        with sessions() as session:
+            return {
+                t: (
+                    ti_row(session, "hb", t).last_heartbeat_at,
+                    ti_row(session, "hb", t).external_id,
+                )
+                for t in ("a", "b", "c")
+            }
+
+    started = beats()
+    assert all(ext is not None for _, ext in started.values())  # recorded with the first tick
+    clock.advance(seconds=2)
+    loop.tick()
+    assert beats() == started  # within the interval: no write per tick
+    clock.advance(seconds=3)
+    loop.tick()
+    assert {t: beat for t, (beat, _) in beats().items()} == dict.fromkeys(started, clock.now)

@@ -66,6 +66,11 @@ def scheduler(
     ):
         if value < 1:
             fail(f"{name} must be at least 1 (got {value})")
+    if zombie_threshold <= heartbeat_interval:
+        fail(
+            f"--zombie-threshold ({zombie_threshold}s) must be longer than --heartbeat-interval"
+            f" ({heartbeat_interval}s), or every running try looks like a zombie"
+        )
     config = SchedulerConfig(
         tick_interval=tick_interval,
         runs_created_per_tick=runs_created_per_tick,

@@ -19,7 +19,8 @@ class SchedulerConfig:
     critical_batches_per_tick: int = 8
     # Outbox rows claimed per dispatch.
     dispatch_batch: int = 512
-    # Phase 4: housekeeping periods and thresholds (seconds).
+    # Phase 4: housekeeping periods and thresholds (seconds). The replica heartbeats
+    # itself and the tries its executor runs once per heartbeat interval.
     heartbeat_interval: float = 5.0
     scheduler_dead_after: float = 30.0
     zombie_threshold: float = 60.0

@@ -49,8 +49,14 @@ _QUEUE = text(
 )
 
 
-# The critical section's lock: every pool row, NOWAIT (a busy lock skips the tick).
-_LOCK_POOLS = text("SELECT name, slots FROM slot_pool ORDER BY id FOR UPDATE NOWAIT")
+# The critical section's lock: every pool row, NOWAIT (a busy lock skips the tick); and
+# whether anything is scheduled at all, so an idle tick never counts the tasks in flight.
+_LOCK_POOLS = text(
+    """
+    SELECT name, slots, EXISTS (SELECT FROM task_instance WHERE state = 'scheduled') AS work
+    FROM slot_pool ORDER BY id FOR UPDATE NOWAIT
+    """
+)
 
 # Slots in use per pool, and tasks in flight per DAG, counted under that lock.
 _OCCUPANCY = text(
@@ -89,12 +95,15 @@ def queue_schedulable_task_instances(
 ) -> CriticalSectionResult:
     """Queue what the limits allow; the caller commits (which releases the pool lock)."""
     try:
-        pools: dict[str, int] = dict(session.execute(_LOCK_POOLS).all())
+        locked = session.execute(_LOCK_POOLS).all()
     except OperationalError as exc:
         if locks.is_lock_not_available(exc):
             session.rollback()
             return CriticalSectionResult(entered=False)
         raise
+    if not any(row.work for row in locked):
+        return CriticalSectionResult(entered=True)
+    pools: dict[str, int] = {row.name: row.slots for row in locked}
 
     pool_used: dict[str, int] = defaultdict(int)
     dag_active: dict[str, int] = defaultdict(int)

@@ -105,6 +105,8 @@ class SchedulerLoop:
             session.commit()
         self._pending_events: list[TaskEvent] = []
         self._last_heartbeat = self.clock()
+        self._last_try_heartbeat = self.clock()
+        self._beaten: set[tuple[int, int]] = set()  # tries heartbeated since the last full beat
         self._last_zombie_check = self.clock()
         self._last_reconcile = self.clock()
         self._last_quiet_examine = self.clock() - timedelta(seconds=self.config.tick_interval)
@@ -231,8 +233,17 @@ class SchedulerLoop:
         return started
 
     def _sync_executor(self, report: TickReport) -> int:
+        """Apply the executor's reports; heartbeat (and fence) the tries it runs.
+
+        Every try is heartbeated once per heartbeat interval, and a try new to
+        the executor at once (its external id is what lets another replica adopt it).
+        """
         self._pending_events.extend(self.executor.poll())
         events = self._pending_events
+        running = self.executor.external_ids()
+        now = self.clock()
+        every = (now - self._last_try_heartbeat).total_seconds() >= self.config.heartbeat_interval
+        beat = running if every else {k: v for k, v in running.items() if k not in self._beaten}
 
         def apply(session: Session) -> tuple[int, housekeeping.Fence]:
             now = self.clock()
@@ -243,15 +254,18 @@ class SchedulerLoop:
                 what="applying a task report",
                 describe=lambda event: event.key,
             )
-            fence = housekeeping.heartbeat_tries(
-                session, self.executor.external_ids(), self.job_id, now
-            )
+            fence = housekeeping.heartbeat_tries(session, beat, self.job_id, now)
             return len(applied), fence
 
         outcome = self._transaction("executor_events", apply, None, report)
         if outcome is None:
             return 0  # kept in _pending_events for the next tick
         self._pending_events = []
+        if every:
+            self._last_try_heartbeat = now
+            self._beaten = set(running)
+        else:
+            self._beaten.update(beat)
         applied, fence = outcome
         for key in fence.kill:
             self.executor.kill(key, "the database no longer has this try running")
