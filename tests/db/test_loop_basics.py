@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+from sqlalchemy import Engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
+from sluice.scheduler import loop as loop_module
 from sluice.spec.states import RunState, TaskState
 from tests.support import (
     T0,
@@ -18,6 +21,7 @@ from tests.support import (
     run_until_idle,
     runs,
     task_states,
+    trigger,
 )
 
 
@@ -89,3 +93,35 @@ def test_parallel_branches_report_in_one_batch(sessions: sessionmaker[Session]) 
     assert started[0] == "start"
     assert started[-1] == "join"
     assert sorted(started[1:3]) == ["left", "right"]
+
+
+def test_a_tick_takes_one_connection_and_a_failed_phase_gives_it_back(
+    sessions: sessionmaker[Session], engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock()
+    register(sessions, manifest("one", chain("a", "b")), clock.now)
+    trigger(sessions, "one", clock.now)
+    loop = make_loop(sessions, ScriptedExecutor(), clock)
+    checkouts: list[object] = []
+    listener = lambda *args: checkouts.append(args[0])  # noqa: E731
+    event.listen(engine, "checkout", listener)
+    try:
+        report = loop.tick()  # every phase has work: the run starts, `a` runs and ends
+        assert report.tasks_started == 1
+        assert len(checkouts) == 1
+
+        checkouts.clear()
+
+        def broken(*args: object, **kwargs: object) -> object:
+            raise RuntimeError("pool table unreadable")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(loop_module, "queue_schedulable_task_instances", broken)
+            report = loop.tick()  # phase 3 fails; the phases after it take a fresh connection
+        assert report.errors == ["critical_section: pool table unreadable"]
+        assert len(checkouts) >= 2  # the tick's, then fresh ones for the phases after it
+        run_until_idle(loop)
+    finally:
+        event.remove(engine, "checkout", listener)
+    with sessions() as session:
+        assert [r.state for r in runs(session, "one")] == [RunState.SUCCESS]

@@ -18,13 +18,15 @@ interval, or less when a `Waker` hears that work appeared.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import structlog
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -99,6 +101,7 @@ class SchedulerLoop:
         self.sleep = sleep
         self.waker = waker
         self.specs = SpecCache()
+        self._conn: Connection | None = None  # the tick's connection, while a tick runs
         # No fallback here: a replica that cannot register exits and is restarted.
         with self.sessions() as session:
             self.job_id: int = housekeeping.register_scheduler(session, self.clock())
@@ -117,6 +120,34 @@ class SchedulerLoop:
     # -- the tick -----------------------------------------------------------------
 
     def tick(self) -> TickReport:
+        with self._one_connection():
+            return self._tick()
+
+    @contextlib.contextmanager
+    def _one_connection(self) -> Iterator[None]:
+        """Every phase of a tick on one pooled connection: one checkout (and ping) per tick.
+
+        Each phase is still its own transaction. If the connection cannot be had,
+        or a phase fails on it, the phases go back to a session each from the pool.
+        """
+        bind = self.sessions.kw.get("bind")
+        if isinstance(bind, Engine):
+            try:
+                self._conn = bind.connect()
+            except DBAPIError:
+                self._conn = None
+        try:
+            yield
+        finally:
+            self._drop_connection()
+
+    def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(DBAPIError):
+                conn.close()
+
+    def _tick(self) -> TickReport:
         report = TickReport()
         cfg = self.config
         now = self.clock()
@@ -402,25 +433,27 @@ class SchedulerLoop:
     ) -> T:
         """Run one unit of work in its own transaction, with the loop's error policy."""
         for attempt in range(_DEADLOCK_RETRIES):
-            with self.sessions() as session:
+            bound = {} if self._conn is None else {"bind": self._conn}
+            failure: Exception | None = None
+            with self.sessions(**bound) as session:
                 try:
                     result = work(session)
                     session.commit()
                     return result
-                except DBAPIError as exc:
-                    session.rollback()
-                    if locks.is_lock_not_available(exc):
-                        return default
-                    if locks.is_retryable_conflict(exc) and attempt + 1 < _DEADLOCK_RETRIES:
-                        log.info("lock conflict, retrying", phase=phase, attempt=attempt + 1)
-                        self.sleep(0.05 * 2**attempt)
-                        continue
-                    self._record_error(phase, exc, report)
-                    return default
                 except Exception as exc:
                     session.rollback()
-                    self._record_error(phase, exc, report)
+                    failure = exc
+            assert failure is not None
+            self._drop_connection()  # maybe broken: the next phase takes a fresh one
+            if isinstance(failure, DBAPIError):
+                if locks.is_lock_not_available(failure):
                     return default
+                if locks.is_retryable_conflict(failure) and attempt + 1 < _DEADLOCK_RETRIES:
+                    log.info("lock conflict, retrying", phase=phase, attempt=attempt + 1)
+                    self.sleep(0.05 * 2**attempt)
+                    continue
+            self._record_error(phase, failure, report)
+            return default
         return default
 
     @staticmethod
