@@ -116,3 +116,16 @@ def test_reports_and_dispatch_cost_the_same_for_one_or_fifty(
         assert len(applied) == width
     assert dispatch_counts[0] == dispatch_counts[1]
     assert apply_counts[0] == apply_counts[1]
+
+
+def test_a_tick_without_bad_rows_sets_no_savepoints(
+    sessions: sessionmaker[Session], engine: Engine
+) -> None:
+    clock = FakeClock()
+    register(sessions, manifest("sp", [{"name": "a"}, {"name": "b", "dependsOn": ["a"]}]))
+    trigger(sessions, "sp", clock.now)
+    loop = make_loop(sessions, ScriptedExecutor(), clock)
+    with count_queries(engine) as statements:
+        for _ in range(3):  # examine, queue, dispatch and reports all have work
+            assert loop.tick().busy
+    assert not [s for s in statements if s.lstrip().upper().startswith("SAVEPOINT")]

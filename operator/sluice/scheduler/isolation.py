@@ -1,10 +1,13 @@
 """One bad row must not stop every replica: batches fall back to one item at a time.
 
-The loop works in batches for speed. If a batch fails for a reason that is not
-a lock conflict (a corrupt spec, a constraint the row breaks), the batch is
-redone item by item, each in its own savepoint; the items that still fail are
-logged and left out, and everything else goes through (invariant 6). Lock
-conflicts are re-raised: the loop skips or retries the whole transaction.
+The loop works in batches for speed. A batch first runs as it is, with no
+savepoint (two round trips saved on every tick). If it fails for a reason that
+is not a lock conflict (a corrupt spec, a constraint the row breaks), it raises
+`BatchFailed`: the loop rolls the transaction back and runs it again with
+`ISOLATE` set in the session's info, and then the batch is done item by item,
+each in its own savepoint; the items that still fail are logged and left out,
+and everything else goes through (invariant 6). Lock conflicts are re-raised:
+the loop skips or retries the whole transaction.
 """
 
 from __future__ import annotations
@@ -31,6 +34,13 @@ def _is_lock_conflict(exc: BaseException) -> bool:
     )
 
 
+ISOLATE = "sluice.isolate_items"
+
+
+class BatchFailed(Exception):
+    """A batch failed outside a savepoint: redo the transaction with `ISOLATE` set."""
+
+
 def batch_or_each(
     session: Session,
     items: Sequence[Item],
@@ -39,16 +49,14 @@ def batch_or_each(
     what: str,
     describe: Callable[[Item], object],
 ) -> tuple[list[Result], list[Item]]:
-    """Run `work` on all items; on failure, on each alone. Returns (results, bad items)."""
-    try:
-        with session.begin_nested():
+    """Run `work` on all items; isolated, on each alone. Returns (results, bad items)."""
+    if not session.info.get(ISOLATE):
+        try:
             return work(items), []
-    except Exception as exc:
-        if _is_lock_conflict(exc) or len(items) == 1:
+        except Exception as exc:
             if _is_lock_conflict(exc):
                 raise
-            log.error(f"{what} failed; left out", item=describe(items[0]), error=first_line(exc))
-            return [], list(items)
+            raise BatchFailed(f"{what}: {first_line(exc)}") from exc
     results: list[Result] = []
     bad: list[Item] = []
     for item in items:

@@ -40,7 +40,7 @@ from sluice.scheduler.config import SchedulerConfig
 from sluice.scheduler.critical import queue_schedulable_task_instances
 from sluice.scheduler.dispatch import claim_alerts, claim_task_starts
 from sluice.scheduler.examine import examine_running_runs
-from sluice.scheduler.isolation import batch_or_each
+from sluice.scheduler.isolation import ISOLATE, BatchFailed, batch_or_each
 from sluice.scheduler.results import Applied, apply_task_events
 from sluice.scheduler.runs import create_due_runs, start_queued_runs
 
@@ -432,10 +432,11 @@ class SchedulerLoop:
         report: TickReport | None = None,
     ) -> T:
         """Run one unit of work in its own transaction, with the loop's error policy."""
+        isolate = False
         for attempt in range(_DEADLOCK_RETRIES):
             bound = {} if self._conn is None else {"bind": self._conn}
             failure: Exception | None = None
-            with self.sessions(**bound) as session:
+            with self.sessions(**bound, info={ISOLATE: isolate}) as session:
                 try:
                     result = work(session)
                     session.commit()
@@ -444,6 +445,9 @@ class SchedulerLoop:
                     session.rollback()
                     failure = exc
             assert failure is not None
+            if isinstance(failure, BatchFailed) and not isolate:
+                isolate = True  # again, each item of the failed batch in its own savepoint
+                continue
             self._drop_connection()  # maybe broken: the next phase takes a fresh one
             if isinstance(failure, DBAPIError):
                 if locks.is_lock_not_available(failure):
