@@ -129,3 +129,26 @@ def test_a_tick_without_bad_rows_sets_no_savepoints(
         for _ in range(3):  # examine, queue, dispatch and reports all have work
             assert loop.tick().busy
     assert not [s for s in statements if s.lstrip().upper().startswith("SAVEPOINT")]
+
+
+def test_alerts_are_looked_for_after_a_failure_and_otherwise_once_per_interval(
+    sessions: sessionmaker[Session], engine: Engine
+) -> None:
+    clock = FakeClock()
+    register(sessions, manifest("al", [{"name": "a"}]))
+    trigger(sessions, "al", clock.now)
+    loop = make_loop(sessions, ScriptedExecutor({"a": [TaskState.FAILED]}), clock)
+    loop.tick()  # the first look; then `a` runs and fails, which writes its alert
+    with count_queries(engine) as statements:
+        loop.tick()  # this replica failed a try: it looks again at once, and takes the alert
+    assert sum("RETURNING id, payload" in s for s in statements) == 1
+    with sessions() as session:
+        assert session.execute(text("SELECT count(*) FROM outbox")).scalar_one() == 0
+    with count_queries(engine) as statements:
+        loop.tick()
+        loop.tick()
+    assert sum("RETURNING id, payload" in s for s in statements) == 0  # nothing new, same second
+    clock.advance(seconds=1)
+    with count_queries(engine) as statements:
+        loop.tick()
+    assert sum("RETURNING id, payload" in s for s in statements) == 1  # once per tick interval

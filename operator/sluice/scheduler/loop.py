@@ -43,6 +43,7 @@ from sluice.scheduler.examine import examine_running_runs
 from sluice.scheduler.isolation import ISOLATE, BatchFailed, batch_or_each
 from sluice.scheduler.results import Applied, apply_task_events
 from sluice.scheduler.runs import create_due_runs, start_queued_runs
+from sluice.spec.states import TaskState
 
 log = structlog.get_logger("sluice.scheduler")
 
@@ -110,6 +111,8 @@ class SchedulerLoop:
         self._last_heartbeat = self.clock()
         self._last_try_heartbeat = self.clock()
         self._beaten: set[tuple[int, int]] = set()  # tries heartbeated since the last full beat
+        self._alerts_due = True
+        self._last_alert_look = self.clock()
         self._last_zombie_check = self.clock()
         self._last_reconcile = self.clock()
         self._last_quiet_examine = self.clock() - timedelta(seconds=self.config.tick_interval)
@@ -235,8 +238,22 @@ class SchedulerLoop:
                 return
 
     def _dispatch(self, report: TickReport) -> int:
-        """Claim queued tries and pending alerts, a batch per transaction; act after each commit."""
+        """Claim queued tries and pending alerts, a batch per transaction; act after each commit.
+
+        Alerts are looked for when this replica failed a try since its last look
+        (it wrote the alert), when the last look came back full, and otherwise
+        once per tick interval (alerts written by replicas that died since).
+        """
         nothing: tuple[list[TaskLaunch], list[dict[str, Any]]] = ([], [])
+        batch = self.config.dispatch_batch
+        started_at = self.clock()
+        alerts_wanted = (
+            self._alerts_due
+            or (started_at - self._last_alert_look).total_seconds() >= self.config.tick_interval
+        )
+        if alerts_wanted:
+            self._alerts_due = False
+            self._last_alert_look = started_at
 
         def claim(session: Session) -> tuple[list[TaskLaunch], list[dict[str, Any]]]:
             now = self.clock()
@@ -246,9 +263,9 @@ class SchedulerLoop:
                 now,
                 job_id=self.job_id,
                 executor_name=self.executor.name,
-                limit=self.config.dispatch_batch,
+                limit=batch,
             )
-            return launches, claim_alerts(session, now, limit=self.config.dispatch_batch)
+            return launches, claim_alerts(session, now, limit=batch) if alerts_wanted else []
 
         started = 0
         for _ in range(self.config.critical_batches_per_tick):
@@ -258,10 +275,17 @@ class SchedulerLoop:
                 self.executor.start(launches)
             for alert in alerts:
                 log.warning("alert: task try failed", **alert)
+            if len(alerts) >= batch:
+                self._alerts_due = True  # more may wait: look again next tick
             started += len(launches)
-            if len(launches) < self.config.dispatch_batch:
+            if len(launches) < batch:
                 break
         return started
+
+    def _wrote_alerts(self, applied: list[Applied]) -> None:
+        """A failed try's alert is in the outbox: this replica looks for it next tick."""
+        if any(a.state in (TaskState.FAILED, TaskState.UP_FOR_RETRY) for a in applied):
+            self._alerts_due = True
 
     def _sync_executor(self, report: TickReport) -> int:
         """Apply the executor's reports; heartbeat (and fence) the tries it runs.
@@ -286,6 +310,7 @@ class SchedulerLoop:
                 describe=lambda event: event.key,
             )
             fence = housekeeping.heartbeat_tries(session, beat, self.job_id, now)
+            self._wrote_alerts(applied)
             return len(applied), fence
 
         outcome = self._transaction("executor_events", apply, None, report)
@@ -353,6 +378,7 @@ class SchedulerLoop:
                 nothing,
                 report,
             )
+            self._wrote_alerts(settled)
             for applied in settled:
                 if applied.ti_id in stale.evidence:
                     log.warning("zombie task", ti=applied.ti_id, try_number=applied.try_number)
