@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from sluice.db.dags import SpecCache
 from sluice.db.models import Outbox
 from sluice.executors.base import TaskEvent
-from sluice.scheduler.transitions import Settled, lock_runs_of, propagate
+from sluice.scheduler.transitions import Settled, lock_runs_of, propagate, run_progress
 from sluice.spec.retries import retry_delay
 from sluice.spec.states import TaskState
 
@@ -43,7 +43,8 @@ _READ = text(
 )
 
 # One round trip: each report a compare-and-set on (instance, try number, a live state),
-# and the try's own row; one array per column.
+# the try's own row, and the runs' progress; one array per column. The rows were read
+# under lock just before, so every compare-and-set here matches.
 _SETTLE = text(
     """
     WITH v AS (
@@ -59,6 +60,10 @@ _SETTLE = text(
         FROM v
         WHERE ti.id = v.id AND ti.try_number = v.try_number AND ti.state = ANY(:live)
         RETURNING ti.id, ti.try_number
+    ), progress AS (
+        UPDATE dag_run SET tasks_done = tasks_done + p.delta
+        FROM unnest(CAST(:runs AS bigint[]), CAST(:deltas AS int[])) AS p(id, delta)
+        WHERE dag_run.id = p.id
     )
     UPDATE task_try tt SET
         state = v.try_state, end_date = :now, exit_code = v.exit_code, reason = v.reason
@@ -143,8 +148,12 @@ def apply_task_events(
     if not updates:
         return []
     columns = {name: [u[name] for u in updates] for name in _COLUMNS}
-    session.execute(_SETTLE, {"now": now, "live": _LIVE, **columns})
-    propagate(session, settled)
+    moved = run_progress(settled)
+    session.execute(
+        _SETTLE,
+        {"now": now, "live": _LIVE, "runs": list(moved), "deltas": list(moved.values()), **columns},
+    )
+    propagate(session, settled, progress=False)
     failures = [u for u in updates if u["try_state"] == TaskState.FAILED.value]
     if failures:
         # One alert per failed try, written with the transition itself (invariant 8).

@@ -101,11 +101,21 @@ _PROGRESS = text(
 )
 
 
-def propagate(session: Session, settled: Sequence[Settled]) -> Counter[int]:
-    """Move downstream counters and run progress for task instances that settled.
+def run_progress(settled: Sequence[Settled]) -> dict[int, int]:
+    """How far each run's `tasks_done` moves: +1 per instance entering a terminal state,
+    -1 per instance leaving one (runs that do not move are left out)."""
+    done_delta: Counter[int] = Counter()
+    for s in settled:
+        done_delta[s.dag_run_id] += 1 if s.state in TERMINAL_TASK_STATES else -1
+    return {rid: delta for rid, delta in done_delta.items() if delta}
 
-    The caller holds the run locks. `tasks_done` on the run moves by one per
-    instance entering (+1) or leaving (-1) a terminal state; returns those moves.
+
+def propagate(
+    session: Session, settled: Sequence[Settled], *, progress: bool = True
+) -> dict[int, int]:
+    """Move downstream counters and (unless the caller does it) run progress.
+
+    The caller holds the run locks. Returns the progress moves (`run_progress`).
     """
     edges = [
         {
@@ -119,10 +129,7 @@ def propagate(session: Session, settled: Sequence[Settled]) -> Counter[int]:
     ]
     if edges:
         session.execute(_PROPAGATE, edges)
-    done_delta: Counter[int] = Counter()
-    for s in settled:
-        done_delta[s.dag_run_id] += 1 if s.state in TERMINAL_TASK_STATES else -1
-    moved = {rid: delta for rid, delta in done_delta.items() if delta}
-    if moved:
+    moved = run_progress(settled)
+    if moved and progress:
         session.execute(_PROGRESS, {"runs": list(moved), "deltas": list(moved.values())})
-    return done_delta
+    return moved
