@@ -7,6 +7,8 @@ keep the version they started with.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -135,6 +137,20 @@ class SpecCache:
             compiled = CompiledDag(row[0], version_id, spec_from_json(row[1]))
             self._by_version[version_id] = compiled
         return compiled
+
+    def preload(self, session: Session, version_ids: Iterable[int | None]) -> None:
+        """Load the versions not cached yet in one query; one that does not parse is left
+        out (its `get` raises, for its caller to isolate)."""
+        missing = sorted({v for v in version_ids if v is not None and v not in self._by_version})
+        if not missing:
+            return
+        for version_id, dag_id, spec in session.execute(
+            select(DagVersion.id, DagVersion.dag_id, DagVersion.spec).where(
+                DagVersion.id.in_(missing)
+            )
+        ):
+            with contextlib.suppress(ValueError):  # pydantic's ValidationError is a ValueError
+                self._by_version[version_id] = CompiledDag(dag_id, version_id, spec_from_json(spec))
 
     def current(self, session: Session, dag_id: str) -> CompiledDag:
         version_id = session.execute(

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache
 from sluice.db.models import Backfill, DagRun, TaskInstance
-from sluice.scheduler.runs import insert_run
+from sluice.scheduler.runs import RunRequest, insert_runs
 from sluice.scheduler.transitions import Settled, lock_runs, propagate
 from sluice.spec.states import RunState, RunType, TaskState
 from sluice.spec.timetables import CronTimetable
@@ -93,19 +93,11 @@ def create_backfill(
         )
     ):
         existing[row.logical_date].append(row)
+    requests: list[RunRequest] = []
     for info in infos:
         prior = existing.get(info.logical_date, [])
         if not prior:
-            new = insert_run(
-                session,
-                compiled,
-                run_type=RunType.BACKFILL,
-                info=info,
-                now=now,
-                backfill_id=backfill.id,
-            )
-            assert new is not None
-            plan.created.append(new.run_id)
+            requests.append(RunRequest(compiled, RunType.BACKFILL, info, backfill_id=backfill.id))
         elif rerun_failed and all(run.state == RunState.FAILED for run in prior):
             for run in prior:
                 clear_failed_tasks(session, specs, run.id, backfill_id=backfill.id)
@@ -113,6 +105,13 @@ def create_backfill(
         else:
             why = ", ".join(f"run {run.run_id} exists ({run.state})" for run in prior)
             plan.skipped.append((info.logical_date.isoformat(), why))
+    for request, new in zip(requests, insert_runs(session, requests, now), strict=True):
+        if new is None:  # created by a concurrent backfill since the read above
+            raise BackfillError(
+                f"a run at {request.info.logical_date.isoformat()} appeared while this backfill"
+                " was being created; run the backfill again (it skips existing runs)"
+            )
+        plan.created.append(new.run_id)
     return plan
 
 

@@ -9,19 +9,25 @@ make a duplicate run impossible even if two replicas disagree (invariant 4).
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import and_, func, insert, select, update
+import structlog
+from sqlalchemy import Table, and_, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache, set_next_run
-from sluice.db.models import Backfill, Dag, DagRun, TaskInstance
+from sluice.db.models import Backfill, Dag, DagRun
+from sluice.logs import first_line
 from sluice.spec.compiled import CompiledDag
-from sluice.spec.states import ACTIVE_RUN_STATES, RunState, RunType, TaskState
+from sluice.spec.states import ACTIVE_RUN_STATES, RunState, RunType
 from sluice.spec.timetables import RunInfo
+
+log = structlog.get_logger("sluice.scheduler")
 
 
 def run_id_for(run_type: RunType, logical_date: datetime) -> str:
@@ -32,6 +38,91 @@ def run_id_for(run_type: RunType, logical_date: datetime) -> str:
 class NewRun:
     id: int
     run_id: str
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """A run to create: its DAG version, type and interval, and what a trigger adds."""
+
+    compiled: CompiledDag
+    run_type: RunType
+    info: RunInfo
+    run_id: str | None = None
+    conf: dict[str, Any] | None = None
+    backfill_id: int | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (
+            self.compiled.dag_id,
+            self.run_id or run_id_for(self.run_type, self.info.logical_date),
+        )
+
+
+_RUNS_PER_INSERT = 500
+
+
+def insert_runs(
+    session: Session, requests: Sequence[RunRequest], now: datetime
+) -> list[NewRun | None]:
+    """Create queued runs and their task instances, two statements per 500 runs.
+
+    Returns one entry per request: the new run, or None where it already existed.
+    """
+    if len(requests) > _RUNS_PER_INSERT:
+        return [
+            new
+            for start in range(0, len(requests), _RUNS_PER_INSERT)
+            for new in insert_runs(session, requests[start : start + _RUNS_PER_INSERT], now)
+        ]
+    if not requests:
+        return []
+    runs = cast(Table, DagRun.__table__)
+    made = {
+        (row.dag_id, row.run_id): row.id
+        for row in session.execute(
+            pg_insert(runs)
+            .values(
+                [
+                    {
+                        "dag_id": r.compiled.dag_id,
+                        "run_id": r.key[1],
+                        "run_type": r.run_type.value,
+                        "state": RunState.QUEUED.value,
+                        "dag_version_id": r.compiled.version_id,
+                        "backfill_id": r.backfill_id,
+                        "logical_date": r.info.logical_date,
+                        "data_interval_start": r.info.data_interval_start,
+                        "data_interval_end": r.info.data_interval_end,
+                        "conf": r.conf or {},
+                        "created_at": now,
+                        "tasks_total": len(r.compiled.tasks),
+                        "tasks_done": 0,
+                    }
+                    for r in requests
+                ]
+            )
+            .on_conflict_do_nothing()
+            .returning(runs.c.id, runs.c.dag_id, runs.c.run_id)
+        )
+    }
+    created: list[NewRun | None] = []
+    columns: dict[str, list[Any]] = defaultdict(list)
+    for r in requests:
+        new_id = made.pop(r.key, None)  # popped: a request repeated in the batch is made once
+        if new_id is None:
+            created.append(None)
+            continue
+        created.append(NewRun(new_id, r.key[1]))
+        count = len(r.compiled.tasks)
+        columns["run"] += [new_id] * count
+        columns["dag"] += [r.compiled.dag_id] * count
+        columns["logical_date"] += [r.info.logical_date] * count
+        for name, values in r.compiled.instance_columns.items():
+            columns[name] += values
+    if columns:
+        session.execute(_INSERT_TASKS, columns)
+    return created
 
 
 def insert_run(
@@ -46,68 +137,34 @@ def insert_run(
     backfill_id: int | None = None,
 ) -> NewRun | None:
     """Create a queued run and its task instances; None if it already exists."""
-    run_id = run_id or run_id_for(run_type, info.logical_date)
-    stmt = (
-        pg_insert(DagRun)
-        .values(
-            dag_id=compiled.dag_id,
-            run_id=run_id,
-            run_type=run_type,
-            state=RunState.QUEUED,
-            dag_version_id=compiled.version_id,
-            backfill_id=backfill_id,
-            logical_date=info.logical_date,
-            data_interval_start=info.data_interval_start,
-            data_interval_end=info.data_interval_end,
-            conf=conf or {},
-            created_at=now,
-            tasks_total=len(compiled.tasks),
-            tasks_done=0,
-        )
-        .on_conflict_do_nothing()
-        .returning(DagRun.id)
-    )
-    new_id = session.execute(stmt).scalar_one_or_none()
-    if new_id is None:
-        return None
-    session.execute(insert(TaskInstance), task_instance_rows(compiled, new_id, info.logical_date))
-    return NewRun(new_id, run_id)
+    request = RunRequest(compiled, run_type, info, run_id, conf, backfill_id)
+    return insert_runs(session, [request], now)[0]
 
 
-def task_instance_rows(
-    compiled: CompiledDag, dag_run_id: int, logical_date: datetime
-) -> list[dict[str, Any]]:
-    weights = compiled.priority_weights
-    rows = []
-    for name in compiled.order:
-        task = compiled.tasks[name]
-        rows.append(
-            {
-                "dag_run_id": dag_run_id,
-                "dag_id": compiled.dag_id,
-                "task_id": name,
-                "state": TaskState.NONE,
-                "try_number": 0,
-                "max_tries": task.retries,
-                "logical_date": logical_date,
-                "priority_weight": weights[name],
-                "pool": task.pool,
-                "pool_slots": task.pool_slots,
-                "trigger_rule": task.trigger_rule.value,
-                "upstream_task_ids": sorted(task.depends_on),
-                "downstream_task_ids": compiled.downstream[name],
-                "upstream_states": {},
-                "n_success": 0,
-                "n_failed": 0,
-                "n_skipped": 0,
-                "n_upstream_failed": 0,
-                # Roots are ready to be looked at; the rest wait for their counters to move.
-                "needs_eval": not task.depends_on,
-                "depends_on_past": task.depends_on_past or task.wait_for_downstream,
-                "wait_for_downstream": task.wait_for_downstream,
-            }
-        )
-    return rows
+# Every task instance of the new runs, in one statement: one array per column (the
+# version's `instance_columns` repeated per run), lists of names as JSON text.
+_INSERT_TASKS = text(
+    """
+    INSERT INTO task_instance (
+        dag_run_id, dag_id, task_id, state, try_number, max_tries, logical_date,
+        priority_weight, pool, pool_slots, trigger_rule, upstream_task_ids, downstream_task_ids,
+        upstream_states, n_success, n_failed, n_skipped, n_upstream_failed, needs_eval,
+        depends_on_past, wait_for_downstream)
+    SELECT v.run, v.dag, v.task, 'none', 0, v.max_tries, v.logical_date,
+        v.weight, v.pool, v.slots, v.rule,
+        ARRAY(SELECT jsonb_array_elements_text(CAST(v.up AS jsonb))),
+        ARRAY(SELECT jsonb_array_elements_text(CAST(v.down AS jsonb))),
+        '{}', 0, 0, 0, 0, v.ready, v.past, v.wait
+    FROM unnest(
+        CAST(:run AS bigint[]), CAST(:dag AS text[]), CAST(:task AS text[]),
+        CAST(:max_tries AS int[]), CAST(:logical_date AS timestamptz[]), CAST(:weight AS int[]),
+        CAST(:pool AS text[]), CAST(:slots AS int[]), CAST(:rule AS text[]),
+        CAST(:up AS text[]), CAST(:down AS text[]), CAST(:ready AS boolean[]),
+        CAST(:past AS boolean[]), CAST(:wait AS boolean[])
+    ) AS v(run, dag, task, max_tries, logical_date, weight, pool, slots, rule, up, down,
+           ready, past, wait)
+    """
+)
 
 
 def _active_runs(dag_id_column: Any, *, backfill: bool) -> Any:
@@ -121,52 +178,52 @@ def _active_runs(dag_id_column: Any, *, backfill: bool) -> Any:
 
 
 def create_due_runs(session: Session, specs: SpecCache, now: datetime, limit: int) -> int:
-    """Create up to `limit` scheduled runs whose data interval has ended."""
-    dags = (
-        session.execute(
-            select(Dag)
-            .where(
-                Dag.is_active,
-                Dag.is_paused.is_(False),
-                Dag.next_run_after <= now,
-                _active_runs(Dag.dag_id, backfill=False) < Dag.max_active_runs,
-            )
-            .order_by(Dag.next_run_after, Dag.dag_id)
-            .limit(limit)
-            .with_for_update(skip_locked=True)
+    """Create up to `limit` scheduled runs whose data interval has ended.
+
+    A DAG whose spec cannot be loaded is logged and left as it is; the others
+    get their runs (one bad DAG must not stop every schedule).
+    """
+    active = _active_runs(Dag.dag_id, backfill=False)
+    due = session.execute(
+        select(Dag, active.label("active"))
+        .where(
+            Dag.is_active,
+            Dag.is_paused.is_(False),
+            Dag.next_run_after <= now,
+            Dag.current_version_id.is_not(None),
+            active < Dag.max_active_runs,
         )
-        .scalars()
-        .all()
-    )
-    created = 0
-    for dag in dags:
-        if created >= limit or dag.current_version_id is None:
+        .order_by(Dag.next_run_after, Dag.dag_id)
+        .limit(limit)
+        .with_for_update(of=Dag, skip_locked=True)
+    ).all()
+    specs.preload(session, [dag.current_version_id for dag, _ in due])
+    requests: list[RunRequest] = []
+    for dag, running in due:
+        room = min(limit - len(requests), dag.max_active_runs - running)
+        if room <= 0:
             break
-        compiled = specs.get(session, dag.current_version_id)
-        created += _create_runs_for_dag(session, dag, compiled, now, limit - created)
-    return created
+        try:
+            compiled = specs.get(session, dag.current_version_id)
+        except Exception as exc:
+            log.error(
+                "DAG spec cannot be loaded; no runs created", dag=dag.dag_id, error=first_line(exc)
+            )
+            continue
+        requests.extend(_due_runs(dag, compiled, now, room))
+    return sum(1 for new in insert_runs(session, requests, now) if new is not None)
 
 
-def _create_runs_for_dag(
-    session: Session, dag: Dag, compiled: CompiledDag, now: datetime, budget: int
-) -> int:
+def _due_runs(dag: Dag, compiled: CompiledDag, now: datetime, room: int) -> list[RunRequest]:
+    """The runs the timetable calls for now (at most `room`); moves the DAG's next run on."""
     spec = compiled.spec
-    active = session.execute(
-        select(func.count()).where(
-            DagRun.dag_id == dag.dag_id,
-            DagRun.state.in_(ACTIVE_RUN_STATES),
-            DagRun.backfill_id.is_(None),
-        )
-    ).scalar_one()
-    room = min(budget, dag.max_active_runs - active)
-    created = 0
+    requests: list[RunRequest] = []
     info = _stored_next_run(dag)
-    while info is not None and info.run_after <= now and created < room:
+    while info is not None and info.run_after <= now and len(requests) < room:
         if not spec.catchup:
             # A DAG unpaused after a long pause starts from the latest interval, not the stored one.
             info = compiled.timetable.skip_to_latest(info, now=now)
-        if insert_run(session, compiled, run_type=RunType.SCHEDULED, info=info, now=now):
-            created += 1
+        requests.append(RunRequest(compiled, RunType.SCHEDULED, info))
         info = compiled.timetable.next_run(
             info,
             now=now,
@@ -175,7 +232,7 @@ def _create_runs_for_dag(
             end_date=spec.end_date,
         )
     set_next_run(dag, info)
-    return created
+    return requests
 
 
 def _stored_next_run(dag: Dag) -> RunInfo | None:

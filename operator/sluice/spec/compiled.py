@@ -7,8 +7,10 @@ cache never goes stale).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from sluice.spec import graph
 from sluice.spec.models import DagSpec, TaskSpec
@@ -48,3 +50,24 @@ class CompiledDag:
     @cached_property
     def timetable(self) -> Timetable:
         return timetable_for(self.spec.schedule, self.spec.timezone)
+
+    @cached_property
+    def instance_columns(self) -> dict[str, list[Any]]:
+        """What each task's instance starts as in every run of this version, column by
+        column, in topological order (lists of names as JSON text); computed once."""
+        tasks = [self.tasks[name] for name in self.order]
+        weights = self.priority_weights
+        return {
+            "task": [t.name for t in tasks],
+            "max_tries": [t.retries for t in tasks],
+            "weight": [weights[t.name] for t in tasks],
+            "pool": [t.pool for t in tasks],
+            "slots": [t.pool_slots for t in tasks],
+            "rule": [t.trigger_rule.value for t in tasks],
+            "up": [json.dumps(sorted(t.depends_on)) for t in tasks],
+            "down": [json.dumps(self.downstream[t.name]) for t in tasks],
+            # Roots are ready to be looked at; the rest wait for their counters to move.
+            "ready": [not t.depends_on for t in tasks],
+            "past": [t.depends_on_past or t.wait_for_downstream for t in tasks],
+            "wait": [t.wait_for_downstream for t in tasks],
+        }
