@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from datetime import timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.dags import SpecCache, set_paused
@@ -162,3 +162,19 @@ def test_paused_dag_gets_no_runs_and_its_running_runs_wait(
     run_until_idle(loop)
     with sessions() as session:
         assert runs(session, "pz")[0].state == RunState.SUCCESS
+
+
+def test_a_dag_whose_spec_cannot_be_loaded_does_not_stop_the_others(
+    sessions: sessionmaker[Session],
+) -> None:
+    for name in ("a-broken", "b-fine"):
+        register(sessions, manifest(name, chain("t"), catchup=True, **HOURLY))
+    with sessions() as session:
+        session.execute(
+            text("UPDATE dag_version SET spec = '{\"tasks\": 1}' WHERE dag_id = 'a-broken'")
+        )
+        session.commit()
+    assert _create(sessions, now_hours=2) == 2  # b-fine's two hours; a-broken is logged
+    with sessions() as session:
+        assert [r.dag_id for r in runs(session, "b-fine")] == ["b-fine", "b-fine"]
+        assert runs(session, "a-broken") == []
