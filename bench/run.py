@@ -9,8 +9,9 @@
 Results go to bench/results/<mode>-<time>.json (rewritten after every trial, so an
 interrupted run keeps what it measured) and .png (copied to <mode>-latest.json and
 <mode>-tasks-per-s.png). `--render FILE.json [FILE.json ...]` reprints saved runs,
-merged; with `--markdown`, as the README's headline table. Figures come from database
-timestamps.
+merged; `FILE.json:airflow` (or `:sluice`) takes one side's trials only, so a new
+run of one side renders against a saved run of the other. With `--markdown`, as
+the README's headline table. Figures come from database timestamps.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -54,6 +56,16 @@ def plan(
     return steps
 
 
+def _saved_run(arg: str) -> tuple[dict[str, Any], list[Trial]]:
+    """A saved results file, and its trials (of one side, for `FILE.json:SIDE`)."""
+    path, _, side = arg.partition(":")
+    if side and side not in ("sluice", "airflow"):
+        raise SystemExit(f"--render {arg}: the side after ':' is sluice or airflow, not {side!r}")
+    saved = json.loads(Path(path).read_text())
+    trials = [Trial(**t) for t in saved["trials"] if not side or t["side"] == side]
+    return saved, trials
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
     mode = parser.add_mutually_exclusive_group(required=True)
@@ -61,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         mode.add_argument(f"--{name}", action="store_true")
     mode.add_argument(
         "--render",
-        type=Path,
         nargs="+",
+        metavar="FILE.json[:SIDE]",
         help="print the tables and chart of saved results (several files are merged)",
     )
     parser.add_argument("--shapes", default=",".join(SHAPES))
@@ -85,18 +97,19 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_scale(console)
     if args.render:
-        runs = [json.loads(path.read_text()) for path in args.render]
-        rendered = [Trial(**t) for saved in runs for t in saved["trials"]]
-        cores = max(saved["cores"] for saved in runs)
-        for saved in runs:
+        sources = [_saved_run(arg) for arg in args.render]
+        rendered = [trial for _, trials in sources for trial in trials]
+        cores = max(saved["cores"] for saved, _ in sources)
+        for (saved, _), arg in zip(sources, args.render, strict=True):
             done = "" if saved.get("complete", True) else ", interrupted"
-            print(f"`{saved['command']}` ({saved['when']}, {saved['cores']} cores{done})")
+            side = f" ({arg.rpartition(':')[2]} side)" if ":" in arg else ""
+            print(f"`{saved['command']}`{side} ({saved['when']}, {saved['cores']} cores{done})")
         if args.markdown:
             print()
             print(report.markdown(rendered))
             return 0
         report.print_report(rendered, console, cores)
-        png = report.chart(rendered, args.render[0].with_suffix(".png"))
+        png = report.chart(rendered, Path(args.render[0].partition(":")[0]).with_suffix(".png"))
         console.print(f"chart: {png or NO_CHART}")
         return 0
 

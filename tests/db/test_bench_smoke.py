@@ -113,3 +113,9 @@ def test_a_run_saves_its_trials_and_renders_them_for_the_readme(
     assert bench.run.main(["--render", str(tmp_path / "quick-latest.json"), "--markdown"]) == 0
     table = capsys.readouterr().out
     assert "| linear | 2x3 | " in table
+    # One side of a saved run, to render a new run of the other side against it.
+    latest = tmp_path / "quick-latest.json"
+    assert bench.run.main(["--render", f"{latest}:sluice", "--markdown"]) == 0
+    assert "| linear | 2x3 | " in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="the side after ':' is sluice or airflow, not 'other'"):
+        bench.run.main(["--render", f"{latest}:other"])
