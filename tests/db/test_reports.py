@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from sqlalchemy import text, update
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -67,8 +69,35 @@ def test_duplicate_and_late_reports_change_nothing(sessions: sessionmaker[Sessio
         (run,) = runs(session, "dup")
     assert len(first) == 1
     assert again == late_failure == older_try == []
-    assert (b.n_success, b.n_failed, b.needs_eval) == (1, 0, True)
+    assert (b.n_success, b.n_failed, b.state) == (1, 0, TaskState.SCHEDULED)  # decided at once
     assert run.tasks_done == 1
+
+
+def test_a_report_decides_the_tasks_it_makes_ready_without_waiting_for_phase_2(
+    sessions: sessionmaker[Session],
+) -> None:
+    clock = FakeClock()
+    tasks = [
+        {"name": "a"},
+        {"name": "b", "dependsOn": ["a"]},
+        {"name": "c", "dependsOn": ["a"], "triggerRule": "all_failed"},
+    ]
+    register(sessions, manifest("ff", tasks), clock.now)
+    for hour in range(3):
+        trigger(sessions, "ff", clock.now, logical_date=T0 + timedelta(hours=hour))
+    executor = ScriptedExecutor()
+    executor.hold.add("a")
+    loop = make_loop(sessions, executor, clock, runs_examined_per_tick=1)  # a run per tick
+    for _ in range(3):
+        loop.tick()
+    assert len(executor.started) == 3
+    executor.hold.clear()
+    loop.tick()  # phase 2 looks at one run; the three reports decide for all three
+    with sessions() as session:
+        states = session.execute(
+            text("SELECT task_id, state FROM task_instance WHERE task_id <> 'a' ORDER BY id")
+        ).all()
+    assert sorted(states) == [("b", "scheduled")] * 3 + [("c", "skipped")] * 3
 
 
 def test_counter_propagation_is_idempotent_per_upstream(sessions: sessionmaker[Session]) -> None:

@@ -121,6 +121,23 @@ _RETRY = text(
     """
 )
 
+
+def follow_up(session: Session, run_ids: Sequence[int], now: datetime) -> ExamineStats:
+    """Trigger rules for runs whose counters a report just moved, in that report's
+    transaction (the caller holds the runs' locks).
+
+    The tasks a report makes ready are decided at once, not when their run's turn
+    in phase 2 comes (at most `runs_examined_per_tick` runs a tick). Timeouts and
+    run completion stay with phase 2.
+    """
+    stats = ExamineStats()
+    done: Counter[int] = Counter()
+    for _ in range(_MAX_SETTLE_ROUNDS):
+        if not _evaluate_ready(session, list(run_ids), now, stats, done):
+            break
+    return stats
+
+
 # Each round settles at least one level of the graph; deeper chains finish next tick.
 _MAX_SETTLE_ROUNDS = 32
 

@@ -5,7 +5,8 @@ compare-and-set on (task instance, try number, a live state): a late,
 duplicate or out-of-order report matches no row and changes nothing. A failed
 try with retries left becomes `up_for_retry` with its next time computed from
 `retryDelay` and backoff; otherwise the state is final and the downstream
-counters move in the same transaction.
+counters move in the same transaction, where the tasks that makes ready are
+decided too (`examine.follow_up`), not at their run's next turn in phase 2.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from sqlalchemy.orm import Session
 from sluice.db.dags import SpecCache
 from sluice.db.models import Outbox
 from sluice.executors.base import TaskEvent
+from sluice.scheduler.examine import follow_up
 from sluice.scheduler.transitions import Settled, lock_runs_of, propagate, run_progress
 from sluice.spec.retries import retry_delay
 from sluice.spec.states import TaskState
@@ -154,6 +156,7 @@ def apply_task_events(
         {"now": now, "live": _LIVE, "runs": list(moved), "deltas": list(moved.values()), **columns},
     )
     propagate(session, settled, progress=False)
+    follow_up(session, sorted({s.dag_run_id for s in settled if s.downstream_task_ids}), now)
     failures = [u for u in updates if u["try_state"] == TaskState.FAILED.value]
     if failures:
         # One alert per failed try, written with the transition itself (invariant 8).
