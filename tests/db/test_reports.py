@@ -115,6 +115,42 @@ def test_counter_propagation_is_idempotent_per_upstream(sessions: sessionmaker[S
     assert b.upstream_states == {"a": "failed"}
 
 
+def test_one_propagation_moves_every_edge_of_a_batch(sessions: sessionmaker[Session]) -> None:
+    from sluice.scheduler.transitions import Settled, propagate
+
+    tasks = [{"name": n} for n in ("u1", "u2", "u3")] + [
+        {"name": "join", "dependsOn": ["u1", "u2", "u3"]},
+        {"name": "side", "dependsOn": ["u1"]},
+    ]
+    register(sessions, manifest("fan", tasks))
+    trigger(sessions, "fan", T0)
+    with sessions() as session:
+        run_id = runs(session, "fan")[0].id
+        first = propagate(
+            session,
+            [
+                Settled(run_id, "u1", ["join", "side"], TaskState.SUCCESS),
+                Settled(run_id, "u2", ["join"], TaskState.FAILED),
+                Settled(run_id, "u3", ["join"], TaskState.SKIPPED),
+            ],
+        )
+        # u2 cleared (as a backfill rerun does) and u3 reported again: one more statement.
+        again = propagate(
+            session,
+            [
+                Settled(run_id, "u2", ["join"], None),
+                Settled(run_id, "u3", ["join"], TaskState.SKIPPED),
+            ],
+        )
+        session.commit()
+        join, side = ti_row(session, "fan", "join"), ti_row(session, "fan", "side")
+    assert sorted(row.task_id for row in first.downstream) == ["join", "side"]
+    assert [row.task_id for row in again.downstream] == ["join"]  # u3's repeat moved nothing
+    assert (join.n_success, join.n_failed, join.n_skipped) == (1, 0, 1)
+    assert join.upstream_states == {"u1": "success", "u3": "skipped"}
+    assert (side.n_success, side.upstream_states) == (1, {"u1": "success"})
+
+
 def test_zombie_of_a_dead_scheduler_is_retried_once_with_evidence(
     sessions: sessionmaker[Session],
 ) -> None:

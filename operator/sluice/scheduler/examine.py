@@ -122,19 +122,23 @@ _RETRY = text(
 )
 
 
-def follow_up(session: Session, run_ids: Sequence[int], now: datetime) -> ExamineStats:
-    """Trigger rules for runs whose counters a report just moved, in that report's
-    transaction (the caller holds the runs' locks).
+def follow_up(session: Session, moved: Sequence[Row[Any]], now: datetime) -> ExamineStats:
+    """Trigger rules for the rows a report's `propagate` just moved, in that report's
+    transaction (the caller holds their runs' locks).
 
     The tasks a report makes ready are decided at once, not when their run's turn
-    in phase 2 comes (at most `runs_examined_per_tick` runs a tick). Timeouts and
-    run completion stay with phase 2.
+    in phase 2 comes (at most `runs_examined_per_tick` runs a tick); what that
+    settles is followed down the graph. Timeouts and run completion stay with
+    phase 2.
     """
     stats = ExamineStats()
     done: Counter[int] = Counter()
-    for _ in range(_MAX_SETTLE_ROUNDS):
-        if not _evaluate_ready(session, list(run_ids), now, stats, done):
-            break
+    run_ids = sorted({row.dag_run_id for row in moved})
+    first = [row for row in moved if row.state == TaskState.NONE]
+    if _evaluate_ready(session, run_ids, now, stats, done, first):
+        for _ in range(_MAX_SETTLE_ROUNDS):
+            if not _evaluate_ready(session, run_ids, now, stats, done):
+                break
     return stats
 
 
@@ -196,10 +200,20 @@ _DECIDE = text(
 
 
 def _evaluate_ready(
-    session: Session, run_ids: list[int], now: datetime, stats: ExamineStats, done: Counter[int]
+    session: Session,
+    run_ids: list[int],
+    now: datetime,
+    stats: ExamineStats,
+    done: Counter[int],
+    rows: Sequence[Row[Any]] | None = None,
 ) -> bool:
-    """One round of trigger-rule decisions; True if some task settled (more may follow)."""
-    rows = session.execute(_READY, {"runs": run_ids}).all()
+    """One round of trigger-rule decisions; True if some task settled (more may follow).
+
+    Decides `rows` when given (rows just read with `_READY`'s columns), else the
+    runs' instances whose counters moved.
+    """
+    if rows is None:
+        rows = session.execute(_READY, {"runs": run_ids}).all()
     if not rows:
         return False
     decided: dict[int, TaskState | None] = {}  # None: waits, only needs_eval cleared
@@ -236,7 +250,7 @@ def _evaluate_ready(
         )
     stats.scheduled += sum(1 for state in decided.values() if state is TaskState.SCHEDULED)
     stats.settled += len(settled)
-    done.update(propagate(session, settled))
+    done.update(propagate(session, settled).moved)
     return bool(settled)
 
 

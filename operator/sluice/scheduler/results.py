@@ -155,8 +155,7 @@ def apply_task_events(
         _SETTLE,
         {"now": now, "live": _LIVE, "runs": list(moved), "deltas": list(moved.values()), **columns},
     )
-    propagate(session, settled, progress=False)
-    follow_up(session, sorted({s.dag_run_id for s in settled if s.downstream_task_ids}), now)
+    follow_up(session, propagate(session, settled, progress=False).downstream, now)
     failures = [u for u in updates if u["try_state"] == TaskState.FAILED.value]
     if failures:
         # One alert per failed try, written with the transition itself (invariant 8).

@@ -11,11 +11,13 @@ report is counted once.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import Row, select, text
 from sqlalchemy.orm import Session
 
 from sluice.db.models import DagRun
@@ -63,31 +65,50 @@ class Settled:
     state: TaskState | None
 
 
+# Every edge of a batch in one statement: for each downstream instance, the upstream
+# states it has not recorded yet are merged into `upstream_states` and the counters move
+# by the difference, so a repeated or out-of-order report is counted once. Returns the
+# moved rows, with what deciding them needs (`examine.follow_up` starts from them).
 _PROPAGATE = text(
     """
-    UPDATE task_instance SET
-        upstream_states = CASE WHEN CAST(:state AS text) IS NULL
-            THEN upstream_states - CAST(:upstream AS text)
-            ELSE upstream_states
-                 || jsonb_build_object(CAST(:upstream AS text), CAST(:state AS text))
-        END,
-        n_success = n_success
-            + (CAST(:state AS text) IS NOT DISTINCT FROM 'success')::int
-            - (upstream_states->>CAST(:upstream AS text) IS NOT DISTINCT FROM 'success')::int,
-        n_failed = n_failed
-            + (CAST(:state AS text) IS NOT DISTINCT FROM 'failed')::int
-            - (upstream_states->>CAST(:upstream AS text) IS NOT DISTINCT FROM 'failed')::int,
-        n_skipped = n_skipped
-            + (CAST(:state AS text) IS NOT DISTINCT FROM 'skipped')::int
-            - (upstream_states->>CAST(:upstream AS text) IS NOT DISTINCT FROM 'skipped')::int,
-        n_upstream_failed = n_upstream_failed
-            + (CAST(:state AS text) IS NOT DISTINCT FROM 'upstream_failed')::int
-            - (upstream_states->>CAST(:upstream AS text)
-               IS NOT DISTINCT FROM 'upstream_failed')::int,
+    WITH e AS (
+        SELECT * FROM unnest(
+            CAST(:runs AS bigint[]), CAST(:ups AS text[]), CAST(:states AS text[]),
+            CAST(:downs AS text[])
+        ) AS e(run_id, upstream, state, downstream)
+    ), pairs AS (
+        SELECT ti.id, e.upstream, e.state, ti.upstream_states->>e.upstream AS old
+        FROM e
+        CROSS JOIN LATERAL jsonb_array_elements_text(CAST(e.downstream AS jsonb)) AS d(task_id)
+        JOIN task_instance ti ON ti.dag_run_id = e.run_id AND ti.task_id = d.task_id
+        WHERE (ti.upstream_states->>e.upstream) IS DISTINCT FROM e.state
+    ), moves AS (
+        SELECT id,
+            COALESCE(jsonb_object_agg(upstream, state) FILTER (WHERE state IS NOT NULL),
+                     '{}') AS added,
+            COALESCE(array_agg(upstream) FILTER (WHERE state IS NULL), '{}') AS removed,
+            sum((state IS NOT DISTINCT FROM 'success')::int
+                - (old IS NOT DISTINCT FROM 'success')::int) AS success,
+            sum((state IS NOT DISTINCT FROM 'failed')::int
+                - (old IS NOT DISTINCT FROM 'failed')::int) AS failed,
+            sum((state IS NOT DISTINCT FROM 'skipped')::int
+                - (old IS NOT DISTINCT FROM 'skipped')::int) AS skipped,
+            sum((state IS NOT DISTINCT FROM 'upstream_failed')::int
+                - (old IS NOT DISTINCT FROM 'upstream_failed')::int) AS upstream_failed
+        FROM pairs GROUP BY id
+    )
+    UPDATE task_instance ti SET
+        upstream_states = (ti.upstream_states - m.removed) || m.added,
+        n_success = ti.n_success + m.success,
+        n_failed = ti.n_failed + m.failed,
+        n_skipped = ti.n_skipped + m.skipped,
+        n_upstream_failed = ti.n_upstream_failed + m.upstream_failed,
         needs_eval = true
-    WHERE dag_run_id = :run_id
-      AND task_id = ANY(CAST(:downstream AS text[]))
-      AND (upstream_states->>CAST(:upstream AS text)) IS DISTINCT FROM CAST(:state AS text)
+    FROM moves m
+    WHERE ti.id = m.id
+    RETURNING ti.id, ti.dag_run_id, ti.task_id, ti.state, ti.trigger_rule, ti.upstream_task_ids,
+              ti.downstream_task_ids, ti.n_success, ti.n_failed, ti.n_skipped,
+              ti.n_upstream_failed, ti.depends_on_past
     """
 )
 
@@ -110,26 +131,39 @@ def run_progress(settled: Sequence[Settled]) -> dict[int, int]:
     return {rid: delta for rid, delta in done_delta.items() if delta}
 
 
-def propagate(
-    session: Session, settled: Sequence[Settled], *, progress: bool = True
-) -> dict[int, int]:
+@dataclass(frozen=True, slots=True)
+class Propagated:
+    """What `propagate` moved: each run's `tasks_done` change, and the downstream rows."""
+
+    moved: dict[int, int]
+    downstream: list[Row[Any]]
+
+
+def propagate(session: Session, settled: Sequence[Settled], *, progress: bool = True) -> Propagated:
     """Move downstream counters and (unless the caller does it) run progress.
 
-    The caller holds the run locks. Returns the progress moves (`run_progress`).
+    The caller holds the run locks. One statement for every edge of the batch;
+    an instance settled twice in one batch counts as its last state.
     """
-    edges = [
-        {
-            "run_id": s.dag_run_id,
-            "upstream": s.task_id,
-            "state": s.state.value if s.state else None,
-            "downstream": list(s.downstream_task_ids),
-        }
+    edges = {
+        (s.dag_run_id, s.task_id): (s.state.value if s.state else None, s.downstream_task_ids)
         for s in settled
         if s.downstream_task_ids
-    ]
+    }
+    rows: list[Row[Any]] = []
     if edges:
-        session.execute(_PROPAGATE, edges)
+        rows = list(
+            session.execute(
+                _PROPAGATE,
+                {
+                    "runs": [run_id for run_id, _ in edges],
+                    "ups": [task_id for _, task_id in edges],
+                    "states": [state for state, _ in edges.values()],
+                    "downs": [json.dumps(list(down)) for _, down in edges.values()],
+                },
+            )
+        )
     moved = run_progress(settled)
     if moved and progress:
         session.execute(_PROGRESS, {"runs": list(moved), "deltas": list(moved.values())})
-    return moved
+    return Propagated(moved, rows)
