@@ -58,27 +58,49 @@ _LOCK_POOLS = text(
     """
 )
 
-# Slots in use per pool, and tasks in flight per DAG, counted under that lock.
-_OCCUPANCY = text(
+# One read under that lock: slots in use per pool and tasks in flight per DAG (the
+# rows with `candidate` false), then the scheduled instances by priority weight,
+# logical date and id (`candidate` true), leaving out pools with no room left and
+# DAGs at maxActiveTasks, so a full pool or a busy DAG never starves the rest; locked
+# SKIP LOCKED so two replicas never queue one twice.
+_READ = text(
     """
-    SELECT ti.pool, ti.dag_id, sum(ti.pool_slots), count(*), d.max_active_tasks
-    FROM task_instance ti JOIN dag d ON d.dag_id = ti.dag_id
-    WHERE ti.state IN ('queued', 'running')
-    GROUP BY ti.pool, ti.dag_id, d.max_active_tasks
-    """
-)
-
-# Scheduled instances by priority weight, logical date and id, in pools with room
-# and DAGs under maxActiveTasks; locked SKIP LOCKED so replicas never queue one twice.
-_CANDIDATES = text(
-    """
-    SELECT ti.id, ti.dag_id, ti.pool, ti.pool_slots, d.max_active_tasks
-    FROM task_instance ti JOIN dag d ON d.dag_id = ti.dag_id
-    WHERE ti.state = 'scheduled' AND NOT d.is_paused
-      AND ti.pool = ANY(:open_pools) AND NOT ti.dag_id = ANY(:busy_dags)
-    ORDER BY ti.priority_weight DESC, ti.logical_date, ti.id
-    LIMIT :limit
-    FOR UPDATE OF ti SKIP LOCKED
+    WITH pools AS (
+        SELECT * FROM unnest(CAST(:pools AS text[]), CAST(:slots AS int[])) AS p(name, slots)
+    ), occupied AS (
+        SELECT ti.pool, ti.dag_id, sum(ti.pool_slots) AS slots, count(*) AS n,
+               d.max_active_tasks
+        FROM task_instance ti JOIN dag d ON d.dag_id = ti.dag_id
+        WHERE ti.state IN ('queued', 'running')
+        GROUP BY ti.pool, ti.dag_id, d.max_active_tasks
+    ), open_pools AS (
+        SELECT p.name FROM pools p
+        LEFT JOIN (SELECT pool, sum(slots) AS used FROM occupied GROUP BY pool) u
+               ON u.pool = p.name
+        WHERE COALESCE(u.used, 0) < p.slots
+    ), busy_dags AS (
+        SELECT dag_id FROM occupied
+        GROUP BY dag_id, max_active_tasks HAVING sum(n) >= max_active_tasks
+    ), candidates AS (
+        SELECT ti.id, ti.dag_id, ti.pool, ti.pool_slots, d.max_active_tasks,
+               ti.priority_weight, ti.logical_date
+        FROM task_instance ti JOIN dag d ON d.dag_id = ti.dag_id
+        WHERE ti.state = 'scheduled' AND NOT d.is_paused
+          AND ti.pool IN (SELECT name FROM open_pools)
+          AND ti.dag_id NOT IN (SELECT dag_id FROM busy_dags)
+        ORDER BY ti.priority_weight DESC, ti.logical_date, ti.id
+        LIMIT :limit
+        FOR UPDATE OF ti SKIP LOCKED
+    )
+    SELECT false AS candidate, pool, dag_id, slots, n, max_active_tasks,
+           CAST(NULL AS bigint) AS id, CAST(NULL AS int) AS weight,
+           CAST(NULL AS timestamptz) AS logical_date
+    FROM occupied
+    UNION ALL
+    SELECT true, pool, dag_id, pool_slots, NULL, max_active_tasks, id, priority_weight,
+           logical_date
+    FROM candidates
+    ORDER BY candidate, weight DESC, logical_date, id
     """
 )
 
@@ -107,34 +129,26 @@ def queue_schedulable_task_instances(
 
     pool_used: dict[str, int] = defaultdict(int)
     dag_active: dict[str, int] = defaultdict(int)
-    busy_dags: set[str] = set()
-    for pool, dag_id, slots, count, max_active in session.execute(_OCCUPANCY):
-        pool_used[pool] += int(slots)
-        dag_active[dag_id] += int(count)
-        if dag_active[dag_id] >= max_active:
-            busy_dags.add(dag_id)
-
+    candidates = []
+    read = {"pools": list(pools), "slots": list(pools.values()), "limit": max_tis}
+    for row in session.execute(_READ, read):
+        if row.candidate:
+            candidates.append(row)
+        else:
+            pool_used[row.pool] += int(row.slots)
+            dag_active[row.dag_id] += int(row.n)
     full_pools = {name for name, slots in pools.items() if pool_used[name] >= slots}
-    # Leave out what cannot run now, so a full pool or a busy DAG never starves the rest.
-    candidates = session.execute(
-        _CANDIDATES,
-        {
-            "open_pools": [name for name in pools if name not in full_pools],
-            "busy_dags": sorted(busy_dags),
-            "limit": max_tis,
-        },
-    )
     chosen: list[int] = []
     result = CriticalSectionResult(entered=True, starved_pools=full_pools)
-    for ti_id, dag_id, pool, slots, max_active in candidates:
-        if pool_used[pool] + slots > pools[pool]:
-            result.starved_pools.add(pool)
+    for c in candidates:
+        if pool_used[c.pool] + c.slots > pools[c.pool]:
+            result.starved_pools.add(c.pool)
             continue
-        if dag_active[dag_id] >= max_active:
+        if dag_active[c.dag_id] >= c.max_active_tasks:
             continue
-        pool_used[pool] += slots
-        dag_active[dag_id] += 1
-        chosen.append(ti_id)
+        pool_used[c.pool] += c.slots
+        dag_active[c.dag_id] += 1
+        chosen.append(c.id)
     if not chosen:
         return result
 
