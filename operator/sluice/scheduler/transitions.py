@@ -4,9 +4,9 @@ Every transaction that changes task state locks the affected run rows first,
 in ascending id order, and only then touches task rows (invariant 6: one lock
 order everywhere, so replicas never deadlock on each other). When a task
 instance enters or leaves a terminal state, `propagate` updates its downstream
-instances' counters in the same transaction: one UPDATE per upstream, guarded
-by the last state recorded for that upstream, so a repeated or out-of-order
-report is counted once.
+instances' counters in the same transaction: one UPDATE for a whole batch,
+each move guarded by the last state the downstream recorded for that upstream,
+so a repeated or out-of-order report is counted once.
 """
 
 from __future__ import annotations
