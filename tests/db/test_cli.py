@@ -510,15 +510,25 @@ def test_scheduler_batch_knobs_must_be_positive(db_url: str, option: str) -> Non
     assert f"{option} must be at least 1 (got 0)" in result.stderr
 
 
-def test_scheduler_zombie_threshold_must_outlast_the_heartbeat(db_url: str) -> None:
-    result = sluice(
-        "scheduler",
-        "--heartbeat-interval", "10",
-        "--zombie-threshold", "5",
-        "--database-url", db_url,
-        "--no-migrate",
-    )  # fmt: skip
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--heartbeat-interval", "10", "--zombie-threshold", "5"],
+            "--zombie-threshold (5.0s) must be longer than --heartbeat-interval (10.0s)",
+        ),
+        (
+            ["--heartbeat-interval", "10", "--scheduler-dead-after", "10"],
+            "--scheduler-dead-after (10.0s) must be longer than --heartbeat-interval (10.0s)",
+        ),
+        (["--tick-interval", "0"], "--tick-interval must be more than 0 seconds (got 0.0)"),
+        (
+            ["--heartbeat-interval", "-1"],
+            "--heartbeat-interval must be more than 0 seconds (got -1.0)",
+        ),
+    ],
+)
+def test_scheduler_intervals_must_make_sense(db_url: str, args: list[str], message: str) -> None:
+    result = sluice("scheduler", *args, "--database-url", db_url, "--no-migrate")
     assert result.exit_code == 2
-    assert "--zombie-threshold (5.0s) must be longer than --heartbeat-interval (10.0s)" in (
-        result.stderr
-    )
+    assert message in result.stderr

@@ -66,11 +66,21 @@ def scheduler(
     ):
         if value < 1:
             fail(f"{name} must be at least 1 (got {value})")
-    if zombie_threshold <= heartbeat_interval:
-        fail(
-            f"--zombie-threshold ({zombie_threshold}s) must be longer than --heartbeat-interval"
-            f" ({heartbeat_interval}s), or every running try looks like a zombie"
-        )
+    for name, seconds in (
+        ("--tick-interval", tick_interval),
+        ("--heartbeat-interval", heartbeat_interval),
+    ):
+        if seconds <= 0:
+            fail(f"{name} must be more than 0 seconds (got {seconds})")
+    for name, seconds, looks_like in (
+        ("--zombie-threshold", zombie_threshold, "every running try looks like a zombie"),
+        ("--scheduler-dead-after", scheduler_dead_after, "live replicas look dead"),
+    ):
+        if seconds <= heartbeat_interval:
+            fail(
+                f"{name} ({seconds}s) must be longer than --heartbeat-interval"
+                f" ({heartbeat_interval}s), or {looks_like}"
+            )
     config = SchedulerConfig(
         tick_interval=tick_interval,
         runs_created_per_tick=runs_created_per_tick,
