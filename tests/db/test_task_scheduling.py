@@ -8,7 +8,7 @@ from datetime import timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from sluice.db.models import TaskTry
+from sluice.db.models import TaskInstance, TaskTry
 from sluice.spec.states import RunState, TaskState
 from tests.support import (
     T0,
@@ -276,3 +276,43 @@ def test_running_tries_are_heartbeated_once_per_interval_and_new_ones_at_once(
     clock.advance(seconds=3)
     loop.tick()
     assert {t: beat for t, (beat, _) in beats().items()} == dict.fromkeys(started, clock.now)
+
+
+def test_a_task_held_back_by_its_past_leaves_its_run_quiet_until_the_past_settles(
+    sessions: sessionmaker[Session],
+) -> None:
+    from sluice.scheduler.reconcile import reconcile_counters
+
+    clock = _two_hourly_intervals_ago(
+        sessions, "dq", [{"name": "t", "dependsOnPast": True}], maxActiveRuns=2
+    )
+    executor = ScriptedExecutor()
+    executor.hold.add("t")
+    loop = make_loop(sessions, executor, clock)
+    for _ in range(4):
+        loop.tick()
+    with sessions() as session:
+        first, second = _instances(session, "dq")
+    assert first.state == TaskState.RUNNING
+    # Held back, but not looked at again on every tick: its run has no work.
+    assert (second.state, second.needs_eval) == (TaskState.NONE, False)
+    assert loop.tick().runs_examined == 0
+    # The reconciliation looks at it again once in a while, whatever happened.
+    with sessions() as session:
+        reconcile_counters(session)
+        session.commit()
+        assert _instances(session, "dq")[1].needs_eval
+    loop.tick()  # looked at, still held back
+    executor.hold.clear()
+    run_until_idle(loop)  # the first try's success wakes the second run's task
+    assert len(executor.started) == 2
+
+
+def _instances(session: Session, dag_id: str) -> list[TaskInstance]:
+    return list(
+        session.execute(
+            select(TaskInstance)
+            .where(TaskInstance.dag_id == dag_id)
+            .order_by(TaskInstance.logical_date)
+        ).scalars()
+    )

@@ -36,6 +36,9 @@ class ExamineStats:
     retried: int = 0
     finished_runs: dict[int, RunState] = field(default_factory=dict)
     failed_runs: list[int] = field(default_factory=list)
+    # Runs where an instance settled as skipped: the next run's dependsOnPast tasks
+    # may wait on it (the loop wakes them after the commit, `past.wake_next_runs`).
+    settled_ok_runs: set[int] = field(default_factory=set)
 
 
 def examine_running_runs(
@@ -61,6 +64,7 @@ def examine_running_runs(
         stats.settled += part.settled
         stats.retried += part.retried
         stats.finished_runs.update(part.finished_runs)
+        stats.settled_ok_runs.update(part.settled_ok_runs)
     stats.failed_runs = [run.id for run in bad]
     return stats
 
@@ -78,6 +82,10 @@ def _examine(
         if not _evaluate_ready(session, run_ids, now, stats, done):
             break
     _finish_completed_runs(session, live, done, now, stats)
+    past_dependent = {
+        run.id for run in live if specs.get(session, run.dag_version_id).has_past_dependencies
+    }
+    stats.settled_ok_runs &= past_dependent
 
 
 # Take runs to examine, with whether each has a retry due; runs with work come first.
@@ -229,7 +237,10 @@ def _evaluate_ready(
         verdict = evaluate(TriggerRule(row.trigger_rule), counts)
         if verdict is Verdict.RUN:
             if row.depends_on_past and not past.previous_allows(session, row.id):
-                continue  # stays needs_eval: re-checked until the previous run catches up
+                # Waits with `needs_eval` cleared (its run is not busy meanwhile): the
+                # previous run's instance settling wakes it (`past.wake_next_runs`).
+                decided[row.id] = None
+                continue
             decided[row.id] = TaskState.SCHEDULED
         elif verdict is Verdict.WAIT:
             decided[row.id] = None
@@ -250,6 +261,7 @@ def _evaluate_ready(
         )
     stats.scheduled += sum(1 for state in decided.values() if state is TaskState.SCHEDULED)
     stats.settled += len(settled)
+    stats.settled_ok_runs.update(s.dag_run_id for s in settled if s.state in past.OK)
     done.update(propagate(session, settled).moved)
     return bool(settled)
 

@@ -35,7 +35,7 @@ from sluice.db.dags import SpecCache
 from sluice.db.wakeups import Waker
 from sluice.executors.base import Executor, TaskEvent, TaskLaunch
 from sluice.logs import first_line
-from sluice.scheduler import housekeeping, reconcile
+from sluice.scheduler import housekeeping, past, reconcile
 from sluice.scheduler.config import SchedulerConfig
 from sluice.scheduler.critical import queue_schedulable_task_instances
 from sluice.scheduler.dispatch import claim_alerts, claim_task_starts
@@ -186,6 +186,7 @@ class SchedulerLoop:
             if stats.finished_runs:
                 self._runs_backlog = True  # a queued run may start now
             report.tasks_scheduled = stats.scheduled + stats.retried
+            self._wake_next_runs(sorted(stats.settled_ok_runs), report)
 
         # Phase 3: the critical section.
         self._queue_tasks(report)
@@ -300,7 +301,7 @@ class SchedulerLoop:
         every = (now - self._last_try_heartbeat).total_seconds() >= self.config.heartbeat_interval
         beat = running if every else {k: v for k, v in running.items() if k not in self._beaten}
 
-        def apply(session: Session) -> tuple[int, housekeeping.Fence]:
+        def apply(session: Session) -> tuple[list[Applied], housekeeping.Fence]:
             now = self.clock()
             applied, _ = batch_or_each(
                 session,
@@ -311,7 +312,7 @@ class SchedulerLoop:
             )
             fence = housekeeping.heartbeat_tries(session, beat, self.job_id, now)
             self._wrote_alerts(applied)
-            return len(applied), fence
+            return applied, fence
 
         outcome = self._transaction("executor_events", apply, None, report)
         if outcome is None:
@@ -327,7 +328,17 @@ class SchedulerLoop:
             self.executor.kill(key, "the database no longer has this try running")
         for key in fence.release:
             self.executor.release(key)
-        return applied
+        self._wake_past(applied, report)
+        return len(applied)
+
+    def _wake_past(self, applied: list[Applied], report: TickReport) -> None:
+        """Committed settlements may free the next run's dependsOnPast tasks: flag them,
+        in a transaction of their own that locks those runs first."""
+        self._wake_next_runs([a.wakes_run for a in applied if a.wakes_run is not None], report)
+
+    def _wake_next_runs(self, run_ids: list[int], report: TickReport) -> None:
+        if run_ids:
+            self._transaction("wake_past", lambda s: past.wake_next_runs(s, run_ids), 0, report)
 
     def _housekeeping(self, now: datetime, report: TickReport) -> None:
         cfg = self.config
@@ -379,6 +390,7 @@ class SchedulerLoop:
                 report,
             )
             self._wrote_alerts(settled)
+            self._wake_past(settled, report)
             for applied in settled:
                 if applied.ti_id in stale.evidence:
                     log.warning("zombie task", ti=applied.ti_id, try_number=applied.try_number)

@@ -4,17 +4,27 @@ Airflow's semantics: the same task in the previous run (by logical date) must
 have succeeded or been skipped; with `waitForDownstream`, so must that
 instance's direct downstream tasks. A task with no previous instance (the
 first run, or a task added since) may run.
+
+A task held back waits with `needs_eval` cleared, so its run is not "busy" every
+tick. What it waits on settling wakes it: `wake_next_runs`, in a transaction of
+its own after the one that settled it, locking the waiting runs first (the lock
+order). The counter reconciliation flags every waiting instance once a minute
+too, for anything that settled another way (a run timeout, a hand edit).
 """
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from collections.abc import Sequence
+
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from sluice.db.models import TaskInstance
+from sluice.scheduler.transitions import lock_runs
 from sluice.spec.states import TaskState
 
-_OK = (TaskState.SUCCESS, TaskState.SKIPPED)
+# What the next run's instance waits for.
+OK = (TaskState.SUCCESS, TaskState.SKIPPED)
 
 
 def previous_allows(session: Session, ti_id: int) -> bool:
@@ -38,7 +48,7 @@ def previous_allows(session: Session, ti_id: int) -> bool:
     ).first()
     if previous is None:
         return True
-    if previous.state not in _OK:
+    if previous.state not in OK:
         return False
     if not me.wait_for_downstream or not previous.downstream_task_ids:
         return True
@@ -47,8 +57,42 @@ def previous_allows(session: Session, ti_id: int) -> bool:
         .where(
             TaskInstance.dag_run_id == previous.dag_run_id,
             TaskInstance.task_id.in_(previous.downstream_task_ids),
-            TaskInstance.state.not_in(_OK),
+            TaskInstance.state.not_in(OK),
         )
         .limit(1)
     ).first()
     return blocking is None
+
+
+# The waiting instances of the next run (by logical date) of each of these runs.
+_NEXT_WAITING = text(
+    """
+    SELECT nx.id, nx.dag_run_id
+    FROM dag_run r
+    CROSS JOIN LATERAL (
+        SELECT n.id FROM dag_run n
+        WHERE n.dag_id = r.dag_id AND n.logical_date > r.logical_date
+        ORDER BY n.logical_date
+        LIMIT 1
+    ) next_run
+    JOIN task_instance nx ON nx.dag_run_id = next_run.id
+    WHERE r.id = ANY(:runs) AND nx.depends_on_past AND nx.state = 'none' AND NOT nx.needs_eval
+    """
+)
+
+_FLAG = text(
+    "UPDATE task_instance SET needs_eval = true"
+    " WHERE id = ANY(:ids) AND state = 'none' AND NOT needs_eval"
+)
+
+
+def wake_next_runs(session: Session, run_ids: Sequence[int]) -> int:
+    """Flag the waiting dependsOnPast instances of the run after each of these (where
+    something settled as success or skipped); those runs are locked first. Returns how
+    many were flagged; the caller commits."""
+    waiting = session.execute(_NEXT_WAITING, {"runs": sorted(set(run_ids))}).all()
+    if not waiting:
+        return 0
+    lock_runs(session, [row.dag_run_id for row in waiting])
+    flagged = session.execute(_FLAG, {"ids": [row.id for row in waiting]})
+    return int(flagged.rowcount)  # type: ignore[attr-defined]

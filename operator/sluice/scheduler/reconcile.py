@@ -49,6 +49,14 @@ _FIX_COUNTERS = text(
     """
 )
 
+_RECHECK_PAST = text(
+    """
+    UPDATE task_instance SET needs_eval = true
+    WHERE dag_run_id = ANY(CAST(:run_ids AS bigint[]))
+      AND depends_on_past AND state = 'none' AND NOT needs_eval
+    """
+)
+
 _FIX_PROGRESS = text(
     """
     WITH truth AS (
@@ -82,6 +90,8 @@ def reconcile_counters(session: Session, limit: int = 200) -> int:
         return 0
     fixed = len(session.execute(_FIX_COUNTERS, {"run_ids": run_ids}).all())
     fixed += len(session.execute(_FIX_PROGRESS, {"run_ids": run_ids}).all())
+    # Not a fix: dependsOnPast waiters are looked at again, whatever settled their past.
+    session.execute(_RECHECK_PAST, {"run_ids": run_ids})
     if fixed:
         add_metric(session, COUNTER_FIXES, fixed)
     return fixed

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from sluice.db.dags import SpecCache
 from sluice.db.models import Outbox
 from sluice.executors.base import TaskEvent
+from sluice.scheduler import past
 from sluice.scheduler.examine import follow_up
 from sluice.scheduler.transitions import Settled, lock_runs_of, propagate, run_progress
 from sluice.spec.retries import retry_delay
@@ -90,6 +91,17 @@ class Applied:
     ti_id: int
     try_number: int
     state: TaskState
+    # The run, when it has dependsOnPast/waitForDownstream tasks and something in it may
+    # have settled for good: the next run may wait on it (`past.wake_next_runs`, after
+    # the commit). None otherwise.
+    wakes_run: int | None = None
+
+
+def _has_past_dependencies(specs: SpecCache, session: Session, version_id: int) -> bool:
+    try:
+        return specs.get(session, version_id).has_past_dependencies
+    except Exception:  # a spec that cannot be read: wake, which is harmless
+        return True
 
 
 def apply_task_events(
@@ -144,7 +156,8 @@ def apply_task_events(
                 "evidence": None if found is None else json.dumps(found),
             }
         )
-        applied.append(Applied(row.id, row.try_number, state))
+        wakes = state in past.OK and _has_past_dependencies(specs, session, row.dag_version_id)
+        applied.append(Applied(row.id, row.try_number, state, row.dag_run_id if wakes else None))
         if state is not TaskState.UP_FOR_RETRY:
             settled.append(Settled(row.dag_run_id, row.task_id, row.downstream_task_ids, state))
     if not updates:

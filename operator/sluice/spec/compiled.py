@@ -71,3 +71,8 @@ class CompiledDag:
             "past": [t.depends_on_past or t.wait_for_downstream for t in tasks],
             "wait": [t.wait_for_downstream for t in tasks],
         }
+
+    @cached_property
+    def has_past_dependencies(self) -> bool:
+        """Does any task wait on its own previous run (dependsOnPast, waitForDownstream)?"""
+        return any(t.depends_on_past or t.wait_for_downstream for t in self.spec.tasks)
