@@ -9,6 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.models import TaskInstance, TaskTry
+from sluice.scheduler.loop import SchedulerLoop
 from sluice.spec.states import RunState, TaskState
 from tests.support import (
     T0,
@@ -166,13 +167,20 @@ def _two_hourly_intervals_ago(
     return clock
 
 
-def test_depends_on_past_waits_for_the_previous_run(sessions: sessionmaker[Session]) -> None:
+def _two_runs_of_a_task_on_its_past(
+    sessions: sessionmaker[Session], name: str
+) -> tuple[ScriptedExecutor, SchedulerLoop]:
+    """Two hourly runs of one `dependsOnPast` task, both allowed to run; tries are held."""
     clock = _two_hourly_intervals_ago(
-        sessions, "dp", [{"name": "t", "dependsOnPast": True}], maxActiveRuns=2
+        sessions, name, [{"name": "t", "dependsOnPast": True}], maxActiveRuns=2
     )
     executor = ScriptedExecutor()
     executor.hold.add("t")
-    loop = make_loop(sessions, executor, clock)
+    return executor, make_loop(sessions, executor, clock)
+
+
+def test_depends_on_past_waits_for_the_previous_run(sessions: sessionmaker[Session]) -> None:
+    executor, loop = _two_runs_of_a_task_on_its_past(sessions, "dp")
     for _ in range(5):
         loop.tick()
     # Both runs are running, but only the first run's task may start.
@@ -283,12 +291,7 @@ def test_a_task_held_back_by_its_past_leaves_its_run_quiet_until_the_past_settle
 ) -> None:
     from sluice.scheduler.reconcile import reconcile_counters
 
-    clock = _two_hourly_intervals_ago(
-        sessions, "dq", [{"name": "t", "dependsOnPast": True}], maxActiveRuns=2
-    )
-    executor = ScriptedExecutor()
-    executor.hold.add("t")
-    loop = make_loop(sessions, executor, clock)
+    executor, loop = _two_runs_of_a_task_on_its_past(sessions, "dq")
     for _ in range(4):
         loop.tick()
     with sessions() as session:

@@ -20,7 +20,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from sluice.db import locks
-from sluice.spec.states import TaskState
+from sluice.spec.states import OCCUPYING_TASK_STATES, TaskState
 
 START_TASK = "start_task"
 
@@ -58,20 +58,23 @@ _LOCK_POOLS = text(
     """
 )
 
+# The states that hold a pool slot, as SQL literals (the same text every time).
+_OCCUPYING = ", ".join(f"'{state.value}'" for state in sorted(OCCUPYING_TASK_STATES))
+
 # One read under that lock: slots in use per pool and tasks in flight per DAG (the
 # rows with `candidate` false), then the scheduled instances by priority weight,
 # logical date and id (`candidate` true), leaving out pools with no room left and
 # DAGs at maxActiveTasks, so a full pool or a busy DAG never starves the rest; locked
 # SKIP LOCKED so two replicas never queue one twice.
 _READ = text(
-    """
+    f"""
     WITH pools AS (
         SELECT * FROM unnest(CAST(:pools AS text[]), CAST(:slots AS int[])) AS p(name, slots)
     ), occupied AS (
         SELECT ti.pool, ti.dag_id, sum(ti.pool_slots) AS slots, count(*) AS n,
                d.max_active_tasks
         FROM task_instance ti JOIN dag d ON d.dag_id = ti.dag_id
-        WHERE ti.state IN ('queued', 'running')
+        WHERE ti.state IN ({_OCCUPYING})
         GROUP BY ti.pool, ti.dag_id, d.max_active_tasks
     ), open_pools AS (
         SELECT p.name FROM pools p

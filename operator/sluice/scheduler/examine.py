@@ -82,10 +82,10 @@ def _examine(
         if not _evaluate_ready(session, run_ids, now, stats, done):
             break
     _finish_completed_runs(session, live, done, now, stats)
-    past_dependent = {
-        run.id for run in live if specs.get(session, run.dag_version_id).has_past_dependencies
-    }
-    stats.settled_ok_runs &= past_dependent
+    if stats.settled_ok_runs:  # only runs whose DAG has tasks waiting on their past
+        stats.settled_ok_runs &= {
+            run.id for run in live if specs.get(session, run.dag_version_id).has_past_dependencies
+        }
 
 
 # Take runs to examine, with whether each has a retry due; runs with work come first.
