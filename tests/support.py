@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.dags import sync_dag
 from sluice.db.models import DagRun, TaskInstance
+from sluice.db.prepared import sql_of
 from sluice.executors.base import Inspection, TaskEvent, TaskLaunch
 from sluice.scheduler.config import SchedulerConfig
 from sluice.scheduler.loop import SchedulerLoop
@@ -202,11 +203,14 @@ def run_until_runs_end(
 
 @contextmanager
 def count_queries(engine: Engine) -> Iterator[list[str]]:
-    """Every SQL statement the engine sends while the block runs."""
+    """Every SQL statement the engine runs while the block runs, as in steady state:
+    a prepared statement as its SQL, the one-off PREPARE left out."""
     statements: list[str] = []
 
     def record(conn: object, cursor: object, statement: str, *args: object) -> None:
-        statements.append(statement)
+        sql = sql_of(statement)
+        if sql is not None:
+            statements.append(sql)
 
     event.listen(engine, "before_cursor_execute", record)
     try:

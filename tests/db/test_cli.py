@@ -532,3 +532,21 @@ def test_scheduler_intervals_must_make_sense(db_url: str, args: list[str], messa
     result = sluice("scheduler", *args, "--database-url", db_url, "--no-migrate")
     assert result.exit_code == 2
     assert message in result.stderr
+
+
+@pytest.mark.parametrize(("flag", "prepared"), [([], True), (["--no-prepared-statements"], False)])
+def test_scheduler_prepares_statements_unless_told_not_to(
+    db_url: str, monkeypatch: pytest.MonkeyPatch, flag: list[str], prepared: bool
+) -> None:
+    from sluice.cli import scheduler as scheduler_cli
+
+    seen: dict[str, object] = {}
+
+    def make_engine(url: str, **options: object) -> None:
+        seen.update(options)
+        raise RuntimeError("stop before the loop")
+
+    monkeypatch.setattr(scheduler_cli, "make_engine", make_engine)
+    result = sluice("scheduler", *flag, "--database-url", db_url, "--no-migrate")
+    assert isinstance(result.exception, RuntimeError)
+    assert seen == {"prepare_statements": prepared}

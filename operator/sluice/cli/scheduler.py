@@ -42,6 +42,14 @@ def scheduler(
     zombie_threshold: Annotated[float, typer.Option()] = _defaults.zombie_threshold,
     heartbeat_interval: Annotated[float, typer.Option()] = _defaults.heartbeat_interval,
     scheduler_dead_after: Annotated[float, typer.Option()] = _defaults.scheduler_dead_after,
+    prepared_statements: Annotated[
+        bool,
+        typer.Option(
+            help="prepare the loop's hot statements once per connection; turn off behind a"
+            " pooler in transaction mode (PgBouncer), where each transaction may get another"
+            " server connection"
+        ),
+    ] = True,
     log_level: Annotated[str, typer.Option()] = "info",
     log_json: Annotated[bool, typer.Option()] = False,
 ) -> None:
@@ -94,7 +102,7 @@ def scheduler(
     )
     if migrate:
         upgrade(url)
-    engine = make_engine(url)
+    engine = make_engine(url, prepare_statements=prepared_statements)
     sessions = session_factory(engine)
     if dags is not None:
         manifests = load_manifests([dags])

@@ -5,6 +5,8 @@ from __future__ import annotations
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from sluice.db import prepared
+
 
 def normalize_url(url: str) -> str:
     """Accept plain `postgresql://` URLs and pin the psycopg2 driver."""
@@ -20,8 +22,16 @@ def normalize_url(url: str) -> str:
     return url
 
 
-def make_engine(url: str, *, pool_size: int = 5, application_name: str = "sluice") -> Engine:
-    return create_engine(
+def make_engine(
+    url: str,
+    *,
+    pool_size: int = 5,
+    application_name: str = "sluice",
+    prepare_statements: bool = True,
+) -> Engine:
+    """An engine on psycopg2; the loop's hot statements are prepared per connection
+    unless `prepare_statements` is off (behind PgBouncer in transaction mode)."""
+    engine = create_engine(
         normalize_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
@@ -30,6 +40,9 @@ def make_engine(url: str, *, pool_size: int = 5, application_name: str = "sluice
         executemany_mode="values_plus_batch",
         connect_args={"application_name": application_name, "connect_timeout": 10},
     )
+    if prepare_statements:
+        prepared.enable(engine)
+    return engine
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:

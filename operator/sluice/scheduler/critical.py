@@ -15,11 +15,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from sluice.db import locks
+from sluice.db.prepared import Prepared
 from sluice.spec.states import OCCUPYING_TASK_STATES, TaskState
 
 START_TASK = "start_task"
@@ -27,7 +27,7 @@ START_TASK = "start_task"
 
 # One round trip for the writes: each chosen instance `scheduled -> queued` with its try
 # number bumped, a task_try row, and a `start_task` outbox row per try.
-_QUEUE = text(
+_QUEUE = Prepared(
     """
     WITH queued AS (
         UPDATE task_instance SET
@@ -51,7 +51,7 @@ _QUEUE = text(
 
 # The critical section's lock: every pool row, NOWAIT (a busy lock skips the tick); and
 # whether anything is scheduled at all, so an idle tick never counts the tasks in flight.
-_LOCK_POOLS = text(
+_LOCK_POOLS = Prepared(
     """
     SELECT name, slots, EXISTS (SELECT FROM task_instance WHERE state = 'scheduled') AS work
     FROM slot_pool ORDER BY id FOR UPDATE NOWAIT
@@ -66,7 +66,7 @@ _OCCUPYING = ", ".join(f"'{state.value}'" for state in sorted(OCCUPYING_TASK_STA
 # logical date and id (`candidate` true), leaving out pools with no room left and
 # DAGs at maxActiveTasks, so a full pool or a busy DAG never starves the rest; locked
 # SKIP LOCKED so two replicas never queue one twice.
-_READ = text(
+_READ = Prepared(
     f"""
     WITH pools AS (
         SELECT * FROM unnest(CAST(:pools AS text[]), CAST(:slots AS int[])) AS p(name, slots)
@@ -120,7 +120,7 @@ def queue_schedulable_task_instances(
 ) -> CriticalSectionResult:
     """Queue what the limits allow; the caller commits (which releases the pool lock)."""
     try:
-        locked = session.execute(_LOCK_POOLS).all()
+        locked = _LOCK_POOLS(session).all()
     except OperationalError as exc:
         if locks.is_lock_not_available(exc):
             session.rollback()
@@ -134,7 +134,7 @@ def queue_schedulable_task_instances(
     dag_active: dict[str, int] = defaultdict(int)
     candidates = []
     read = {"pools": list(pools), "slots": list(pools.values()), "limit": max_tis}
-    for row in session.execute(_READ, read):
+    for row in _READ(session, read):
         if row.candidate:
             candidates.append(row)
         else:
@@ -155,8 +155,8 @@ def queue_schedulable_task_instances(
     if not chosen:
         return result
 
-    queued = session.execute(
-        _QUEUE,
+    queued = _QUEUE(
+        session,
         {
             "ids": chosen,
             "now": now,

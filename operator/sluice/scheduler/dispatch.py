@@ -14,10 +14,11 @@ from datetime import datetime
 from typing import Any
 
 import structlog
-from sqlalchemy import Row, text
+from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache
+from sluice.db.prepared import Prepared
 from sluice.executors.base import TaskEvent, TaskLaunch
 from sluice.logs import first_line
 from sluice.scheduler.critical import START_TASK
@@ -38,7 +39,7 @@ _TAKE_OUTBOX = """
 
 # One round trip: take the outbox rows, compare-and-set each try `queued -> running`,
 # record the try, and read what the launch needs from the run.
-_CLAIM = text(
+_CLAIM = Prepared(
     f"""
     WITH taken AS ({_TAKE_OUTBOX}
         RETURNING CAST(payload->>'ti_id' AS bigint) AS ti_id,
@@ -80,8 +81,8 @@ def claim_task_starts(
     fenced-off replica) is dropped: the try it named will never start. A try
     whose task spec cannot be loaded fails at once, with the reason.
     """
-    claimed = session.execute(
-        _CLAIM,
+    claimed = _CLAIM(
+        session,
         {
             "kind": START_TASK,
             "now": now,
@@ -139,10 +140,10 @@ def claim_alerts(session: Session, now: datetime, *, limit: int) -> list[dict[st
     return take_outbox(session, ALERT, now, limit=limit)
 
 
-_TAKE = text(_TAKE_OUTBOX + "RETURNING id, payload")
+_TAKE = Prepared(_TAKE_OUTBOX + "RETURNING id, payload")
 
 
 def take_outbox(session: Session, kind: str, now: datetime, *, limit: int) -> list[dict[str, Any]]:
     """Lock (SKIP LOCKED, oldest first) and delete up to `limit` ready rows of one kind."""
-    rows = session.execute(_TAKE, {"kind": kind, "now": now, "limit": limit}).all()
+    rows = _TAKE(session, {"kind": kind, "now": now, "limit": limit}).all()
     return [dict(payload) for _, payload in sorted(rows, key=lambda r: r[0])]

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, text
+from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache
+from sluice.db.prepared import Prepared
 from sluice.scheduler import past
 from sluice.scheduler.isolation import batch_or_each
 from sluice.scheduler.transitions import Settled, propagate
@@ -46,7 +47,7 @@ def examine_running_runs(
 ) -> ExamineStats:
     """Examine up to `limit` runs; with `quiet`, runs without work fill the rest of the batch."""
     stats = ExamineStats()
-    taken = session.execute(_TAKE, {"now": now, "limit": limit, "quiet": quiet}).all()
+    taken = _TAKE(session, {"now": now, "limit": limit, "quiet": quiet}).all()
     if not taken:
         return stats
 
@@ -77,7 +78,7 @@ def _examine(
     done: Counter[int] = Counter()  # tasks_done moved in this transaction, per run
     due = [run.id for run in live if run.due_retry]
     if due:
-        stats.retried = session.execute(_RETRY, {"runs": due, "now": now}).rowcount  # type: ignore[attr-defined]
+        stats.retried = _RETRY(session, {"runs": due, "now": now}).rowcount
     for _ in range(_MAX_SETTLE_ROUNDS):
         if not _evaluate_ready(session, run_ids, now, stats, done):
             break
@@ -95,7 +96,7 @@ def _examine(
 # which the loop asks for once per tick interval). One statement locks the runs
 # (SKIP LOCKED, least recently examined first) and sends them to the back of the
 # queue, a run that then fails to be examined included.
-_TAKE = text(
+_TAKE = Prepared(
     """
     WITH work AS (
         SELECT dag_run_id AS id FROM task_instance WHERE needs_eval AND state = 'none'
@@ -122,7 +123,7 @@ _TAKE = text(
     """
 )
 
-_RETRY = text(
+_RETRY = Prepared(
     """
     UPDATE task_instance SET state = 'scheduled', next_retry_at = NULL
     WHERE dag_run_id = ANY(:runs) AND state = 'up_for_retry' AND next_retry_at <= :now
@@ -162,12 +163,12 @@ def _time_out(
     if timeout is None or run.start_date is None or now < run.start_date + timeout:
         return False
     unfinished = [s.value for s in TaskState if s not in TERMINAL_TASK_STATES]
-    session.execute(_TIME_OUT, {"run": run.id, "now": now, "unfinished": unfinished})
+    _TIME_OUT(session, {"run": run.id, "now": now, "unfinished": unfinished})
     stats.finished_runs[run.id] = RunState.FAILED
     return True
 
 
-_TIME_OUT = text(
+_TIME_OUT = Prepared(
     """
     WITH skipped AS (
         UPDATE task_instance SET state = 'skipped', end_date = :now,
@@ -183,7 +184,7 @@ _TIME_OUT = text(
 
 
 # Task instances whose upstream counters moved since they were last looked at.
-_READY = text(
+_READY = Prepared(
     """
     SELECT id, dag_run_id, task_id, trigger_rule, upstream_task_ids, downstream_task_ids,
            n_success, n_failed, n_skipped, n_upstream_failed, depends_on_past
@@ -194,7 +195,7 @@ _READY = text(
 
 # The verdicts of one round, in one statement: a state (NULL: still waiting), and an
 # end date for the states that settle the instance.
-_DECIDE = text(
+_DECIDE = Prepared(
     """
     UPDATE task_instance ti SET
         needs_eval = false,
@@ -221,7 +222,7 @@ def _evaluate_ready(
     runs' instances whose counters moved.
     """
     if rows is None:
-        rows = session.execute(_READY, {"runs": run_ids}).all()
+        rows = _READY(session, {"runs": run_ids}).all()
     if not rows:
         return False
     decided: dict[int, TaskState | None] = {}  # None: waits, only needs_eval cleared
@@ -250,8 +251,8 @@ def _evaluate_ready(
             decided[row.id] = state
             settled.append(Settled(row.dag_run_id, row.task_id, row.downstream_task_ids, state))
     if decided:
-        session.execute(
-            _DECIDE,
+        _DECIDE(
+            session,
             {
                 "ids": list(decided),
                 "states": [None if state is None else state.value for state in decided.values()],
@@ -277,15 +278,13 @@ def _finish_completed_runs(
     complete = [run.id for run in runs if run.tasks_done + done[run.id] >= run.tasks_total]
     if not complete:
         return
-    failed = set(session.execute(_FAILED_LEAVES, {"runs": complete}).scalars())
+    failed = set(_FAILED_LEAVES(session, {"runs": complete}).scalars())
     states = [RunState.FAILED if run_id in failed else RunState.SUCCESS for run_id in complete]
-    session.execute(
-        _FINISH, {"runs": complete, "states": [state.value for state in states], "now": now}
-    )
+    _FINISH(session, {"runs": complete, "states": [state.value for state in states], "now": now})
     stats.finished_runs.update(zip(complete, states, strict=True))
 
 
-_FAILED_LEAVES = text(
+_FAILED_LEAVES = Prepared(
     """
     SELECT DISTINCT dag_run_id FROM task_instance
     WHERE dag_run_id = ANY(:runs) AND downstream_task_ids = '{}'
@@ -293,7 +292,7 @@ _FAILED_LEAVES = text(
     """
 )
 
-_FINISH = text(
+_FINISH = Prepared(
     """
     UPDATE dag_run SET state = v.state, end_date = :now
     FROM unnest(CAST(:runs AS bigint[]), CAST(:states AS text[])) AS v(id, state)

@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import insert, select, text, tuple_, update
+from sqlalchemy import insert, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache
 from sluice.db.models import DagRun, SchedulerJob, TaskInstance
+from sluice.db.prepared import Prepared
 from sluice.executors.base import Executor, TaskEvent
 from sluice.scheduler.results import Applied, apply_task_events
 from sluice.spec.states import TaskState
@@ -82,7 +83,7 @@ class Fence:
     release: list[tuple[int, int]]
 
 
-_HEARTBEAT = text(
+_HEARTBEAT = Prepared(
     """
     UPDATE task_instance t
        SET last_heartbeat_at = :now,
@@ -112,8 +113,8 @@ def heartbeat_tries(
     keys = list(external_ids)
     confirmed = {
         (row[0], row[1])
-        for row in session.execute(
-            _HEARTBEAT,
+        for row in _HEARTBEAT(
+            session,
             {
                 "now": now,
                 "job": job_id,

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, text
+from sqlalchemy import insert
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache
 from sluice.db.models import Outbox
+from sluice.db.prepared import Prepared
 from sluice.executors.base import TaskEvent
 from sluice.scheduler import past
 from sluice.scheduler.examine import follow_up
@@ -34,7 +35,7 @@ _LIVE = [state.value for state in LIVE_STATES]
 ALERT = "alert"
 
 # The reported instances with their runs' versions, locked (their runs are locked first).
-_READ = text(
+_READ = Prepared(
     """
     SELECT ti.id, ti.try_number, ti.max_tries, ti.state, ti.task_id, ti.dag_run_id,
            ti.downstream_task_ids, r.dag_version_id
@@ -48,7 +49,7 @@ _READ = text(
 # One round trip: each report a compare-and-set on (instance, try number, a live state),
 # the try's own row, and the runs' progress; one array per column. The rows were read
 # under lock just before, so every compare-and-set here matches.
-_SETTLE = text(
+_SETTLE = Prepared(
     """
     WITH v AS (
         SELECT * FROM unnest(
@@ -123,7 +124,7 @@ def apply_task_events(
     by_key = {e.key: e for e in events}
     ti_ids = sorted({e.ti_id for e in events})
     lock_runs_of(session, ti_ids)
-    rows = session.execute(_READ, {"ids": ti_ids}).all()
+    rows = _READ(session, {"ids": ti_ids}).all()
 
     updates: list[dict[str, Any]] = []
     settled: list[Settled] = []
@@ -164,8 +165,8 @@ def apply_task_events(
         return []
     columns = {name: [u[name] for u in updates] for name in _COLUMNS}
     moved = run_progress(settled)
-    session.execute(
-        _SETTLE,
+    _SETTLE(
+        session,
         {"now": now, "live": _LIVE, "runs": list(moved), "deltas": list(moved.values()), **columns},
     )
     follow_up(session, propagate(session, settled, progress=False).downstream, now)

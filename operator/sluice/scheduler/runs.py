@@ -16,12 +16,13 @@ from datetime import datetime
 from typing import Any, cast
 
 import structlog
-from sqlalchemy import Table, and_, func, select, text, update
+from sqlalchemy import Table, and_, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache, set_next_run
 from sluice.db.models import Backfill, Dag, DagRun
+from sluice.db.prepared import Prepared
 from sluice.logs import first_line
 from sluice.spec.compiled import CompiledDag
 from sluice.spec.states import ACTIVE_RUN_STATES, RunState, RunType
@@ -121,7 +122,7 @@ def insert_runs(
         for name, values in r.compiled.instance_columns.items():
             columns[name] += values
     if columns:
-        session.execute(_INSERT_TASKS, columns)
+        _INSERT_TASKS(session, columns)
     return created
 
 
@@ -143,7 +144,7 @@ def insert_run(
 
 # Every task instance of the new runs, in one statement: one array per column (the
 # version's `instance_columns` repeated per run), lists of names as JSON text.
-_INSERT_TASKS = text(
+_INSERT_TASKS = Prepared(
     """
     INSERT INTO task_instance (
         dag_run_id, dag_id, task_id, state, try_number, max_tries, logical_date,

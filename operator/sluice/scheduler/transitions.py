@@ -17,10 +17,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row, select, text
+from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
 from sluice.db.models import DagRun
+from sluice.db.prepared import Prepared
 from sluice.spec.states import TERMINAL_TASK_STATES, TaskState
 
 
@@ -38,7 +39,7 @@ def lock_runs(session: Session, run_ids: Iterable[int]) -> list[int]:
     )
 
 
-_LOCK_RUNS_OF = text(
+_LOCK_RUNS_OF = Prepared(
     """
     SELECT id FROM dag_run
     WHERE id IN (SELECT dag_run_id FROM task_instance WHERE id = ANY(:ids))
@@ -52,7 +53,7 @@ def lock_runs_of(session: Session, ti_ids: Sequence[int]) -> list[int]:
     """Lock the runs of these task instances, in id order (waiting); returns the run ids."""
     if not ti_ids:
         return []
-    return list(session.execute(_LOCK_RUNS_OF, {"ids": list(ti_ids)}).scalars())
+    return list(_LOCK_RUNS_OF(session, {"ids": list(ti_ids)}).scalars())
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +70,7 @@ class Settled:
 # states it has not recorded yet are merged into `upstream_states` and the counters move
 # by the difference, so a repeated or out-of-order report is counted once. Returns the
 # moved rows, with what deciding them needs (`examine.follow_up` starts from them).
-_PROPAGATE = text(
+_PROPAGATE = Prepared(
     """
     WITH e AS (
         SELECT * FROM unnest(
@@ -113,7 +114,7 @@ _PROPAGATE = text(
 )
 
 
-_PROGRESS = text(
+_PROGRESS = Prepared(
     """
     UPDATE dag_run SET tasks_done = tasks_done + v.delta
     FROM unnest(CAST(:runs AS bigint[]), CAST(:deltas AS int[])) AS v(id, delta)
@@ -153,8 +154,8 @@ def propagate(session: Session, settled: Sequence[Settled], *, progress: bool = 
     rows: list[Row[Any]] = []
     if edges:
         rows = list(
-            session.execute(
-                _PROPAGATE,
+            _PROPAGATE(
+                session,
                 {
                     "runs": [run_id for run_id, _ in edges],
                     "ups": [task_id for _, task_id in edges],
@@ -165,5 +166,5 @@ def propagate(session: Session, settled: Sequence[Settled], *, progress: bool = 
         )
     moved = run_progress(settled)
     if moved and progress:
-        session.execute(_PROGRESS, {"runs": list(moved), "deltas": list(moved.values())})
+        _PROGRESS(session, {"runs": list(moved), "deltas": list(moved.values())})
     return Propagated(moved, rows)
