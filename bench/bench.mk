@@ -2,7 +2,7 @@
 # Included from the Makefile; results go to bench/results/ (JSON + PNG).
 #   make bench          quick suite, Sluice only (~10 min)
 #   make bench-compare  the same scenarios on both sides (Airflow installed under ~/.cache/sluice;
-#                       about 35 min for 1 replica x 3 trials, ~1.5 h for the full plan on 2 cores)
+#                       about 35 min for 1 replica x 3 trials, ~50 min for the full plan on 2 cores)
 #   make bench-smoke    tiny workload, under a minute, figures printed, no timing asserted (CI)
 #   make bench-scale    the scheduler alone with 10,000 DAGs and 100,000 task instances
 # Extra arguments: make bench BENCH_ARGS="--shapes linear,grid --replicas 1"

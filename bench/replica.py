@@ -2,22 +2,17 @@
 
 A real clock, the no-op executor, logging at warning (as on the Airflow side),
 and a clean stop on SIGTERM. The harness measures this process's CPU in /proc.
-
-`SLUICE_BENCH_EXECUTEMANY_MODE=values_plus_batch` builds the engine with that
-psycopg2 executemany mode instead of Sluice's default: an A/B switch for the
-proposed change to `sluice.db.engine.make_engine` (see bench/README.md).
+The switches below turn off one design choice each, for A/B runs through
+`SLUICE_BENCH_REPLICA_ARGS` (bench/README.md).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 from types import FrameType
 
-from sqlalchemy import Engine, create_engine
-
-from sluice.db.engine import make_engine, normalize_url, session_factory
+from sluice.db.engine import make_engine, session_factory
 from sluice.db.wakeups import Waker
 from sluice.executors.noop import NoopExecutor
 from sluice.logs import configure_logging
@@ -39,6 +34,9 @@ def main(argv: list[str] | None = None) -> None:
         help="critical-section batches per tick (1: one query per tick, as Airflow)",
     )
     parser.add_argument("--no-wake", action="store_true", help="idle sleep without LISTEN/NOTIFY")
+    parser.add_argument(
+        "--no-prepared-statements", action="store_true", help="hot statements as plain text"
+    )
     args = parser.parse_args(argv)
     configure_logging("warning")
 
@@ -50,7 +48,11 @@ def main(argv: list[str] | None = None) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    engine = _engine(args.url)
+    engine = make_engine(
+        args.url,
+        application_name="sluice-bench",
+        prepare_statements=not args.no_prepared_statements,
+    )
     config = SchedulerConfig(
         tick_interval=args.idle_sleep,
         max_tis_per_query=args.max_tis_per_query,
@@ -66,20 +68,6 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         loop.close()
         engine.dispose()
-
-
-def _engine(url: str) -> Engine:
-    mode = os.environ.get("SLUICE_BENCH_EXECUTEMANY_MODE")
-    if not mode:
-        return make_engine(url, application_name="sluice-bench")
-    return create_engine(
-        normalize_url(url),
-        pool_size=5,
-        max_overflow=5,
-        pool_pre_ping=True,
-        executemany_mode=mode,
-        connect_args={"application_name": "sluice-bench", "connect_timeout": 10},
-    )
 
 
 if __name__ == "__main__":
