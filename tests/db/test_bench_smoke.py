@@ -9,13 +9,14 @@ import json
 import signal
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from bench.common import Knobs, Postgres
 from bench.metrics import TaskTimes, Trial, lags_ms
-from bench.report import markdown
+from bench.report import cpu_floor_s, markdown, scaling_limit, target_verdict
 from bench.shapes import SHAPES, Workload, check
 
 
@@ -48,6 +49,42 @@ def test_the_readme_table_quotes_medians_and_their_ratio() -> None:
     lines = markdown(trials).splitlines()
     assert lines[0] == "| shape | size | tis 16: Sluice | Airflow | ratio |"
     assert lines[2] == "| linear | 10x100 | 400 (1.00, 20) | 20 (1.00, 20) | 20.0x |"
+
+
+def test_a_missed_target_says_whether_cpu_or_waiting_is_in_the_way() -> None:
+    airflow = _trial("airflow", 100.0)  # 10 s for 1,000 tasks: 20x allows 500 ms
+    fast = replace(_trial("sluice", 2500.0), cpu_s=0.3, pg_cpu_s=0.2)
+    assert target_verdict(fast, airflow, cores=2) == "met"
+    # One replica waits for each statement, so its CPU and Postgres's add up: 700 ms.
+    busy = replace(_trial("sluice", 1400.0), cpu_s=0.4, pg_cpu_s=0.3)
+    assert cpu_floor_s(busy, cores=2) == pytest.approx(0.7)
+    assert target_verdict(busy, airflow, cores=2) == (
+        "MISSED: 20x allows 500 ms, CPU floor 700 ms (needs 1.4x less CPU per task)"
+    )
+    # Two replicas overlap on two cores (350 ms), not on one core (700 ms).
+    assert cpu_floor_s(replace(busy, replicas=2), cores=2) == pytest.approx(0.35)
+    assert cpu_floor_s(replace(busy, replicas=2), cores=1) == pytest.approx(0.7)
+    idle = replace(_trial("sluice", 1000.0), cpu_s=0.1, pg_cpu_s=0.1)
+    assert target_verdict(idle, airflow, cores=2) == (
+        "MISSED: 20x allows 500 ms, CPU floor 200 ms (the rest is waiting)"
+    )
+
+
+def test_the_scaling_limit_is_the_cpus_only_when_they_are_busy() -> None:
+    # _trial: 1 s of scheduler CPU; makespan 1 s at 1,000 tasks/s.
+    busy = replace(_trial("sluice", 1000.0), machine_busy=0.93, pg_cpu_s=0.5)
+    assert scaling_limit(busy, cores=2) == (
+        "CPUs (schedulers+Postgres 1.50 of 2 cores, machine 93% busy)"
+    )
+    # The processes' own CPU says the cores were busy, whatever /proc/stat saw.
+    assert scaling_limit(replace(busy, machine_busy=0.6, pg_cpu_s=0.9), cores=2).startswith(
+        "CPUs (schedulers+Postgres 1.90 of 2 cores"
+    )
+    # Postgres used more CPU than the scheduler, but half the machine was idle.
+    idle = replace(busy, machine_busy=0.5, cpu_s=0.3, pg_cpu_s=0.6)
+    assert scaling_limit(idle, cores=2).startswith(
+        "waiting, not CPU (schedulers+Postgres 0.90 of 2 cores, machine 50% busy)"
+    )
 
 
 def test_lag_is_measured_from_the_latest_upstream_end() -> None:
