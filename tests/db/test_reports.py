@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import text, update
+from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.dags import SpecCache
@@ -267,3 +267,46 @@ def test_one_alert_per_failed_try_however_often_it_is_reported(
     assert alerts == [
         {"ti_id": launch.ti_id, "try_number": 1, "state": "up_for_retry", "reason": "exit code 3"}
     ]
+
+
+def test_a_reconciliation_pass_reaches_every_running_run_one_step_per_tick(
+    sessions: sessionmaker[Session],
+) -> None:
+    clock = FakeClock()
+    register(sessions, manifest("many", chain("a", "b"), maxActiveRuns=5), clock.now)
+    for minute in range(3):
+        trigger(sessions, "many", clock.now, logical_date=T0 + timedelta(minutes=minute))
+    executor = ScriptedExecutor()
+    executor.hold.add("a")
+    loop = make_loop(
+        sessions,
+        executor,
+        clock,
+        reconcile_tasks_per_tick=2,  # one two-task run per step
+        zombie_check_interval=3600,
+        zombie_threshold=7200,
+        scheduler_dead_after=7200,
+    )
+    loop.tick()
+
+    def wrong() -> int:
+        with sessions() as session:
+            return len(
+                session.execute(
+                    select(TaskInstance.id).where(
+                        TaskInstance.task_id == "b", TaskInstance.n_success == 1
+                    )
+                ).all()
+            )
+
+    with sessions() as session:
+        session.execute(update(TaskInstance).where(TaskInstance.task_id == "b").values(n_success=1))
+        session.commit()
+    clock.advance(seconds=61)
+    left = []
+    for _ in range(4):
+        loop.tick()
+        left.append(wrong())
+    assert left == [2, 1, 0, 0]  # one run a tick, then the pass is over
+    with sessions() as session:
+        assert read_metric(session, COUNTER_FIXES) == 3

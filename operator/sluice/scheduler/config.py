@@ -25,7 +25,10 @@ class SchedulerConfig:
     scheduler_dead_after: float = 30.0
     zombie_threshold: float = 60.0
     zombie_check_interval: float = 10.0
+    # A counter reconciliation pass starts once per interval and goes on one step per
+    # tick, each step at most this many task instances (one short transaction).
     reconcile_interval: float = 60.0
+    reconcile_tasks_per_tick: int = 1_000
     # A try queued longer than this goes back to `scheduled`, at most max_requeues times,
     # then fails (Airflow: task_queued_timeout).
     queued_timeout: float = 600.0

@@ -115,6 +115,7 @@ class SchedulerLoop:
         self._last_alert_look = self.clock()
         self._last_zombie_check = self.clock()
         self._last_reconcile = self.clock()
+        self._reconcile_after: int | None = None  # a pass under way: the last run id reached
         self._last_quiet_examine = self.clock() - timedelta(seconds=self.config.tick_interval)
         self._last_runs_phase = self._last_quiet_examine
         self._runs_backlog = True  # phase 1 runs on the first tick
@@ -354,11 +355,24 @@ class SchedulerLoop:
             self._last_zombie_check = now
             self._sweep_stale_tries(now, report)
             self._handle_stuck_queued(now, report)
-        if (now - self._last_reconcile).total_seconds() >= cfg.reconcile_interval:
+        if (
+            self._reconcile_after is None
+            and (now - self._last_reconcile).total_seconds() >= cfg.reconcile_interval
+        ):
             self._last_reconcile = now
-            fixed = self._transaction("reconcile", reconcile.reconcile_counters, 0, report)
-            if fixed:
-                log.warning("counters reconciled", rows_fixed=fixed)
+            self._reconcile_after = 0
+        if self._reconcile_after is not None:
+            self._reconcile_step(self._reconcile_after, report)
+
+    def _reconcile_step(self, after: int, report: TickReport) -> None:
+        """One step of the counter reconciliation pass (a failed step ends the pass)."""
+        budget = self.config.reconcile_tasks_per_tick
+        step = self._transaction(
+            "reconcile", lambda s: reconcile.reconcile_runs(s, after, budget), None, report
+        )
+        self._reconcile_after = None if step is None else step.through
+        if step is not None and step.fixed:
+            log.warning("counters reconciled", rows_fixed=step.fixed)
 
     def _sweep_stale_tries(self, now: datetime, report: TickReport) -> None:
         """Adopt, report or fail running tries whose heartbeat went stale (three transactions)."""

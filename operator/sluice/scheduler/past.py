@@ -8,8 +8,9 @@ first run, or a task added since) may run.
 A task held back waits with `needs_eval` cleared, so its run is not "busy" every
 tick. What it waits on settling wakes it: `wake_next_runs`, in a transaction of
 its own after the one that settled it, locking the waiting runs first (the lock
-order). The counter reconciliation flags every waiting instance once a minute
-too, for anything that settled another way (a run timeout, a hand edit).
+order). The counter reconciliation's pass (one starts every minute, a step per
+tick) flags every waiting instance too, for anything that settled another way
+(a run timeout, a hand edit).
 """
 
 from __future__ import annotations

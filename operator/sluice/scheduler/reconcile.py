@@ -1,13 +1,18 @@
 """The safety net under event-driven readiness: recompute counters from scratch.
 
-Periodically, for a batch of running runs (locked SKIP LOCKED, run rows
-before task rows as everywhere), every task instance's upstream counters and
-every run's `tasks_done` are recomputed from the actual upstream states. Each
-row it had to fix is counted in the `counter_fixes` metric; that number
-should stay at zero, and a non-zero value points at a bug in propagation.
+Periodically, every running run's task instances get their upstream counters
+and the run its `tasks_done` recomputed from the actual upstream states. A pass
+walks the running runs in id order, a few at a time (`reconcile_runs`, one
+short transaction per step, at most `task_budget` task instances, runs locked
+SKIP LOCKED before their task rows as everywhere), so no step holds many run
+locks for long and every running run is reached, however many there are. Each
+row it had to fix is counted in the `counter_fixes` metric; that number should
+stay at zero, and a non-zero value points at a bug in propagation.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from sqlalchemy import select, text
 from sqlalchemy.dialects.postgresql import insert
@@ -75,17 +80,58 @@ _FIX_PROGRESS = text(
 )
 
 
-def reconcile_counters(session: Session, limit: int = 200) -> int:
-    """Recompute counters for up to `limit` running runs; returns the rows fixed."""
+@dataclass(frozen=True)
+class Reconciled:
+    fixed: int  # rows whose counters were wrong
+    through: int | None  # the last run id this step reached; None: the pass is complete
+
+
+def reconcile_runs(session: Session, after: int, task_budget: int) -> Reconciled:
+    """One step of a pass: the running runs after id `after`, in id order, up to
+    `task_budget` task instances (at least one run); returns where the pass got to."""
+    sizes = session.execute(
+        select(DagRun.id, DagRun.tasks_total)
+        .where(DagRun.state == RunState.RUNNING, DagRun.id > after)
+        .order_by(DagRun.id)
+        .limit(_RUNS_READ)
+    ).all()
+    if not sizes:
+        return Reconciled(0, None)
+    chosen: list[int] = []
+    total = 0
+    for run_id, tasks in sizes:
+        if chosen and total + tasks > task_budget:
+            break
+        chosen.append(run_id)
+        total += tasks
     run_ids = list(
         session.execute(
             select(DagRun.id)
-            .where(DagRun.state == RunState.RUNNING)
+            .where(DagRun.id.in_(chosen), DagRun.state == RunState.RUNNING)
             .order_by(DagRun.id)
-            .limit(limit)
-            .with_for_update(skip_locked=True)
+            .with_for_update(skip_locked=True)  # a run busy elsewhere waits for the next pass
         ).scalars()
     )
+    fixed = _reconcile(session, run_ids)
+    return Reconciled(fixed, chosen[-1])
+
+
+def reconcile_counters(session: Session) -> int:
+    """A whole pass in this transaction (tests, tools); returns the rows fixed."""
+    fixed, after = 0, 0
+    while True:
+        step = reconcile_runs(session, after, task_budget=10_000)
+        fixed += step.fixed
+        if step.through is None:
+            return fixed
+        after = step.through
+
+
+# Running runs read per step, to choose the ones that fit the budget.
+_RUNS_READ = 200
+
+
+def _reconcile(session: Session, run_ids: list[int]) -> int:
     if not run_ids:
         return 0
     fixed = len(session.execute(_FIX_COUNTERS, {"run_ids": run_ids}).all())
