@@ -38,7 +38,7 @@ def plain(db_url: str) -> Iterator[Engine]:
 def test_a_statement_is_prepared_once_per_connection(engine: Engine) -> None:
     with Session(engine) as session:
         session.add(SlotPool(name="p", slots=3))
-        # The pending pool is flushed first, as `session.execute` would.
+        session.flush()
         assert _run(session) == [("default", 128), ("p", 3)]
         assert _POOLS.name in session.execute(text(_NAMES)).scalars().all()
         sent: list[str] = []

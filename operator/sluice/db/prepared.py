@@ -61,9 +61,8 @@ class Prepared:
         _BY_NAME[self.name] = self
 
     def __call__(self, session: Session, params: Mapping[str, Any] | None = None) -> Any:
-        """Execute in the session's transaction; returns the result, as `session.execute`."""
-        if session.autoflush:
-            session.flush()  # as `session.execute` would: pending ORM changes go first
+        """Execute in the session's transaction; returns the result, as `session.execute`
+        does for a `text()` (which does not autoflush pending ORM changes either)."""
         connection = session.connection()
         prepared = connection.connection.info.get(_PREPARED)
         if prepared is None:  # preparing is off for this engine

@@ -80,6 +80,10 @@ _FIX_PROGRESS = text(
 )
 
 
+# Running runs read per step, to choose the ones that fit the budget.
+_RUNS_READ = 200
+
+
 @dataclass(frozen=True)
 class Reconciled:
     fixed: int  # rows whose counters were wrong
@@ -125,10 +129,6 @@ def reconcile_counters(session: Session) -> int:
         if step.through is None:
             return fixed
         after = step.through
-
-
-# Running runs read per step, to choose the ones that fit the budget.
-_RUNS_READ = 200
 
 
 def _reconcile(session: Session, run_ids: list[int]) -> int:
