@@ -85,7 +85,7 @@ def _examine(
     _finish_completed_runs(session, live, done, now, stats)
     if stats.settled_ok_runs:  # only runs whose DAG has tasks waiting on their past
         stats.settled_ok_runs &= {
-            run.id for run in live if specs.get(session, run.dag_version_id).has_past_dependencies
+            run.id for run in live if past.has_waiters(specs, session, run.dag_version_id)
         }
 
 

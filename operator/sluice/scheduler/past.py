@@ -20,12 +20,23 @@ from collections.abc import Sequence
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
+from sluice.db.dags import SpecCache
 from sluice.db.models import TaskInstance
 from sluice.scheduler.transitions import lock_runs
 from sluice.spec.states import TaskState
 
 # What the next run's instance waits for.
 OK = (TaskState.SUCCESS, TaskState.SKIPPED)
+
+
+def has_waiters(specs: SpecCache, session: Session, version_id: int) -> bool:
+    """Whether this DAG version has tasks that wait on their past, so what settles in
+    one of its runs may wake the next run. A spec that cannot be read says yes: a
+    wake for nothing is harmless."""
+    try:
+        return specs.get(session, version_id).has_past_dependencies
+    except Exception:
+        return True
 
 
 def previous_allows(session: Session, ti_id: int) -> bool:

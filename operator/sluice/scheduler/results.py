@@ -98,13 +98,6 @@ class Applied:
     wakes_run: int | None = None
 
 
-def _has_past_dependencies(specs: SpecCache, session: Session, version_id: int) -> bool:
-    try:
-        return specs.get(session, version_id).has_past_dependencies
-    except Exception:  # a spec that cannot be read: wake, which is harmless
-        return True
-
-
 def apply_task_events(
     session: Session,
     events: Sequence[TaskEvent],
@@ -157,7 +150,7 @@ def apply_task_events(
                 "evidence": None if found is None else json.dumps(found),
             }
         )
-        wakes = state in past.OK and _has_past_dependencies(specs, session, row.dag_version_id)
+        wakes = state in past.OK and past.has_waiters(specs, session, row.dag_version_id)
         applied.append(Applied(row.id, row.try_number, state, row.dag_run_id if wakes else None))
         if state is not TaskState.UP_FOR_RETRY:
             settled.append(Settled(row.dag_run_id, row.task_id, row.downstream_task_ids, state))
