@@ -85,10 +85,11 @@ def cpu_floor_s(trial: Trial, cores: int) -> float:
 
 def target_verdict(sluice: Trial, airflow: Trial, cores: int) -> str:
     """Met, or what a miss is made of: more CPU than the time allows, or waiting."""
-    if airflow.tasks_per_s and sluice.tasks_per_s >= TARGET_RATIO * airflow.tasks_per_s:
+    if not airflow.tasks_per_s:
+        return "no Airflow figure to compare with"
+    if sluice.tasks_per_s >= TARGET_RATIO * airflow.tasks_per_s:
         return "met"
-    tasks = sluice.dags * sluice.tasks
-    budget = tasks / (TARGET_RATIO * airflow.tasks_per_s) if airflow.tasks_per_s else 0.0
+    budget = sluice.dags * sluice.tasks / (TARGET_RATIO * airflow.tasks_per_s)
     floor = cpu_floor_s(sluice, cores)
     head = f"MISSED: 20x allows {budget * 1000:,.0f} ms, CPU floor {floor * 1000:,.0f} ms"
     if floor > budget:

@@ -55,6 +55,9 @@ def test_a_missed_target_says_whether_cpu_or_waiting_is_in_the_way() -> None:
     airflow = _trial("airflow", 100.0)  # 10 s for 1,000 tasks: 20x allows 500 ms
     fast = replace(_trial("sluice", 2500.0), cpu_s=0.3, pg_cpu_s=0.2)
     assert target_verdict(fast, airflow, cores=2) == "met"
+    # An Airflow trial that finished nothing gives no budget (and no division by zero).
+    stalled = replace(airflow, tasks_per_s=0.0)
+    assert target_verdict(fast, stalled, cores=2) == "no Airflow figure to compare with"
     # One replica waits for each statement, so its CPU and Postgres's add up: 700 ms.
     busy = replace(_trial("sluice", 1400.0), cpu_s=0.4, pg_cpu_s=0.3)
     assert cpu_floor_s(busy, cores=2) == pytest.approx(0.7)
