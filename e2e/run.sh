@@ -7,8 +7,11 @@
 #
 # A cluster that is already running (its kubeconfig answers) is used and left
 # running; one that this script starts is stopped at the end, unless
-# SLUICE_KEEP_CLUSTER=1. Either way the tests get the cluster through
-# $KUBECONFIG and nothing else.
+# SLUICE_KEEP_CLUSTER=1, and then nothing of it may be left (no network
+# namespace, no process). Either way the tests get the cluster through
+# $KUBECONFIG and nothing else. With the local cluster, pytest (and so every
+# scheduler replica and operator the tests start) runs inside the cluster's
+# network namespace (hack/in-cluster.sh).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/hack/lib.sh"
@@ -20,10 +23,17 @@ PY="$ROOT/.venv/bin/python"
 answers() {
   local kubectl="$SLUICE_BIN/kubectl"
   [[ -x "$kubectl" ]] || kubectl="$(command -v kubectl || true)"
-  [[ -n "$kubectl" && -f "$1" ]] && "$kubectl" --kubeconfig "$1" --request-timeout=5s get --raw /readyz >/dev/null 2>&1
+  [[ -n "$kubectl" && -f "$1" ]] || return 1
+  if [[ "$CLUSTER" == local ]]; then
+    [[ -e "$SLUICE_NETNS_PATH" ]] || return 1
+    in_netns "$kubectl" --kubeconfig "$1" --request-timeout=5s get --raw /readyz >/dev/null 2>&1
+  else
+    "$kubectl" --kubeconfig "$1" --request-timeout=5s get --raw /readyz >/dev/null 2>&1
+  fi
 }
 
 started=""
+run=()
 case "$CLUSTER" in
   local)
     export KUBECONFIG="$SLUICE_CLUSTER_DIR/admin.kubeconfig"
@@ -33,6 +43,7 @@ case "$CLUSTER" in
       "$ROOT/hack/cluster-up.sh"
       started="$ROOT/hack/cluster-down.sh"
     fi
+    run=("$ROOT/hack/in-cluster.sh")
     ;;
   kind)
     export KUBECONFIG="${SLUICE_KIND_DIR:-$SLUICE_CACHE/kind}/admin.kubeconfig"
@@ -47,11 +58,24 @@ case "$CLUSTER" in
 esac
 
 cleanup() {
+  local rc=$?
   if [[ -n "$started" && "${SLUICE_KEEP_CLUSTER:-0}" != 1 ]]; then
-    $started || log "e2e: stopping the cluster failed"
+    $started || { log "e2e: stopping the cluster failed"; rc=1; }
+    if [[ "$CLUSTER" == local ]]; then
+      # Nothing of the cluster may be left: no namespace, no process.
+      if [[ -e "$SLUICE_NETNS_PATH" ]]; then
+        log "e2e: the network namespace $SLUICE_NETNS is still there after cluster-down"
+        rc=1
+      fi
+      if "$ROOT/hack/cluster-status.sh" >/dev/null 2>&1; then
+        log "e2e: hack/cluster-status.sh still shows a cluster after cluster-down"
+        rc=1
+      fi
+    fi
   fi
+  exit "$rc"
 }
 trap cleanup EXIT
 
 cd "$ROOT"
-"$PY" -m pytest -m k8s tests/k8s -p no:cacheprovider "$@"
+"${run[@]}" "$PY" -m pytest -m k8s tests/k8s -p no:cacheprovider "$@"

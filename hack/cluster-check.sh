@@ -9,6 +9,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 if [[ -z "${KUBECONFIG:-}" && -f "$SLUICE_CLUSTER_DIR/admin.kubeconfig" ]]; then
   export KUBECONFIG="$SLUICE_CLUSTER_DIR/admin.kubeconfig"
 fi
+# The local cluster answers only inside its network namespace.
+if [[ "${KUBECONFIG:-}" == "$SLUICE_CLUSTER_DIR/admin.kubeconfig" ]] && ! inside_cluster_netns; then
+  exec "$(dirname "${BASH_SOURCE[0]}")/in-cluster.sh" bash "${BASH_SOURCE[0]}" "$@"
+fi
 [[ -n "${KUBECONFIG:-}" ]] || die "no KUBECONFIG and no local cluster in $SLUICE_CLUSTER_DIR"
 KUBECTL_BIN="${KUBECTL:-$SLUICE_BIN/kubectl}"
 [[ -x "$KUBECTL_BIN" ]] || KUBECTL_BIN="$(command -v kubectl)"

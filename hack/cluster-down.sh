@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Stop the local cluster started by hack/cluster-up.sh and leave nothing
 # behind: no processes (including containerd shims and pod processes), no
-# mounts under the state directory, no pod network namespaces, no bridge.
+# mounts under the state directory, no pod network namespaces, and not the
+# cluster's own network namespace (with it go its bridge, routes and iptables
+# rules, none of which ever existed in the machine's namespace).
 # Safe to run more than once. The state directory is kept for post-mortems
 # (its logs) and wiped by the next cluster-up.
 set -euo pipefail
@@ -12,14 +14,26 @@ export PATH="$PATH:/usr/sbin:/sbin"
 D="$SLUICE_CLUSTER_DIR"
 cluster_lock
 if [[ ! -f "$D/env" ]]; then
+  if [[ -e "$SLUICE_NETNS_PATH" ]]; then
+    # A cluster-up that failed before writing its state: only the namespace.
+    [[ -z "$(ip netns pids "$SLUICE_NETNS" 2>/dev/null)" ]] \
+      || die "network namespace $SLUICE_NETNS has processes but $D has no cluster state"
+    ip netns del "$SLUICE_NETNS"
+    log "deleted the network namespace $SLUICE_NETNS (no cluster state in $D)"
+    exit 0
+  fi
   log "no cluster state in $D: nothing to stop"
   exit 0
 fi
 # shellcheck disable=SC1091
 source "$D/env"
+NETNS_PATH="${NETNS_PATH:-$SLUICE_NETNS_PATH}"
+NETNS="${NETNS:-$SLUICE_NETNS}"
+has_netns() { [[ -e "$NETNS_PATH" ]]; }
+in_ns() { nsenter --net="$NETNS_PATH" -- "$@"; }
 SOCK="${CONTAINERD_SOCK:-$D/containerd/containerd.sock}"
 CTR=(ctr --address "$SOCK" -n k8s.io --timeout 10s)
-KUBECTL=("$SLUICE_BIN/kubectl" --kubeconfig "$D/admin.kubeconfig" --request-timeout=5s)
+KUBECTL=(in_ns "$SLUICE_BIN/kubectl" --kubeconfig "$D/admin.kubeconfig" --request-timeout=5s)
 
 pid_of() { [[ -f "$D/pids/$1.pid" ]] && cat "$D/pids/$1.pid"; }
 running() { local p; p="$(pid_of "$1")" && kill -0 "$p" 2>/dev/null; }
@@ -65,7 +79,7 @@ stop kube-controller-manager kube-scheduler kube-proxy coredns
 #    the whole node goes away, so step 3 kills what runs and step 6 removes
 #    what the pods had mounted, including their network namespaces.
 #    SLUICE_DRAIN=1 deletes the pods through the API first instead.
-if [[ "${SLUICE_DRAIN:-0}" == 1 ]] && running kubelet && running kube-apiserver; then
+if [[ "${SLUICE_DRAIN:-0}" == 1 ]] && has_netns && running kubelet && running kube-apiserver; then
   if "${KUBECTL[@]}" delete pods --all --all-namespaces --grace-period=0 --force --wait=false \
     >/dev/null 2>&1; then
     for _ in $(seq 1 60); do
@@ -145,35 +159,37 @@ for root in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
   find "$root" -depth -type d -exec rmdir {} + 2>/dev/null || true
 done
 
-# 8. iptables: kube-proxy's rules (its own --cleanup), then the chains the
-#    kubelet creates (KUBE-FIREWALL, KUBE-KUBELET-CANARY), then our guard.
-if [[ -x "$SLUICE_BIN/kube-proxy" ]]; then
-  "$SLUICE_BIN/kube-proxy" --cleanup >>"$D/logs/kube-proxy-cleanup.log" 2>&1 || true
-fi
-for ipt in iptables ip6tables; do
-  command -v "$ipt" >/dev/null || continue
-  for table in filter nat mangle; do
-    { "$ipt" -t "$table" -S 2>/dev/null || true; } | { grep -E '^-A [A-Z]+ .*-j KUBE-' || true; } | while read -r rule; do
-      eval "$ipt -t $table -D ${rule#-A }" 2>/dev/null || true
-    done
-    for chain in $("$ipt" -t "$table" -S 2>/dev/null | awk '/^-N KUBE-/{print $2}'); do
-      "$ipt" -t "$table" -F "$chain" 2>/dev/null || true
-    done
-    for chain in $("$ipt" -t "$table" -S 2>/dev/null | awk '/^-N KUBE-/{print $2}'); do
-      "$ipt" -t "$table" -X "$chain" 2>/dev/null || true
-    done
+# 8. Anything still running in the cluster's network namespace is ours (a
+#    shim or helper process that escaped the steps above): kill it, then delete
+#    the namespace. Its bridge, the host ends of the pods' veths, its routes,
+#    its iptables rules (kube-proxy's, the kubelet's, our guard) and its
+#    sysctls go with it; none of them ever existed in the machine's namespace.
+#    This script and its callers (a shell from hack/in-cluster.sh, a test
+#    session) may be in the namespace too: they are spared, and the namespace
+#    itself ends when the last of them exits.
+ancestors=" "
+a=$$
+while [[ -n "$a" && "$a" != 0 && "$a" != 1 ]]; do
+  ancestors+="$a "
+  a="$(awk '{print $4}' "/proc/$a/stat" 2>/dev/null || true)"
+done
+others_in_netns() {
+  local p
+  for p in $(ip netns pids "$NETNS" 2>/dev/null || true); do
+    [[ "$ancestors" == *" $p "* || "$p" == "$BASHPID" ]] || echo "$p"
   done
-done
-{ iptables -S FORWARD 2>/dev/null || true; } | { grep -- 'sluice-local-cluster' || true; } | while read -r rule; do
-  eval "iptables -D ${rule#-A }" 2>/dev/null || true
-done
-
-# 9. Network: the bridge and the service-range blackhole route.
-if [[ -n "${BRIDGE:-}" ]] && ip link show "$BRIDGE" >/dev/null 2>&1; then
-  ip link del "$BRIDGE" 2>/dev/null || true
-fi
-if [[ -n "${SERVICE_CIDR:-}" ]]; then
-  ip route del blackhole "$SERVICE_CIDR" 2>/dev/null || true
+}
+if has_netns; then
+  for p in $(others_in_netns); do
+    log "killing pid $p left in the network namespace $NETNS ($(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-80))"
+    kill -KILL "$p" 2>/dev/null || true
+  done
+  for _ in $(seq 1 50); do
+    [[ -z "$(others_in_netns)" ]] && break
+    sleep 0.1
+  done
+  ip netns del "$NETNS" 2>/dev/null || umount -l "$NETNS_PATH" 2>/dev/null || true
+  rm -f "$NETNS_PATH" 2>/dev/null || true
 fi
 
 # 10. Check: nothing of ours may still run.
@@ -187,9 +203,10 @@ for p in $(pgrep -f -- "$D/" 2>/dev/null || true); do
   [[ "$p" == "$$" ]] && continue
   left+=("pid:$p")
 done
+has_netns && left+=("network namespace $NETNS_PATH")
 rm -f "$D/env"
 if ((${#left[@]})); then
   log "WARNING: still running: ${left[*]}"
   exit 1
 fi
-log "cluster stopped; nothing left running (logs kept in $D/logs)"
+log "cluster stopped; nothing left running, network namespace $NETNS deleted (logs kept in $D/logs)"

@@ -4,9 +4,14 @@
 # kube-controller-manager, kube-scheduler, containerd (+ runc, CNI bridge) and
 # a kubelet. No Docker engine and no registry are needed.
 #
+# The whole cluster lives in a network namespace of its own ($SLUICE_NETNS,
+# default `sluice`): the bridge, the node address, the pods and every
+# component. The machine's own network namespace gets no address, route,
+# iptables rule or network sysctl from it. Talk to the cluster from inside:
+#
 #   hack/cluster-up.sh                 # build if needed, start, check readiness
-#   export KUBECONFIG=~/.cache/sluice/cluster/admin.kubeconfig
-#   hack/cluster-down.sh               # stop everything
+#   hack/in-cluster.sh kubectl get nodes   # or hack/in-cluster.sh for a shell
+#   hack/cluster-down.sh               # stop everything, delete the namespace
 #
 # Settings (environment):
 #   SLUICE_CLUSTER_DIR   state directory (default ~/.cache/sluice/cluster);
@@ -14,9 +19,10 @@
 #                        $SLUICE_CLUSTER_DIR/admin.kubeconfig
 #   SLUICE_APISERVER_PORT, SLUICE_ETCD_PORT, SLUICE_ETCD_PEER_PORT,
 #   SLUICE_KUBELET_PORT  fixed ports (default: free random ports)
+#   SLUICE_NETNS         network namespace name (default sluice)
 #   SLUICE_BRIDGE        bridge name (default sluice0)
 #   SLUICE_NODE_CIDR     bridge/pod subnet, node IP is its .1 (default 10.77.0.0/24)
-#   SLUICE_SERVICE_CIDR  service IP range, blackholed on the host (default 10.77.1.0/24)
+#   SLUICE_SERVICE_CIDR  service IP range, blackholed in the namespace (default 10.77.1.0/24)
 #   SLUICE_NODE_NAME     node name (default sluice-node)
 #   SLUICE_SKIP_BUILD=1  do not run the build scripts (binaries/images must exist)
 #   SLUICE_SKIP_CHECK=1  skip the readiness Job at the end
@@ -74,6 +80,17 @@ mkdir -p "$D"/{pki,logs,pids,etcd,cni/net.d,cni/ipam,kubelet,containerd}
 touch "$D/.sluice-cluster"
 chmod 700 "$D" "$D/pki"
 
+# ---------------------------------------------------------------- network namespace
+# A fresh namespace at every start: nothing of an earlier cluster's network
+# (links, routes, iptables, conntrack) survives into this one.
+if [[ -e "$SLUICE_NETNS_PATH" ]]; then
+  [[ -z "$(ip netns pids "$SLUICE_NETNS" 2>/dev/null)" ]] \
+    || die "network namespace $SLUICE_NETNS still has processes (ip netns pids $SLUICE_NETNS): run hack/cluster-down.sh"
+  ip netns del "$SLUICE_NETNS"
+fi
+ip netns add "$SLUICE_NETNS"
+in_netns ip link set lo up
+
 BRIDGE="${SLUICE_BRIDGE:-sluice0}"
 NODE_CIDR="${SLUICE_NODE_CIDR:-10.77.0.0/24}"
 SERVICE_CIDR="${SLUICE_SERVICE_CIDR:-10.77.1.0/24}"
@@ -105,6 +122,8 @@ mkdir -p "$CONTAINERD_ROOT"
 cat >"$D/env" <<EOF
 # Written by hack/cluster-up.sh; read by hack/cluster-down.sh and the tests.
 SLUICE_CLUSTER_DIR=$D
+NETNS=$SLUICE_NETNS
+NETNS_PATH=$SLUICE_NETNS_PATH
 BRIDGE=$BRIDGE
 NODE_CIDR=$NODE_CIDR
 SERVICE_CIDR=$SERVICE_CIDR
@@ -131,12 +150,14 @@ on_failure() {
 }
 trap on_failure ERR INT TERM
 
-# start NAME COMMAND...: run in its own session, log to logs/NAME.log.
+# start NAME COMMAND...: run in its own session, in the cluster's network
+# namespace, log to logs/NAME.log. (setsid and nsenter --net exec without
+# forking, so the recorded pid is the component's own.)
 start() {
   local name="$1"
   shift
   : >"$D/logs/$name.log"
-  setsid "$@" >>"$D/logs/$name.log" 2>&1 </dev/null 9>&- &
+  setsid nsenter --net="$SLUICE_NETNS_PATH" -- "$@" >>"$D/logs/$name.log" 2>&1 </dev/null 9>&- &
   echo $! >"$D/pids/$name.pid"
   log "started $name (pid $!)"
 }
@@ -163,25 +184,25 @@ wait_up() {
 }
 
 # ---------------------------------------------------------------- network
-# The node IP lives on a bridge with a private subnet; pods hang off the same
-# bridge and get a route to that subnet only (no default route), the service
-# range is blackholed, and nothing is masqueraded: no pod traffic can leave
-# this machine.
-if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
-  ip link add "$BRIDGE" type bridge
-fi
-ip addr replace "$NODE_IP/$plen" dev "$BRIDGE"
-ip link set "$BRIDGE" up
-ip route replace blackhole "$SERVICE_CIDR"
-# Pods reach Services through kube-proxy's DNAT on this host, which needs
-# forwarding for packets that come in on the bridge only (not machine-wide),
-# and a guard that nothing is forwarded between the bridge and any other link.
-sysctl -qw "net.ipv4.conf.$BRIDGE.forwarding=1"
+# All of it inside the cluster's namespace. The node IP lives on a bridge with
+# a private subnet; pods hang off the same bridge and get a route to that
+# subnet only (no default route), the service range is blackholed, and nothing
+# is masqueraded. The namespace itself has no link to the outside at all (no
+# veth to the root namespace), so no cluster traffic can leave it.
+in_netns ip link add "$BRIDGE" type bridge
+in_netns ip addr replace "$NODE_IP/$plen" dev "$BRIDGE"
+in_netns ip link set "$BRIDGE" up
+in_netns ip route replace blackhole "$SERVICE_CIDR"
+# Pods reach Services through kube-proxy's DNAT in the namespace, which needs
+# forwarding for packets that come in on the bridge only, and a guard that
+# nothing is forwarded between the bridge and any other link.
+in_netns sysctl -qw "net.ipv4.conf.$BRIDGE.forwarding=1"
 for rule in "-i $BRIDGE ! -o $BRIDGE" "-o $BRIDGE ! -i $BRIDGE"; do
   # shellcheck disable=SC2086
-  iptables -C FORWARD $rule -m comment --comment sluice-local-cluster -j DROP 2>/dev/null \
-    || iptables -I FORWARD $rule -m comment --comment sluice-local-cluster -j DROP
+  in_netns iptables -I FORWARD $rule -m comment --comment sluice-local-cluster -j DROP
 done
+# Fail now if the namespace can reach anything outside it.
+"$HACK/netns-check.sh"
 
 cat >"$D/cni/net.d/10-sluice.conflist" <<EOF
 {
@@ -281,7 +302,7 @@ kubeconfig "$D/scheduler.kubeconfig" system:kube-scheduler scheduler
 kubeconfig "$D/kubelet.kubeconfig" "system:node:$NODE_NAME" kubelet-client
 kubeconfig "$D/kube-proxy.kubeconfig" system:kube-proxy kube-proxy
 kubeconfig "$D/coredns.kubeconfig" system:sluice-coredns coredns
-KUBECTL=("$SLUICE_BIN/kubectl" --kubeconfig "$D/admin.kubeconfig" --request-timeout=10s)
+KUBECTL=(in_netns "$SLUICE_BIN/kubectl" --kubeconfig "$D/admin.kubeconfig" --request-timeout=10s)
 
 # ---------------------------------------------------------------- etcd
 start etcd "$SLUICE_BIN/etcd" --name sluice --data-dir "$D/etcd" \
@@ -289,7 +310,7 @@ start etcd "$SLUICE_BIN/etcd" --name sluice --data-dir "$D/etcd" \
   --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
   --initial-cluster "sluice=http://127.0.0.1:$ETCD_PEER_PORT" --initial-cluster-state new \
   --unsafe-no-fsync --quota-backend-bytes 2147483648 --log-level warn
-wait_up etcd 30 curl -fsS --max-time 2 "http://127.0.0.1:$ETCD_PORT/health"
+wait_up etcd 30 in_netns curl -fsS --max-time 2 "http://127.0.0.1:$ETCD_PORT/health"
 
 # ---------------------------------------------------------------- kube-apiserver
 start kube-apiserver "$SLUICE_BIN/kube-apiserver" \
@@ -474,9 +495,11 @@ serializeImagePulls: false
 registerNode: true
 maxPods: 110
 EOF
-# The kubelet sets these machine-wide (protectKernelDefaults: false);
+# The kubelet sets these (protectKernelDefaults: false). They are not network
+# settings: no namespace has its own, so they change machine-wide, and
 # cluster-down puts the values found here back.
-for key in vm.overcommit_memory kernel.panic kernel.panic_on_oops; do
+for key in vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops \
+  kernel.keys.root_maxkeys kernel.keys.root_maxbytes; do
   echo "$key=$(sysctl -n "$key")" >>"$D/sysctl.saved"
 done
 start kubelet "$SLUICE_BIN/kubelet" \
@@ -508,25 +531,26 @@ conntrack:
   tcpCloseWaitTimeout: 0s
 EOF
 start kube-proxy "$SLUICE_BIN/kube-proxy" --config "$D/kube-proxy-config.yaml" --v 1
-wait_up kube-proxy 60 curl -fsS --max-time 2 "http://127.0.0.1:$PROXY_HEALTHZ_PORT/healthz"
+wait_up kube-proxy 60 in_netns curl -fsS --max-time 2 "http://127.0.0.1:$PROXY_HEALTHZ_PORT/healthz"
 wait_up kubelet 120 "${KUBECTL[@]}" wait --for=condition=Ready "node/$NODE_NAME" --timeout=1s
 wait_up kube-controller-manager 60 "${KUBECTL[@]}" -n default get serviceaccount default
-wait_up coredns 60 curl -fsS --max-time 2 "http://127.0.0.1:$DNS_READY_PORT/ready"
+wait_up coredns 60 in_netns curl -fsS --max-time 2 "http://127.0.0.1:$DNS_READY_PORT/ready"
 T_UP=$SECONDS
 
 log "cluster is up: build/check $(fmt_duration $((T_BUILT - T_START))), start $(fmt_duration $((T_UP - T_BUILT)))"
 
+"$HACK/netns-check.sh"   # again, with every component and kube-proxy's rules in place
 if [[ "${SLUICE_SKIP_CHECK:-0}" != 1 ]]; then
   trap on_failure ERR INT TERM
-  "$HACK/cluster-check.sh"
+  in_netns env KUBECONFIG="$D/admin.kubeconfig" "$HACK/cluster-check.sh"
 fi
 trap - ERR INT TERM
 
 cat <<EOF
 
-Sluice local cluster is running ($(fmt_duration $((SECONDS - T_START))) in all).
-  export KUBECONFIG=$D/admin.kubeconfig
-  export PATH=$SLUICE_BIN:\$PATH     # kubectl, helm
-  kubectl get nodes
+Sluice local cluster is running ($(fmt_duration $((SECONDS - T_START))) in all),
+in the network namespace '$SLUICE_NETNS'. Talk to it from inside that namespace:
+  hack/in-cluster.sh kubectl get nodes    # one command (KUBECONFIG and PATH set)
+  hack/in-cluster.sh                      # a shell (or: make sh-cluster)
 Stop it with: hack/cluster-down.sh   (logs: $D/logs)
 EOF

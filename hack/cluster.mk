@@ -3,6 +3,8 @@
 #
 #   make cluster-up            build once (cached in ~/.cache/sluice), start, check
 #   make cluster-down          stop everything, leave nothing running
+#   make sh-cluster            a shell inside the cluster's network namespace
+#                              (kubectl, helm, KUBECONFIG set; hack/in-cluster.sh)
 #   make e2e                   the k8s test suite on the local cluster
 #   make e2e CLUSTER=kind      the same suite on a kind cluster (needs Docker)
 
@@ -12,7 +14,7 @@ CLUSTER ?= local
 E2E_ARGS ?=
 
 .PHONY: cluster-deps cluster-build cluster-images cluster-up cluster-down \
-	cluster-check cluster-status e2e kind-up kind-down
+	cluster-check cluster-status sh-cluster e2e kind-up kind-down
 
 cluster-deps:
 	bash $(SLUICE_REPO_DIR)/hack/install-deps.sh
@@ -35,6 +37,9 @@ cluster-check:
 
 cluster-status:
 	bash $(SLUICE_REPO_DIR)/hack/cluster-status.sh
+
+sh-cluster:
+	bash $(SLUICE_REPO_DIR)/hack/in-cluster.sh
 
 e2e:
 	CLUSTER=$(CLUSTER) bash $(SLUICE_REPO_DIR)/e2e/run.sh $(E2E_ARGS)

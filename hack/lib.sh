@@ -9,6 +9,11 @@ SLUICE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SLUICE_CACHE="${SLUICE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice}"
 SLUICE_BIN="${SLUICE_BIN:-$SLUICE_CACHE/bin}"
 SLUICE_CLUSTER_DIR="${SLUICE_CLUSTER_DIR:-$SLUICE_CACHE/cluster}"
+# The network namespace the whole local cluster lives in (ADR 0005): its
+# bridge, node address, pods and every component. In the machine's own
+# (root) network namespace the cluster has no address, route or rule.
+SLUICE_NETNS="${SLUICE_NETNS:-sluice}"
+SLUICE_NETNS_PATH="/run/netns/$SLUICE_NETNS"
 
 # Pinned upstream versions (all fetched through the Go module proxy).
 KUBE_VERSION="${KUBE_VERSION:-v1.34.4}"
@@ -63,9 +68,23 @@ wait_for() {
   log "ready: $what ($((SECONDS - start))s)"
 }
 
-# A free TCP port on 127.0.0.1 (best effort: bind to port 0 and release it).
+# in_netns COMMAND...: run COMMAND in the cluster's network namespace. Only the
+# network namespace changes (nsenter --net), unlike `ip netns exec`, which also
+# gives the command a mount namespace with its own /sys (hiding the cgroup
+# hierarchies the kubelet and containerd need, and keeping pod mounts from the
+# rest of the machine).
+in_netns() { nsenter --net="$SLUICE_NETNS_PATH" -- "$@"; }
+
+# The inode of a network namespace, to tell whether two processes share one.
+netns_inode() { stat -L -c %i "$1" 2>/dev/null; }
+inside_cluster_netns() {
+  [[ -e "$SLUICE_NETNS_PATH" ]] && [[ "$(netns_inode /proc/self/ns/net)" == "$(netns_inode "$SLUICE_NETNS_PATH")" ]]
+}
+
+# A free TCP port on 127.0.0.1 of the cluster's network namespace (best effort:
+# bind to port 0 and release it).
 free_port() {
-  python3 - <<'EOF'
+  in_netns python3 - <<'EOF'
 import socket
 s = socket.socket()
 s.bind(("127.0.0.1", 0))

@@ -3,14 +3,16 @@
 Where the cluster comes from, in order:
 
 1. ``$KUBECONFIG``, when it is set and the API server behind it answers
-   ``/readyz`` (a kind cluster from ``e2e/kind.sh``, or one started by
-   ``make cluster-up``). It is used as is and never torn down.
+   ``/readyz`` (a kind cluster from ``e2e/kind.sh``, or the local cluster when
+   pytest runs inside its network namespace, as ``e2e/run.sh`` does it). It is
+   used as is and never torn down.
 2. The local cluster's admin kubeconfig
-   (``$SLUICE_CLUSTER_DIR/admin.kubeconfig``), when that cluster is running.
+   (``$SLUICE_CLUSTER_DIR/admin.kubeconfig``), when that cluster is running:
+   the session enters the cluster's network namespace first (see ``netns``).
 3. Otherwise ``hack/cluster-up.sh`` starts the local cluster (building the
    Kubernetes binaries and images first if this machine has never built them),
-   and ``hack/cluster-down.sh`` stops it at the end of the session: only what
-   this session started is torn down.
+   the session enters its namespace, and ``hack/cluster-down.sh`` stops it at
+   the end of the session: only what this session started is torn down.
 
 ``SLUICE_K8S=0`` skips every k8s test instead of starting a cluster, and so
 does a machine that cannot run the local cluster (not root, not Linux).
@@ -30,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+from . import netns
 from .cluster import (
     CLUSTER_DIR,
     HACK,
@@ -56,8 +59,10 @@ def _existing_kubeconfig() -> Path | None:
     env = os.environ.get("KUBECONFIG")
     if env and reachable(env):
         return Path(env)
-    if reachable(LOCAL_KUBECONFIG):
-        return LOCAL_KUBECONFIG
+    if netns.exists() and LOCAL_KUBECONFIG.is_file():
+        netns.enter()  # the local cluster answers only inside its namespace
+        if reachable(LOCAL_KUBECONFIG):
+            return LOCAL_KUBECONFIG
     return None
 
 
@@ -110,9 +115,12 @@ def k8s_cluster() -> Iterator[Cluster]:
         )
     kubectl = kubectl_binary()
     assert kubectl is not None, "cluster-up.sh finished but no kubectl was built"
+    netns.enter()
     try:
         yield Cluster(kubeconfig=LOCAL_KUBECONFIG, kubectl_bin=kubectl, started_here=True)
     finally:
+        # cluster-down spares the processes that called it; this one's
+        # namespace ends when the session does.
         down = subprocess.run(
             ["bash", str(HACK / "cluster-down.sh")],
             env=env,
