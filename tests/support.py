@@ -68,6 +68,7 @@ class ScriptedExecutor:
     """
 
     name = "scripted"
+    pods_heartbeat = False
 
     def __init__(self, outcomes: dict[str, Sequence[TaskState]] | None = None) -> None:
         self.outcomes = dict(outcomes or {})
@@ -77,6 +78,9 @@ class ScriptedExecutor:
         self.killed: list[tuple[int, int]] = []
         self.adopted: list[tuple[int, int]] = []
         self.released: list[tuple[int, int]] = []
+
+    def planned_external_id(self, launch: TaskLaunch) -> str | None:
+        return None
 
     def start(self, launches: Sequence[TaskLaunch]) -> None:
         for launch in launches:

@@ -45,6 +45,11 @@ class TimedExecutor:
         }
         self.log.write(json.dumps(record) + "\n")
 
+    pods_heartbeat = False
+
+    def planned_external_id(self, launch: TaskLaunch) -> str | None:
+        return None
+
     def start(self, launches: Sequence[TaskLaunch]) -> None:
         for launch in launches:
             self._write("start", launch)

@@ -75,14 +75,34 @@ class TaskEvent:
 
 @dataclass(frozen=True)
 class Inspection:
-    """What an executor can tell about a try it may not have started itself."""
+    """What an executor can tell about a try it may not have started itself.
 
-    state: Literal["alive", "gone", "unknown"]
+    - "alive": it still runs (`running`: its main process has started; False
+      while a pod is still starting).
+    - "gone": it ended; `exit_code` and/or `reason` say how when known
+      (`failed` when the executor judged it failed without an exit code), and
+      `evidence` what was seen.
+    - "unknown": this executor cannot see it (another machine's process).
+    - "unreachable": this executor could see it but cannot now (its watches
+      lost the API server): ask again later, never judge a try on this.
+    """
+
+    state: Literal["alive", "gone", "unknown", "unreachable"]
     exit_code: int | None = None
+    reason: str | None = None
+    failed: bool = False
+    running: bool = True
+    evidence: dict[str, Any] = field(default_factory=dict)
 
 
 class Executor(Protocol):
     name: str
+    # True when the tries heartbeat themselves (task pods through the task API): the
+    # scheduler then only fences the tries it runs and never refreshes their heartbeat.
+    pods_heartbeat: bool
+
+    def planned_external_id(self, launch: TaskLaunch) -> str | None:
+        """The try's external id if it is known before it starts (a Job's name), else None."""
 
     def start(self, launches: Sequence[TaskLaunch]) -> None:
         """Start each try; must not block on the tasks themselves."""

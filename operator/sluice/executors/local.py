@@ -52,6 +52,7 @@ class _Running:
 
 class LocalExecutor:
     name = "local"
+    pods_heartbeat = False  # the scheduler heartbeats the tries it runs
 
     def __init__(self, log_dir: Path, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.log_dir = log_dir
@@ -68,6 +69,9 @@ class LocalExecutor:
         return self.results_dir / f"{key[0]}-{key[1]}.json"
 
     # -- starting -------------------------------------------------------------------
+
+    def planned_external_id(self, launch: TaskLaunch) -> str | None:
+        return None  # known once the process runs
 
     def start(self, launches: Sequence[TaskLaunch]) -> None:
         self.results_dir.mkdir(parents=True, exist_ok=True)

@@ -10,10 +10,14 @@ from sluice.spec.states import TaskState
 
 class NoopExecutor:
     name = "noop"
+    pods_heartbeat = False  # the scheduler heartbeats the tries it runs
 
     def __init__(self) -> None:
         self._started: list[TaskLaunch] = []
         self.launched = 0
+
+    def planned_external_id(self, launch: TaskLaunch) -> str | None:
+        return None  # known once the process runs
 
     def start(self, launches: Sequence[TaskLaunch]) -> None:
         self._started.extend(launches)

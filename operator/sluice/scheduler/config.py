@@ -24,6 +24,11 @@ class SchedulerConfig:
     heartbeat_interval: float = 5.0
     scheduler_dead_after: float = 30.0
     zombie_threshold: float = 60.0
+    # Tries that heartbeat themselves (task pods): one whose pod still runs but whose
+    # heartbeat is older than this is killed and fails as a zombie (Airflow:
+    # task_instance_heartbeat_timeout). A stale heartbeat with the pod gone is a zombie
+    # after zombie_threshold.
+    heartbeat_kill_threshold: float = 300.0
     zombie_check_interval: float = 10.0
     # A counter reconciliation pass starts once per interval and goes on one step per
     # tick, each step at most this many task instances (one short transaction).

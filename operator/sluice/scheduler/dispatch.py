@@ -5,11 +5,14 @@ try is a compare-and-set `queued -> running` on (task instance, try number)
 committed together with the outbox row's delete, and the executor is called
 only after that commit: a try is started at most once, and a replica that dies
 between the commit and the start leaves a running try with no heartbeat, which
-the zombie sweep settles (invariants 1 and 3).
+the zombie sweep settles (invariants 1 and 3). When the executor knows a try's
+external id before starting it (a Job's deterministic name), the claim records
+it, so another replica can always find (and adopt) a try that did start.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -74,6 +77,7 @@ def claim_task_starts(
     job_id: int | None,
     executor_name: str,
     limit: int,
+    planned_id: Callable[[TaskLaunch], str | None] | None = None,
 ) -> list[TaskLaunch]:
     """Claim up to `limit` queued tries for this replica; the caller commits, then starts them.
 
@@ -105,7 +109,36 @@ def claim_task_starts(
     # Failed in the same transaction, without retries (they would fail the same way): one
     # bad spec must not hold back every other try in the batch, on every replica (inv. 6).
     apply_task_events(session, unlaunchable, specs, now, retry=False)
+    if planned_id is not None:
+        _record_planned_ids(session, launches, planned_id)
     return launches
+
+
+_PLANNED = Prepared(
+    """
+    UPDATE task_instance t SET external_id = v.ext
+      FROM unnest(CAST(:ids AS bigint[]), CAST(:tries AS int[]), CAST(:exts AS text[]))
+           AS v(id, try_number, ext)
+     WHERE t.id = v.id AND t.try_number = v.try_number
+    """
+)
+
+
+def _record_planned_ids(
+    session: Session, launches: list[TaskLaunch], planned_id: Callable[[TaskLaunch], str | None]
+) -> None:
+    """One statement: the external id of every claimed try whose id is known in advance."""
+    known = [(launch, planned_id(launch)) for launch in launches]
+    rows = [(launch, ext) for launch, ext in known if ext is not None]
+    if rows:
+        _PLANNED(
+            session,
+            {
+                "ids": [launch.ti_id for launch, _ in rows],
+                "tries": [launch.try_number for launch, _ in rows],
+                "exts": [ext for _, ext in rows],
+            },
+        )
 
 
 def _launch(specs: SpecCache, session: Session, c: Row[Any]) -> TaskLaunch:

@@ -17,15 +17,19 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+import structlog
 from sqlalchemy import insert, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache
 from sluice.db.models import DagRun, SchedulerJob, TaskInstance
 from sluice.db.prepared import Prepared
-from sluice.executors.base import Executor, TaskEvent
+from sluice.executors.base import Executor, Inspection, TaskEvent
+from sluice.logs import first_line
 from sluice.scheduler.results import Applied, apply_task_events
 from sluice.spec.states import TaskState
+
+log = structlog.get_logger("sluice.scheduler")
 
 
 def register_scheduler(session: Session, now: datetime) -> int:
@@ -98,10 +102,34 @@ _HEARTBEAT = Prepared(
 )
 
 
+_CONFIRM = Prepared(
+    """
+    UPDATE task_instance t
+       SET external_id = COALESCE(t.external_id, v.ext),
+           running_by_job_id = COALESCE(t.running_by_job_id, :job)
+      FROM unnest(CAST(:ids AS bigint[]), CAST(:tries AS int[]), CAST(:exts AS text[]))
+           AS v(id, try_number, ext)
+     WHERE t.id = v.id AND t.try_number = v.try_number AND t.state = 'running'
+       AND (t.running_by_job_id = :job OR t.running_by_job_id IS NULL)
+    RETURNING t.id, t.try_number
+    """
+)
+
+
 def heartbeat_tries(
-    session: Session, external_ids: dict[tuple[int, int], str], job_id: int, now: datetime
+    session: Session,
+    external_ids: dict[tuple[int, int], str],
+    job_id: int,
+    now: datetime,
+    *,
+    refresh: bool = True,
 ) -> Fence:
     """Refresh heartbeats (and external ids) of the tries this executor runs.
+
+    With `refresh` False (tries that heartbeat themselves: task pods through
+    the task API) the heartbeat is left alone and only ownership is confirmed:
+    a scheduler that still watches a pod must not mask a pod that stopped
+    heartbeating.
 
     A try the database no longer has running under this replica is fenced: if
     another replica adopted it (same try, still running) it is released and
@@ -111,12 +139,13 @@ def heartbeat_tries(
     if not external_ids:
         return Fence([], [])
     keys = list(external_ids)
+    statement = _HEARTBEAT if refresh else _CONFIRM
     confirmed = {
         (row[0], row[1])
-        for row in _HEARTBEAT(
+        for row in statement(
             session,
             {
-                "now": now,
+                **({"now": now} if refresh else {}),
                 "job": job_id,
                 "ids": [k[0] for k in keys],
                 "tries": [k[1] for k in keys],
@@ -159,6 +188,9 @@ class StalePlan:
     events: list[TaskEvent] = field(default_factory=list)
     evidence: dict[int, dict[str, Any]] = field(default_factory=dict)
     adoptions: list[Adoption] = field(default_factory=list)
+    # Zombies whose process still runs (it stopped heartbeating): stopped once the
+    # verdict is committed.
+    kill: list[tuple[int, int]] = field(default_factory=list)
 
 
 def plan_stale_tries(
@@ -170,6 +202,7 @@ def plan_stale_tries(
     job_id: int,
     threshold: float,
     dead_after: float,
+    kill_after: float | None = None,
     limit: int = 100,
 ) -> StalePlan:
     """Decide, for each stale running try: leave it, adopt it, report its end, or zombie.
@@ -177,7 +210,13 @@ def plan_stale_tries(
     Read-only: the events go through `apply_task_events` and the adoptions
     through `adopt_tries`, each in its own transaction (lock order). A try is a
     zombie only if its heartbeat is stale AND no executor can vouch for it
-    (invariant 7); the evidence says what was seen.
+    (invariant 7); the evidence says what was seen. An executor that cannot
+    see right now ("unreachable": its watches lost the API server) vouches
+    for everything: a stale heartbeat alone is never enough. With tries that
+    heartbeat themselves, one whose process still runs but whose heartbeat is
+    older than `kill_after` is a zombie too, and is stopped (`plan.kill`).
+    A try whose task spec cannot be loaded is judged all the same, without
+    its skip codes and timeout (one bad spec must not stop the sweep).
     """
     live_jobs = set(
         session.execute(
@@ -207,54 +246,99 @@ def plan_stale_tries(
         .limit(limit)
     ).all()
     ours = set(executor.alive())
+    self_beating = executor.pods_heartbeat
     plan = StalePlan()
     for row in candidates:
         key = (row.id, row.try_number)
         owner = row.running_by_job_id
-        if owner == job_id and key in ours:
+        if owner == job_id and key in ours and not self_beating:
             continue  # our executor still runs it: the heartbeat will catch up
         if owner != job_id and owner in live_jobs:
             continue  # its owner is alive and will heartbeat, report or fence it
-        task = specs.get(session, row.dag_version_id).tasks[row.task_id]
-        skip_codes = frozenset(task.skip_on_exit_code)
+        skip_codes, timeout = _task_limits(specs, session, row.dag_version_id, row.task_id)
         seen = executor.inspect(key, row.external_id)
-        if seen.state == "alive" and row.external_id is not None:
-            timeout = task.execution_timeout
-            plan.adoptions.append(
-                Adoption(
-                    key,
-                    owner,
-                    row.external_id,
-                    elapsed=(now - (row.start_date or now)).total_seconds(),
-                    timeout=timeout.total_seconds() if timeout else None,
-                    skip_on_exit_code=skip_codes,
-                )
-            )
-            continue
-        if seen.state == "gone" and seen.exit_code is not None:
-            plan.events.append(_ended_while_unwatched(key, seen.exit_code, skip_codes, owner))
-            continue
+        if seen.state == "unreachable":
+            continue  # cannot look now: never a zombie on a stale heartbeat alone
         assert row.last_heartbeat_at is not None
-        plan.events.append(
-            TaskEvent(
-                row.id,
-                row.try_number,
-                TaskState.FAILED,
-                reason=f"zombie: no heartbeat since {row.last_heartbeat_at.isoformat()}",
-            )
-        )
-        plan.evidence[row.id] = {
-            "last_heartbeat": row.last_heartbeat_at.isoformat(),
-            "threshold_seconds": threshold,
-            "detected_by_job": job_id,
-            "detected_at": now.isoformat(),
-            "owner_job": owner,
-            "owner_alive": owner in live_jobs,
-            "external_id": row.external_id,
-            "executor_says": seen.state,
-            "verdict": _verdict(owner == job_id, row.external_id, seen.state),
-        }
+        stale_for = (now - row.last_heartbeat_at).total_seconds()
+        if seen.state == "alive" and row.external_id is not None:
+            if owner != job_id:
+                plan.adoptions.append(
+                    Adoption(
+                        key,
+                        owner,
+                        row.external_id,
+                        elapsed=(now - (row.start_date or now)).total_seconds(),
+                        timeout=timeout,
+                        skip_on_exit_code=skip_codes,
+                    )
+                )
+            elif (
+                self_beating and seen.running and kill_after is not None and stale_for >= kill_after
+            ):
+                verdict = f"its process runs but sent no heartbeat for {stale_for:.0f}s"
+                _zombie(plan, row, now, job_id, threshold, owner, live_jobs, seen, verdict)
+                plan.evidence[row.id]["kill_after_seconds"] = kill_after
+                plan.kill.append(key)
+            continue
+        if seen.state == "gone" and (seen.exit_code is not None or seen.failed):
+            plan.events.append(_ended_while_unwatched(key, seen, skip_codes, owner))
+            continue
+        verdict = _verdict(owner == job_id, row.external_id, seen.state)
+        _zombie(plan, row, now, job_id, threshold, owner, live_jobs, seen, verdict)
     return plan
+
+
+def _task_limits(
+    specs: SpecCache, session: Session, version_id: int, task_id: str
+) -> tuple[frozenset[int], float | None]:
+    """The task's skip codes and execution timeout; none when its spec cannot be loaded."""
+    try:
+        task = specs.get(session, version_id).tasks[task_id]
+    except Exception as exc:  # a stored spec this version cannot read, a task it lacks
+        log.error(
+            "task spec cannot be loaded; judging its try without skip codes or timeout",
+            dag_version=version_id,
+            task=task_id,
+            error=first_line(exc),
+        )
+        return frozenset(), None
+    timeout = task.execution_timeout
+    return frozenset(task.skip_on_exit_code), timeout.total_seconds() if timeout else None
+
+
+def _zombie(
+    plan: StalePlan,
+    row: Any,
+    now: datetime,
+    job_id: int,
+    threshold: float,
+    owner: int | None,
+    live_jobs: set[int],
+    seen: Inspection,
+    verdict: str,
+) -> None:
+    """Fail the try as a zombie, with both signals (heartbeat, executor) in its evidence."""
+    plan.events.append(
+        TaskEvent(
+            row.id,
+            row.try_number,
+            TaskState.FAILED,
+            reason=f"zombie: no heartbeat since {row.last_heartbeat_at.isoformat()}; {verdict}",
+        )
+    )
+    plan.evidence[row.id] = {
+        "last_heartbeat": row.last_heartbeat_at.isoformat(),
+        "threshold_seconds": threshold,
+        "detected_by_job": job_id,
+        "detected_at": now.isoformat(),
+        "owner_job": owner,
+        "owner_alive": owner in live_jobs,
+        "external_id": row.external_id,
+        "executor_says": seen.state,
+        "verdict": verdict,
+        **({"seen": seen.evidence} if seen.evidence else {}),
+    }
 
 
 def _verdict(own: bool, external_id: str | None, seen: str) -> str:
@@ -268,14 +352,18 @@ def _verdict(own: bool, external_id: str | None, seen: str) -> str:
 
 
 def _ended_while_unwatched(
-    key: tuple[int, int], code: int, skip_codes: frozenset[int], owner: int | None
+    key: tuple[int, int], seen: Inspection, skip_codes: frozenset[int], owner: int | None
 ) -> TaskEvent:
     note = f"(ended while its scheduler, job {owner}, was gone)"
+    code = seen.exit_code
+    if seen.failed and code is None:
+        return TaskEvent(key[0], key[1], TaskState.FAILED, None, f"{seen.reason} {note}")
     if code == 0:
         return TaskEvent(key[0], key[1], TaskState.SUCCESS, 0, note)
+    why = seen.reason or f"exit code {code}"
     if code in skip_codes:
         return TaskEvent(key[0], key[1], TaskState.SKIPPED, code, f"exit code {code} {note}")
-    return TaskEvent(key[0], key[1], TaskState.FAILED, code, f"exit code {code} {note}")
+    return TaskEvent(key[0], key[1], TaskState.FAILED, code, f"{why} {note}")
 
 
 def adopt_tries(

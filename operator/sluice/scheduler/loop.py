@@ -12,6 +12,9 @@
 
 A phase that meets a busy lock skips this tick; a deadlock is retried with
 backoff; any other error is logged and the loop goes on (invariant 6). The
+executor gets the same policy: an error from any of its calls is logged,
+counted in the tick's report and survived; a batch it failed to start fails
+with the reason (and retries as the task allows). The
 clock is injected so tests can drive time. An idle loop sleeps one tick
 interval, or less when a `Waker` hears that work appeared.
 """
@@ -266,6 +269,7 @@ class SchedulerLoop:
                 job_id=self.job_id,
                 executor_name=self.executor.name,
                 limit=batch,
+                planned_id=self.executor.planned_external_id,
             )
             return launches, claim_alerts(session, now, limit=batch) if alerts_wanted else []
 
@@ -274,7 +278,7 @@ class SchedulerLoop:
             launches, alerts = self._transaction("dispatch", claim, nothing, report)
             # Started only after the claim committed: at most one start per try.
             if launches:
-                self.executor.start(launches)
+                self._start(launches, report)
             for alert in alerts:
                 log.warning("alert: task try failed", **alert)
             if len(alerts) >= batch:
@@ -283,6 +287,33 @@ class SchedulerLoop:
             if len(launches) < batch:
                 break
         return started
+
+    def _start(self, launches: list[TaskLaunch], report: TickReport) -> None:
+        """Hand claimed tries to the executor; if it raises, they fail with the reason.
+
+        A failure here (a spawn that raised, an API client that blew up) goes
+        through the guarded report path like any other end, so the try retries
+        if its task allows, and never waits for the zombie sweep.
+        """
+        try:
+            self.executor.start(launches)
+        except Exception as exc:
+            self._record_error("executor.start", exc, report)
+            reason = f"the executor could not start the try: {first_line(exc)}"
+            self._pending_events.extend(
+                TaskEvent(launch.ti_id, launch.try_number, TaskState.FAILED, reason=reason)
+                for launch in launches
+            )
+
+    def _executor_call(
+        self, what: str, call: Callable[[], T], default: T, report: TickReport | None
+    ) -> T:
+        """An executor call under the loop's error policy: logged, counted, survived."""
+        try:
+            return call()
+        except Exception as exc:
+            self._record_error(f"executor.{what}", exc, report)
+            return default
 
     def _wrote_alerts(self, applied: list[Applied]) -> None:
         """A failed try's alert is in the outbox: this replica looks for it next tick."""
@@ -295,9 +326,13 @@ class SchedulerLoop:
         Every try is heartbeated once per heartbeat interval, and a try new to
         the executor at once (its external id is what lets another replica adopt it).
         """
-        self._pending_events.extend(self.executor.poll())
+        no_events: list[TaskEvent] = []
+        self._pending_events.extend(
+            self._executor_call("poll", self.executor.poll, no_events, report)
+        )
         events = self._pending_events
-        running = self.executor.external_ids()
+        no_ids: dict[tuple[int, int], str] = {}
+        running = self._executor_call("external_ids", self.executor.external_ids, no_ids, report)
         now = self.clock()
         every = (now - self._last_try_heartbeat).total_seconds() >= self.config.heartbeat_interval
         beat = running if every else {k: v for k, v in running.items() if k not in self._beaten}
@@ -311,7 +346,9 @@ class SchedulerLoop:
                 what="applying a task report",
                 describe=lambda event: event.key,
             )
-            fence = housekeeping.heartbeat_tries(session, beat, self.job_id, now)
+            fence = housekeeping.heartbeat_tries(
+                session, beat, self.job_id, now, refresh=not self.executor.pods_heartbeat
+            )
             self._wrote_alerts(applied)
             return applied, fence
 
@@ -326,9 +363,21 @@ class SchedulerLoop:
             self._beaten.update(beat)
         applied, fence = outcome
         for key in fence.kill:
-            self.executor.kill(key, "the database no longer has this try running")
+            self._executor_call(
+                "kill",
+                lambda key=key: self.executor.kill(  # type: ignore[misc]
+                    key, "the database no longer has this try running"
+                ),
+                None,
+                report,
+            )
         for key in fence.release:
-            self.executor.release(key)
+            self._executor_call(
+                "release",
+                lambda key=key: self.executor.release(key),  # type: ignore[misc]
+                None,
+                report,
+            )
         self._wake_past(applied, report)
         return len(applied)
 
@@ -375,11 +424,19 @@ class SchedulerLoop:
             log.warning("counters reconciled", rows_fixed=step.fixed)
 
     def _sweep_stale_tries(self, now: datetime, report: TickReport) -> None:
-        """Adopt, report or fail running tries whose heartbeat went stale (three transactions)."""
+        """Adopt, report or fail running tries whose heartbeat went stale (four transactions)."""
         cfg = self.config
 
+        # Its own transaction: nothing about one try can keep dead replicas from being seen.
+        no_ids: list[int] = []
+        self._transaction(
+            "mark_dead",
+            lambda s: housekeeping.mark_dead_schedulers(s, now, cfg.scheduler_dead_after),
+            no_ids,
+            report,
+        )
+
         def plan(session: Session) -> housekeeping.StalePlan:
-            housekeeping.mark_dead_schedulers(session, now, cfg.scheduler_dead_after)
             return housekeeping.plan_stale_tries(
                 session,
                 self.specs,
@@ -388,6 +445,7 @@ class SchedulerLoop:
                 job_id=self.job_id,
                 threshold=cfg.zombie_threshold,
                 dead_after=cfg.scheduler_dead_after,
+                kill_after=cfg.heartbeat_kill_threshold,
             )
 
         stale = self._transaction("stale_tries", plan, None, report)
@@ -408,6 +466,17 @@ class SchedulerLoop:
             for applied in settled:
                 if applied.ti_id in stale.evidence:
                     log.warning("zombie task", ti=applied.ti_id, try_number=applied.try_number)
+            settled_keys = {(a.ti_id, a.try_number) for a in settled}
+            for key in stale.kill:
+                if key in settled_keys:  # only a verdict this replica made stops the try
+                    self._executor_call(
+                        "kill",
+                        lambda key=key: self.executor.kill(  # type: ignore[misc]
+                            key, "zombie: running but no heartbeat"
+                        ),
+                        None,
+                        report,
+                    )
         if stale.adoptions:
             no_adoptions: list[housekeeping.Adoption] = []
             taken = self._transaction(
@@ -417,12 +486,17 @@ class SchedulerLoop:
                 report,
             )
             for adoption in taken:
-                self.executor.adopt(
-                    adoption.key,
-                    adoption.external_id,
-                    elapsed=adoption.elapsed,
-                    timeout=adoption.timeout,
-                    skip_on_exit_code=adoption.skip_on_exit_code,
+                self._executor_call(
+                    "adopt",
+                    lambda a=adoption: self.executor.adopt(  # type: ignore[misc]
+                        a.key,
+                        a.external_id,
+                        elapsed=a.elapsed,
+                        timeout=a.timeout,
+                        skip_on_exit_code=a.skip_on_exit_code,
+                    ),
+                    None,
+                    report,
                 )
                 log.info(
                     "adopted try",
@@ -457,7 +531,12 @@ class SchedulerLoop:
 
     def run(self, should_stop: Callable[[], bool]) -> None:
         while not should_stop():
-            report = self.tick()
+            try:
+                report = self.tick()
+            except Exception as exc:  # a defect outside any phase: never end the replica
+                self._record_error("tick", exc, None)
+                self.sleep(self.config.tick_interval)
+                continue
             if not report.busy:
                 self.idle()
 

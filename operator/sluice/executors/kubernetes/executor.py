@@ -1,0 +1,403 @@
+"""The Job executor: the `Executor` protocol on Kubernetes Jobs (ADR 0013).
+
+- `start` creates one Job per try (`manifest.build_job`). A Job that already
+  exists under the try's deterministic name is the same try (a replica died
+  between creating it and recording it): it is adopted, never started twice.
+  An API error that may pass (5xx, 429, a refused connection) is retried at
+  the next poll until the pod start timeout; any other refusal fails the try
+  with the API server's message.
+- `poll` judges each try this replica owns from the watch cache
+  (`outcome.judge`): ended tries become `TaskEvent`s; tries whose pod could
+  not start within the pod start timeout fail with the reason (and their Job
+  is deleted); nothing is read from the API server per task.
+- `inspect` answers from the same cache for any try, including another
+  replica's: "alive" while its pod starts or runs, "gone" with the outcome if
+  it ended, "gone" with the evidence if its Job or pod vanished, and
+  "unreachable" while the watches are not synced (then no try is a zombie on
+  this replica's word).
+- `adopt` and `release` only change what this replica reports on: every
+  replica watches every Sluice Job in the namespace, and ownership lives in
+  the database. `kill` deletes the Job (foreground: its pod goes first).
+  `shutdown` stops the watches and deletes nothing: tries outlive replicas.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+import structlog
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from sluice.executors.base import Inspection, TaskEvent, TaskLaunch
+from sluice.executors.kubernetes import names
+from sluice.executors.kubernetes.manifest import JobSettings, PodTemplateError, build_job
+from sluice.executors.kubernetes.outcome import judge
+from sluice.executors.kubernetes.watch import TryCache
+from sluice.spec.states import TaskState
+
+log = structlog.get_logger("sluice.executors.kubernetes")
+
+Key = tuple[int, int]
+TokenIssuer = Callable[[int, int, float | None], str]
+
+
+@dataclass(frozen=True)
+class KubernetesSettings:
+    namespace: str
+    # The Sluice image: the heartbeat sidecar of every task pod runs it.
+    sluice_image: str
+    # Where task pods reach the task API; None: no sidecar, no pod heartbeats.
+    task_api_url: str | None = None
+    service_account: str | None = None
+    pod_start_timeout: float = 300.0
+    heartbeat_interval: float = 10.0
+    ttl_seconds_after_finished: int = 3600
+    image_pull_policy: str | None = None
+    kubeconfig: str | None = None
+    context: str | None = None
+
+    def job_settings(self) -> JobSettings:
+        return JobSettings(
+            namespace=self.namespace,
+            sidecar_image=self.sluice_image,
+            task_api_url=self.task_api_url,
+            heartbeat_interval=self.heartbeat_interval,
+            service_account=self.service_account,
+            ttl_seconds_after_finished=self.ttl_seconds_after_finished,
+            image_pull_policy=self.image_pull_policy,
+        )
+
+
+@dataclass
+class _Try:
+    key: Key
+    job_name: str
+    started: datetime  # when this replica created or adopted it (pod start timeout)
+    skip_on_exit_code: frozenset[int]
+    pending_body: dict[str, Any] | None = None  # a create to retry
+    last_error: str | None = None
+
+
+@dataclass
+class ApiCounts:
+    """API requests this executor made (the watches excluded), by verb."""
+
+    by_verb: dict[str, int] = field(default_factory=dict)
+
+    def add(self, verb: str) -> None:
+        self.by_verb[verb] = self.by_verb.get(verb, 0) + 1
+
+
+def api_client_factory(settings: KubernetesSettings) -> Callable[[], client.ApiClient]:
+    """A function that makes a new ApiClient per call (one per thread: they are not shared)."""
+    configuration = client.Configuration()
+    if settings.kubeconfig is None and config.incluster_config.SERVICE_HOST_ENV_NAME in _environ():
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=settings.kubeconfig,
+            context=settings.context,
+            client_configuration=configuration,
+        )
+    return lambda: client.ApiClient(configuration)
+
+
+def _environ() -> dict[str, str]:
+    import os
+
+    return dict(os.environ)
+
+
+class KubernetesExecutor:
+    name = "kubernetes"
+    # Heartbeats come from the task pods (through the task API), not from this process.
+    pods_heartbeat = True
+
+    def __init__(
+        self,
+        settings: KubernetesSettings,
+        *,
+        tokens: TokenIssuer | None = None,
+        api_factory: Callable[[], client.ApiClient] | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        sync_timeout: float = 30.0,
+    ) -> None:
+        self.settings = settings
+        self._job_settings = settings.job_settings()
+        self._tokens = tokens
+        self._clock = clock
+        factory = api_factory or api_client_factory(settings)
+        self._batch = client.BatchV1Api(factory())
+        self.cache = TryCache(factory, settings.namespace)
+        self._tries: dict[Key, _Try] = {}
+        self._events: list[TaskEvent] = []
+        self._to_delete: dict[str, str] = {}  # Job name -> why
+        self._lock = threading.Lock()
+        self.api = ApiCounts()
+        self.cache.start()
+        if not self.cache.wait_synced(sync_timeout):
+            log.warning(
+                "the Job and pod watches have not synced yet; tries are judged once they do",
+                namespace=settings.namespace,
+            )
+
+    # -- starting -----------------------------------------------------------------------
+
+    def planned_external_id(self, launch: TaskLaunch) -> str:
+        """The try's Job name, known before it is created (recorded when the try is claimed)."""
+        return names.job_name(launch.dag_id, launch.run_id, launch.task_id, launch.try_number)
+
+    def start(self, launches: Sequence[TaskLaunch]) -> None:
+        for launch in launches:
+            if launch.key in self._tries:
+                continue
+            timeout = launch.execution_timeout
+            try:
+                token = (
+                    self._tokens(
+                        launch.ti_id, launch.try_number, _token_life(timeout, self.settings)
+                    )
+                    if self._tokens is not None and self.settings.task_api_url is not None
+                    else None
+                )
+                body = build_job(launch, self._job_settings, token=token)
+            except PodTemplateError as exc:
+                self._fail(launch.key, f"the Job cannot be built: {exc}")
+                continue
+            entry = _Try(
+                key=launch.key,
+                job_name=body["metadata"]["name"],
+                started=self._clock(),
+                skip_on_exit_code=launch.skip_on_exit_code,
+                pending_body=body,
+            )
+            self._tries[launch.key] = entry
+            self._create(entry)
+
+    def _create(self, entry: _Try) -> None:
+        body = entry.pending_body
+        assert body is not None
+        try:
+            self.api.add("create")
+            created: Any = self._batch.create_namespaced_job(
+                self.settings.namespace,
+                cast(Any, body),
+                _preload_content=False,
+                _request_timeout=(10, 30),
+            )
+            self.cache.put_job(json.loads(created.data))
+            entry.pending_body = None
+            return
+        except ApiException as exc:
+            if exc.status == 409:
+                self._adopt_existing(entry)
+                return
+            if exc.status is not None and (exc.status >= 500 or exc.status == 429):
+                entry.last_error = _api_error(exc)
+                return  # retried at the next poll
+            entry.pending_body = None
+            self._tries.pop(entry.key, None)
+            self._fail(entry.key, f"the API server refused Job {entry.job_name}: {_api_error(exc)}")
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            entry.last_error = f"{type(exc).__name__}: {str(exc)[:200]}"
+
+    def _adopt_existing(self, entry: _Try) -> None:
+        """The name exists: the same try if its identity matches, else a clear failure."""
+        self.api.add("get")
+        try:
+            response: Any = self._batch.read_namespaced_job(
+                entry.job_name, self.settings.namespace, _preload_content=False
+            )
+            found = json.loads(response.data)
+        except ApiException as exc:
+            entry.last_error = _api_error(exc)
+            return  # deleted in between: created again at the next poll
+        annotations = found["metadata"].get("annotations") or {}
+        if annotations.get(names.LABEL_PREFIX + "ti") == str(entry.key[0]) and annotations.get(
+            names.LABEL_PREFIX + "try"
+        ) == str(entry.key[1]):
+            log.info("job already exists: adopting it", job=entry.job_name, ti=entry.key[0])
+            self.cache.put_job(found)
+            entry.pending_body = None
+            return
+        self._tries.pop(entry.key, None)
+        self._fail(
+            entry.key,
+            f"Job {entry.job_name} already exists for another try "
+            f"(ti {annotations.get(names.LABEL_PREFIX + 'ti')}, "
+            f"try {annotations.get(names.LABEL_PREFIX + 'try')}); delete it and clear the task",
+        )
+
+    def _fail(self, key: Key, reason: str) -> None:
+        log.warning("try failed to start", ti=key[0], try_number=key[1], reason=reason)
+        self._events.append(TaskEvent(key[0], key[1], TaskState.FAILED, reason=reason))
+
+    # -- watching -----------------------------------------------------------------------
+
+    def poll(self) -> list[TaskEvent]:
+        now = self._clock()
+        for name, why in list(self._to_delete.items()):
+            if self._delete(name, why):
+                del self._to_delete[name]
+        for entry in list(self._tries.values()):
+            if entry.pending_body is not None:
+                if (now - entry.started).total_seconds() >= self.settings.pod_start_timeout:
+                    self._tries.pop(entry.key, None)
+                    self._fail(
+                        entry.key,
+                        f"could not create Job {entry.job_name} within the pod start timeout "
+                        f"({self.settings.pod_start_timeout:g}s): {entry.last_error}",
+                    )
+                else:
+                    self._create(entry)
+        events, self._events = self._events, []
+        if not self.cache.synced:
+            return events
+        for key, entry in list(self._tries.items()):
+            if entry.pending_body is not None:
+                continue
+            verdict = self._judge(entry, now)
+            if verdict.phase != "ended":
+                continue
+            assert verdict.state is not None
+            del self._tries[key]
+            events.append(
+                TaskEvent(key[0], key[1], verdict.state, verdict.exit_code, verdict.reason)
+            )
+            if verdict.delete and not self._delete(entry.job_name, verdict.reason or ""):
+                self._to_delete[entry.job_name] = verdict.reason or ""
+        return events
+
+    def _judge(self, entry: _Try, now: datetime) -> Any:
+        job = self.cache.job(entry.job_name)
+        return judge(
+            job,
+            self.cache.newest_pod(entry.job_name),
+            now=now,
+            started=_created(job, entry.started),
+            pod_start_timeout=self.settings.pod_start_timeout,
+            skip_on_exit_code=entry.skip_on_exit_code,
+        )
+
+    def alive(self) -> list[Key]:
+        return list(self._tries)
+
+    def external_ids(self) -> dict[Key, str]:
+        return {key: entry.job_name for key, entry in self._tries.items()}
+
+    # -- other replicas' tries ----------------------------------------------------------
+
+    def inspect(self, key: Key, external_id: str | None) -> Inspection:
+        if not self.cache.synced:
+            return Inspection(state="unreachable")
+        name = external_id or (self._tries[key].job_name if key in self._tries else None)
+        if name is None:
+            return Inspection(state="unknown")
+        job = self.cache.job(name)
+        pod = self.cache.newest_pod(name)
+        now = self._clock()
+        verdict = judge(
+            job,
+            pod,
+            now=now,
+            started=_created(job, now),
+            # Starting tries are the owner's to time out; here only "is it alive?" matters.
+            pod_start_timeout=float("inf"),
+            skip_on_exit_code=frozenset(),
+        )
+        if verdict.phase in ("starting", "running"):
+            return Inspection(
+                state="alive", running=verdict.phase == "running", evidence=verdict.evidence
+            )
+        if verdict.phase == "ended":
+            return Inspection(
+                state="gone",
+                exit_code=verdict.exit_code,
+                reason=verdict.reason,
+                failed=verdict.state == TaskState.FAILED,
+                evidence=verdict.evidence,
+            )
+        return Inspection(state="gone", evidence=verdict.evidence)
+
+    def adopt(
+        self,
+        key: Key,
+        external_id: str,
+        *,
+        elapsed: float,
+        timeout: float | None,
+        skip_on_exit_code: frozenset[int],
+    ) -> None:
+        if key in self._tries:
+            return
+        self._tries[key] = _Try(
+            key=key,
+            job_name=external_id,
+            started=self._clock() - timedelta(seconds=elapsed),
+            skip_on_exit_code=skip_on_exit_code,
+        )
+
+    def release(self, key: Key) -> None:
+        self._tries.pop(key, None)
+
+    # -- stopping -----------------------------------------------------------------------
+
+    def kill(self, key: Key, reason: str) -> None:
+        entry = self._tries.pop(key, None)
+        if entry is None:
+            return
+        if not self._delete(entry.job_name, reason):
+            self._to_delete[entry.job_name] = reason
+
+    def _delete(self, name: str, why: str) -> bool:
+        """Delete a Job and (foreground) its pods; True when done or already gone."""
+        self.api.add("delete")
+        try:
+            self._batch.delete_namespaced_job(
+                name,
+                self.settings.namespace,
+                propagation_policy="Foreground",
+                _request_timeout=(10, 30),
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return True
+            log.warning("could not delete Job", job=name, error=_api_error(exc))
+            return False
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            log.warning("could not delete Job", job=name, error=str(exc)[:200])
+            return False
+        log.info("deleted Job", job=name, why=why)
+        return True
+
+    def shutdown(self) -> None:
+        self.cache.stop()
+
+
+def _created(job: dict[str, Any] | None, fallback: datetime) -> datetime:
+    stamp = (job or {}).get("metadata", {}).get("creationTimestamp")
+    if not stamp:
+        return fallback
+    return datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+
+
+def _token_life(timeout: timedelta | None, settings: KubernetesSettings) -> float | None:
+    """A token outlives the longest the try may take: its start timeout plus its run time."""
+    if timeout is None:
+        return None  # the issuer's default (refreshed by the task API while heartbeats flow)
+    return settings.pod_start_timeout + timeout.total_seconds() + 300
+
+
+def _api_error(exc: ApiException) -> str:
+    try:
+        message = json.loads(exc.body or "{}").get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return f"{exc.status} {exc.reason}: {message or ''}".rstrip(": ")

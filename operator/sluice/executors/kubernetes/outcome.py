@@ -1,0 +1,232 @@
+"""What a try's Job and pod say about it: still starting, running, ended, or failed to start.
+
+Pure functions over the API objects as dicts (as a watch delivers them). The
+failure messages follow Argo's: the pod's own message first (Evicted,
+DeadlineExceeded), then the main container's reason and exit code, e.g.
+`main: OOMKilled (exit code 137)`.
+
+Start failures (the pod never got its main container running) become reasons
+a user can read. `InvalidImageName` and `ErrImageNeverPull` fail at once (no
+wait makes them work); `ErrImagePull`, `ImagePullBackOff`,
+`CreateContainerConfigError`, `CreateContainerError` and `Unschedulable` may be
+transient (a registry hiccup, a Secret applied late, an autoscaler adding a
+node), so they fail only once the try has waited `pod_start_timeout`.
+
+A try whose Job failed without its main container ending (the pod was
+deleted, the node vanished) is not judged here: the zombie sweep decides it
+from both signals, a stale heartbeat and the pod gone (invariant 7).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from sluice.executors.kubernetes.manifest import MAIN
+from sluice.spec.states import TaskState
+
+FAIL_AT_ONCE = frozenset({"InvalidImageName", "ErrImageNeverPull"})
+FAIL_AFTER_GRACE = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "ImageInspectError",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """`ended`: report `state`. `starting`/`running`: leave it. `lost`: the zombie sweep's."""
+
+    phase: Literal["starting", "running", "ended", "lost"]
+    state: TaskState | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    # Delete the Job after reporting (a try that failed to start must not start later).
+    delete: bool = False
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+def judge(
+    job: dict[str, Any] | None,
+    pod: dict[str, Any] | None,
+    *,
+    now: datetime,
+    started: datetime,
+    pod_start_timeout: float,
+    skip_on_exit_code: frozenset[int],
+) -> Verdict:
+    """The verdict on one try from its Job and newest pod (None: not in the cache)."""
+    evidence = describe(job, pod)
+    job_failed = _condition(job, "Failed")
+    if job_failed is not None and job_failed.get("reason") == "DeadlineExceeded":
+        deadline = (job or {}).get("spec", {}).get("activeDeadlineSeconds")
+        return Verdict(
+            "ended",
+            TaskState.FAILED,
+            reason=f"execution timeout: still running after {deadline}s (Job DeadlineExceeded)",
+            evidence=evidence,
+        )
+    pod_status = (pod or {}).get("status", {})
+    if pod_status.get("phase") == "Failed" and pod_status.get("reason"):
+        # Evicted, NodeLost, UnexpectedAdmissionError...: the pod's own words come first.
+        message = str(pod_status.get("message") or "").strip()[:300]
+        return Verdict(
+            "ended",
+            TaskState.FAILED,
+            reason=f"{pod_status['reason']}: {message}".rstrip(": "),
+            evidence=evidence,
+        )
+    main = _container_status(pod, MAIN)
+    terminated = (main or {}).get("state", {}).get("terminated")
+    if terminated is not None:
+        code = int(terminated.get("exitCode", 0))
+        return _ended(code, terminated, skip_on_exit_code, evidence)
+    if _condition(job, "Complete") is not None:
+        return Verdict("ended", TaskState.SUCCESS, 0, evidence=evidence)
+    if job is None or job_failed is not None:
+        return Verdict("lost", evidence=evidence)
+    if main is not None and "running" in main.get("state", {}):
+        return Verdict("running", evidence=evidence)
+    return _starting(
+        pod, main, now=now, started=started, timeout=pod_start_timeout, evidence=evidence
+    )
+
+
+def _ended(
+    code: int, terminated: dict[str, Any], skip: frozenset[int], evidence: dict[str, Any]
+) -> Verdict:
+    if code == 0:
+        return Verdict("ended", TaskState.SUCCESS, 0, evidence=evidence)
+    if code in skip:
+        return Verdict("ended", TaskState.SKIPPED, code, f"exit code {code}", evidence=evidence)
+    why = terminated.get("reason")
+    reason = f"{MAIN}: {why} (exit code {code})" if why and why != "Error" else f"exit code {code}"
+    message = terminated.get("message")
+    if message:
+        reason += f": {str(message).strip()[:300]}"
+    return Verdict("ended", TaskState.FAILED, code, reason, evidence=evidence)
+
+
+def _starting(
+    pod: dict[str, Any] | None,
+    main: dict[str, Any] | None,
+    *,
+    now: datetime,
+    started: datetime,
+    timeout: float,
+    evidence: dict[str, Any],
+) -> Verdict:
+    waited = (now - started).total_seconds()
+    late = waited >= timeout
+    waiting = (main or {}).get("state", {}).get("waiting") or {}
+    why = waiting.get("reason")
+    message = str(waiting.get("message") or "").strip()[:300]
+    if why in FAIL_AT_ONCE or (why in FAIL_AFTER_GRACE and late):
+        return Verdict(
+            "ended",
+            TaskState.FAILED,
+            reason=f"{why}: {message}".rstrip(": ")
+            if why in FAIL_AT_ONCE
+            else f"{why} for {waited:.0f}s (pod start timeout {timeout:g}s): {message}".rstrip(
+                ": "
+            ),
+            delete=True,
+            evidence=evidence,
+        )
+    scheduled = _condition(pod, "PodScheduled", status="False")
+    if scheduled is not None and scheduled.get("reason") == "Unschedulable" and late:
+        return Verdict(
+            "ended",
+            TaskState.FAILED,
+            reason=f"Unschedulable for {waited:.0f}s (pod start timeout {timeout:g}s): "
+            f"{scheduled.get('message', '')}".rstrip(": "),
+            delete=True,
+            evidence=evidence,
+        )
+    if late:
+        where = (
+            "no pod was created"
+            if pod is None
+            else (
+                f"pod {pod['metadata']['name']} is {pod.get('status', {}).get('phase', 'Pending')}"
+                + (f" ({why})" if why else "")
+            )
+        )
+        return Verdict(
+            "ended",
+            TaskState.FAILED,
+            reason=f"did not start within the pod start timeout ({timeout:g}s): {where}",
+            delete=True,
+            evidence=evidence,
+        )
+    return Verdict("starting", evidence=evidence)
+
+
+def describe(job: dict[str, Any] | None, pod: dict[str, Any] | None) -> dict[str, Any]:
+    """The evidence kept on a try: what the Job and its pod looked like."""
+    out: dict[str, Any] = {}
+    if job is None:
+        out["job"] = "gone"
+    else:
+        out["job"] = job["metadata"]["name"]
+        conditions = [
+            f"{c.get('type')}={c.get('status')}" + (f" ({c['reason']})" if c.get("reason") else "")
+            for c in job.get("status", {}).get("conditions") or []
+        ]
+        if conditions:
+            out["job_conditions"] = conditions
+    if pod is None:
+        out["pod"] = "gone"
+        return out
+    status = pod.get("status", {})
+    out["pod"] = pod["metadata"]["name"]
+    out["pod_phase"] = status.get("phase")
+    if pod["metadata"].get("deletionTimestamp"):
+        out["pod_deleting_since"] = pod["metadata"]["deletionTimestamp"]
+    if pod.get("spec", {}).get("nodeName"):
+        out["node"] = pod["spec"]["nodeName"]
+    if status.get("reason"):
+        out["pod_reason"] = status["reason"]
+    containers = {}
+    for c in [
+        *(status.get("initContainerStatuses") or []),
+        *(status.get("containerStatuses") or []),
+    ]:
+        state = c.get("state") or {}
+        kind = next(iter(state), "unknown")
+        detail = state.get(kind) or {}
+        text = kind
+        if detail.get("reason"):
+            text += f" ({detail['reason']})"
+        if "exitCode" in detail:
+            text += f" exit {detail['exitCode']}"
+        containers[c.get("name", "?")] = text
+    if containers:
+        out["containers"] = containers
+    return out
+
+
+def _container_status(pod: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
+    for c in (pod or {}).get("status", {}).get("containerStatuses") or []:
+        if c.get("name") == name:
+            return dict(c)
+    return None
+
+
+def _condition(
+    obj: dict[str, Any] | None, kind: str, *, status: str = "True"
+) -> dict[str, Any] | None:
+    for c in (obj or {}).get("status", {}).get("conditions") or []:
+        if c.get("type") == kind and c.get("status") == status:
+            return dict(c)
+    return None
+
+
+def pod_is_running(pod: dict[str, Any] | None) -> bool:
+    main = _container_status(pod, MAIN)
+    return main is not None and "running" in (main.get("state") or {})

@@ -1,0 +1,260 @@
+"""Jobs and pods of Sluice's tries, kept current by one watch per kind per replica.
+
+Each kind is LISTed once, then WATCHed from the list's resourceVersion with
+bookmarks, resuming from the last version seen when the server ends a watch
+(every `WATCH_SECONDS`). `410 Gone` (history compacted, the API server
+restarted) means LIST again and replace the cache: the objects' current state
+is what the executor judges, so a relist loses no ended try. Any other error
+marks the cache unsynced (`synced` is False: the executor then says it cannot
+tell, and no try is declared a zombie on that replica's word) and reconnects
+with backoff. Events may repeat or come out of a relist; the cache keeps the
+newest object per name, so they are idempotent.
+
+No per-task polling: the only steady API traffic is the two watches.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import structlog
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+from sluice.executors.kubernetes import names
+
+log = structlog.get_logger("sluice.executors.kubernetes")
+
+Key = tuple[int, int]
+WATCH_SECONDS = 60  # the server ends each watch after this; we resume from the last version
+READ_TIMEOUT = 90  # a silent connection (no event, no bookmark) for this long is dead
+MAX_BACKOFF = 10.0
+
+
+def try_key(obj: dict[str, Any]) -> Key | None:
+    labels = obj.get("metadata", {}).get("labels") or {}
+    try:
+        return int(labels[names.TI_LABEL]), int(labels[names.TRY_LABEL])
+    except (KeyError, ValueError):
+        return None
+
+
+class _Kind:
+    """One watched kind: its objects by name, and by try."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.by_name: dict[str, dict[str, Any]] = {}
+        self.synced = False
+        self.resource_version: str | None = None
+        self.relists = 0
+        self.errors = 0
+
+
+class TryCache:
+    """The Jobs and pods labelled `sluice.io/ti` in one namespace, from two watches."""
+
+    def __init__(
+        self,
+        api_factory: Callable[[], client.ApiClient],
+        namespace: str,
+        *,
+        selector: str = names.SELECTOR,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self._api_factory = api_factory
+        self.namespace = namespace
+        self.selector = selector
+        self._on_change = on_change
+        self._lock = threading.Lock()
+        self._kinds = {"jobs": _Kind("jobs"), "pods": _Kind("pods")}
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # -- reading ----------------------------------------------------------------------
+
+    @property
+    def synced(self) -> bool:
+        with self._lock:
+            return all(k.synced for k in self._kinds.values())
+
+    def job(self, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            return self._kinds["jobs"].by_name.get(name)
+
+    def newest_pod(self, job_name: str) -> dict[str, Any] | None:
+        with self._lock:
+            pods = [
+                p
+                for p in self._kinds["pods"].by_name.values()
+                if (p["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name")
+                == job_name
+                or (p["metadata"].get("labels") or {}).get("job-name") == job_name
+            ]
+        return max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), default=None)
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                f"{k.kind}_{what}": value
+                for k in self._kinds.values()
+                for what, value in (
+                    ("cached", len(k.by_name)),
+                    ("relists", k.relists),
+                    ("errors", k.errors),
+                )
+            }
+
+    # -- writing (from the executor's own API responses) ----------------------------
+
+    def put_job(self, obj: dict[str, Any]) -> None:
+        """A Job this replica just created or read: known before its watch event arrives."""
+        with self._lock:
+            self._store(self._kinds["jobs"], obj)
+
+    # -- the watches ------------------------------------------------------------------
+
+    def start(self) -> None:
+        for kind in self._kinds:
+            thread = threading.Thread(
+                target=self._run, args=(kind,), name=f"sluice-watch-{kind}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.synced:
+                return True
+            time.sleep(0.05)
+        return self.synced
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=0.5)  # a watch blocked in a read ends with the process
+
+    def force_relist(self, kind: str) -> None:
+        """Forget the resume point (as a 410 does); the next watch cycle relists."""
+        with self._lock:
+            self._kinds[kind].resource_version = None
+
+    def _run(self, kind: str) -> None:
+        api = self._api_factory()
+        state = self._kinds[kind]
+        backoff = 0.2
+        while not self._stop.is_set():
+            try:
+                if state.resource_version is None:
+                    self._relist(api, state)
+                for event in self._watch(api, state):
+                    self._apply(state, event)
+                    backoff = 0.2
+                    if self._stop.is_set():
+                        return
+            except ApiException as exc:
+                if exc.status == 410:
+                    self._gone(state)
+                    continue
+                self._failed(state, exc)
+            except Exception as exc:  # connection refused/reset, read timeout, bad JSON
+                self._failed(state, exc)
+            else:
+                continue  # the server ended the watch: resume from the last version
+            if self._stop.wait(backoff):
+                return
+            backoff = min(backoff * 2, MAX_BACKOFF)
+
+    def _list_fn(self, api: client.ApiClient, kind: str) -> Callable[..., Any]:
+        if kind == "jobs":
+            return client.BatchV1Api(api).list_namespaced_job
+        return client.CoreV1Api(api).list_namespaced_pod
+
+    def _relist(self, api: client.ApiClient, state: _Kind) -> None:
+        response = self._list_fn(api, state.kind)(
+            self.namespace,
+            label_selector=self.selector,
+            _preload_content=False,
+            _request_timeout=(10, READ_TIMEOUT),
+        )
+        body = json.loads(response.data)
+        items = body.get("items") or []
+        with self._lock:
+            state.by_name = {}
+            for item in items:
+                self._store(state, item)
+            state.resource_version = body["metadata"]["resourceVersion"]
+            state.synced = True
+            state.relists += 1
+        log.debug("relisted", kind=state.kind, objects=len(items))
+        self._changed()
+
+    def _watch(self, api: client.ApiClient, state: _Kind) -> Iterator[dict[str, Any]]:
+        stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
+            self._list_fn(api, state.kind),
+            self.namespace,
+            label_selector=self.selector,
+            resource_version=state.resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=WATCH_SECONDS,
+            _request_timeout=(10, READ_TIMEOUT),
+        )
+        yield from stream
+
+    def _apply(self, state: _Kind, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        raw = event.get("raw_object") or {}
+        if kind == "ERROR":
+            code = raw.get("code")
+            raise ApiException(status=code, reason=str(raw.get("message", "watch error")))
+        version = (raw.get("metadata") or {}).get("resourceVersion")
+        with self._lock:
+            if kind == "DELETED":
+                state.by_name.pop(raw["metadata"]["name"], None)
+            elif kind in ("ADDED", "MODIFIED"):
+                self._store(state, raw)
+            if version:
+                state.resource_version = version
+            state.synced = True
+        if kind != "BOOKMARK":
+            self._changed()
+
+    def _store(self, state: _Kind, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        old = state.by_name.get(name)
+        if old is not None and _newer(old, obj):
+            return  # an older copy (our create response after a watch event): keep the newer
+        state.by_name[name] = obj
+
+    def _gone(self, state: _Kind) -> None:
+        log.info("watch history gone (410): relisting", kind=state.kind)
+        with self._lock:
+            state.resource_version = None
+
+    def _failed(self, state: _Kind, exc: Exception) -> None:
+        with self._lock:
+            first = state.synced
+            state.synced = False
+            state.resource_version = None  # relist on reconnect: nothing missed is lost
+            state.errors += 1
+        if first:
+            log.warning("watch lost: reconnecting", kind=state.kind, error=str(exc)[:200])
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change()
+
+
+def _newer(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Is `a` a newer copy of the same object than `b`? (same uid, higher resourceVersion)"""
+    if a["metadata"].get("uid") != b["metadata"].get("uid"):
+        return False
+    try:
+        return int(a["metadata"]["resourceVersion"]) > int(b["metadata"]["resourceVersion"])
+    except (KeyError, ValueError):
+        return False

@@ -1,0 +1,302 @@
+"""The Job executor's pure parts: Job names, the Job manifest and its merge, outcomes."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from sluice.executors.base import TaskLaunch
+from sluice.executors.kubernetes import names
+from sluice.executors.kubernetes.manifest import (
+    MAIN,
+    SIDECAR,
+    JobSettings,
+    PodTemplateError,
+    build_job,
+)
+from sluice.executors.kubernetes.outcome import judge
+from sluice.spec.states import TaskState
+
+T0 = datetime(2026, 12, 1, tzinfo=UTC)
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def launch(**overrides: Any) -> TaskLaunch:
+    values: dict[str, Any] = {
+        "ti_id": 7,
+        "try_number": 2,
+        "dag_id": "hello",
+        "task_id": "extract",
+        "run_id": "scheduled__2026-12-01T00:00:00+00:00",
+        "logical_date": T0,
+        "data_interval_start": T0,
+        "data_interval_end": T0 + timedelta(hours=1),
+        "conf": {"k": "v"},
+        "image": "localhost/task:1",
+        "command": ["sh", "-c"],
+        "args": ["echo $(SLUICE_LOGICAL_DATE)"],
+        "env": {"GREETING": "hi"},
+        "execution_timeout": timedelta(minutes=5),
+        "skip_on_exit_code": frozenset({99}),
+    }
+    values.update(overrides)
+    return TaskLaunch(**values)
+
+
+SETTINGS = JobSettings(
+    namespace="work", sidecar_image="localhost/sluice:dev", task_api_url="http://api:8793"
+)
+
+
+def main_container(job: dict[str, Any]) -> dict[str, Any]:
+    (main,) = [c for c in job["spec"]["template"]["spec"]["containers"] if c["name"] == MAIN]
+    return main
+
+
+# -- names ---------------------------------------------------------------------------
+
+
+def test_job_names_are_dns_labels_deterministic_and_distinct_for_long_names() -> None:
+    long_dag, long_task = "d" * 60 + "-x", "t" * 60
+    a = names.job_name(long_dag, "run-1", long_task, 1)
+    assert len(a) <= 63 and DNS_LABEL.match(a), a
+    assert a == names.job_name(long_dag, "run-1", long_task, 1)
+    others = {
+        names.job_name(long_dag, "run-1", long_task, 2),
+        names.job_name(long_dag, "run-2", long_task, 1),
+        names.job_name(long_dag + "y", "run-1", long_task, 1),
+    }
+    assert a not in others and len(others) == 3
+    short = names.job_name("hello", "scheduled__2026", "extract", 3)
+    assert short.startswith("hello-extract-3-"), short
+
+
+def test_label_values_are_kept_when_valid_and_hashed_when_not() -> None:
+    assert names.label_value("extract") == "extract"
+    value = names.label_value("scheduled__2026-12-01T00:00:00+00:00")
+    assert len(value) <= 63 and re.match(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$", value)
+    assert value != names.label_value("scheduled__2026-12-01T01:00:00+00:00")
+    assert len(names.label_value("x" * 200)) <= 63
+
+
+# -- the manifest ------------------------------------------------------------------------
+
+
+def test_a_job_has_identity_no_retries_the_timeout_and_restricted_security() -> None:
+    job = build_job(launch(), SETTINGS, token="tok")
+    meta, spec = job["metadata"], job["spec"]
+    assert meta["namespace"] == "work"
+    assert meta["labels"]["sluice.io/dag"] == "hello"
+    assert meta["labels"]["sluice.io/task"] == "extract"
+    assert meta["labels"]["sluice.io/try"] == "2"
+    assert meta["labels"]["sluice.io/ti"] == "7"
+    assert meta["annotations"]["sluice.io/run-id"] == "scheduled__2026-12-01T00:00:00+00:00"
+    assert spec["backoffLimit"] == 0
+    assert spec["activeDeadlineSeconds"] == 300
+    assert spec["ttlSecondsAfterFinished"] == 3600
+    pod = spec["template"]["spec"]
+    assert spec["template"]["metadata"]["labels"]["sluice.io/ti"] == "7"
+    assert pod["restartPolicy"] == "Never"
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    main = main_container(job)
+    assert main["securityContext"]["allowPrivilegeEscalation"] is False
+    assert main["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert main["image"] == "localhost/task:1"
+    assert main["command"] == ["sh", "-c"]
+    assert main["args"] == ["echo $(SLUICE_LOGICAL_DATE)"]
+    env = {e["name"]: e["value"] for e in main["env"]}
+    assert env["GREETING"] == "hi"
+    assert env["SLUICE_LOGICAL_DATE"] == T0.isoformat()
+    assert env["SLUICE_TRY_NUMBER"] == "2"
+    assert env["SLUICE_CONF"] == '{"k": "v"}'
+
+
+def test_the_heartbeat_sidecar_is_a_native_sidecar_with_the_try_and_its_token() -> None:
+    job = build_job(launch(), SETTINGS, token="tok")
+    (sidecar,) = job["spec"]["template"]["spec"]["initContainers"]
+    assert sidecar["name"] == SIDECAR
+    assert sidecar["restartPolicy"] == "Always"
+    assert sidecar["image"] == "localhost/sluice:dev"
+    env = {e["name"]: e["value"] for e in sidecar["env"]}
+    assert env == {
+        "SLUICE_TASK_API_URL": "http://api:8793",
+        "SLUICE_TI_ID": "7",
+        "SLUICE_TRY_NUMBER": "2",
+        "SLUICE_TRY_TOKEN": "tok",
+        "SLUICE_HEARTBEAT_INTERVAL": "10",
+    }
+    text = repr(job)
+    for secret in ("postgresql", "DATABASE", "password"):
+        assert secret not in text
+
+
+def test_pod_template_merges_under_the_tasks_own_fields() -> None:
+    template = {
+        "metadata": {"labels": {"team": "data", "sluice.io/ti": "forged"}},
+        "spec": {
+            "nodeSelector": {"disk": "ssd"},
+            "securityContext": {"runAsUser": 1000},
+            "containers": [
+                {
+                    "name": MAIN,
+                    "image": "ignored:1",
+                    "env": [{"name": "GREETING", "value": "template"}, {"name": "X", "value": "1"}],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                },
+                {"name": "helper", "image": "helper:1"},
+            ],
+            "volumes": [{"name": "data", "emptyDir": {}}],
+            "restartPolicy": "Always",
+        },
+    }
+    job = build_job(launch(pod_template=template), SETTINGS, token="tok")
+    pod = job["spec"]["template"]
+    assert pod["metadata"]["labels"]["team"] == "data"
+    assert pod["metadata"]["labels"]["sluice.io/ti"] == "7"  # identity is not overridable
+    spec = pod["spec"]
+    assert spec["nodeSelector"] == {"disk": "ssd"}
+    assert spec["restartPolicy"] == "Never"
+    assert spec["securityContext"]["runAsUser"] == 1000
+    assert spec["securityContext"]["runAsNonRoot"] is True  # defaults kept where not set
+    assert [c["name"] for c in spec["containers"]] == [MAIN, "helper"]
+    main = main_container(job)
+    assert main["image"] == "localhost/task:1"  # the task's image wins
+    env = {e["name"]: e["value"] for e in main["env"]}
+    assert env["GREETING"] == "hi" and env["X"] == "1"
+    assert main["volumeMounts"] == [{"name": "data", "mountPath": "/data"}]
+    assert main["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_bad_pod_templates_name_the_field_and_the_fix() -> None:
+    with pytest.raises(PodTemplateError, match="PodTemplateSpec"):
+        build_job(launch(pod_template={"containers": []}), SETTINGS)
+    with pytest.raises(PodTemplateError, match=r"containers\[0\] needs a `name`"):
+        build_job(launch(pod_template={"spec": {"containers": [{"image": "x"}]}}), SETTINGS)
+    with pytest.raises(PodTemplateError, match="no image"):
+        build_job(launch(image=None), SETTINGS)
+
+
+def test_no_task_api_means_no_sidecar_and_no_timeout_means_no_deadline() -> None:
+    settings = JobSettings(namespace="work", sidecar_image="s", task_api_url=None)
+    job = build_job(launch(execution_timeout=None), settings)
+    assert "initContainers" not in job["spec"]["template"]["spec"]
+    assert "activeDeadlineSeconds" not in job["spec"]
+
+
+# -- outcomes ----------------------------------------------------------------------------
+
+
+def job_obj(*conditions: tuple[str, str]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "j", "creationTimestamp": "2026-12-01T00:00:00Z"},
+        "spec": {"activeDeadlineSeconds": 300},
+        "status": {
+            "conditions": [{"type": t, "status": "True", "reason": r} for t, r in conditions]
+        },
+    }
+
+
+def pod_obj(main_state: dict[str, Any] | None, **status: Any) -> dict[str, Any]:
+    statuses = [{"name": MAIN, "state": main_state}] if main_state is not None else []
+    return {
+        "metadata": {"name": "j-abcde"},
+        "spec": {"nodeName": "n1"},
+        "status": {
+            "phase": status.pop("phase", "Pending"),
+            "containerStatuses": statuses,
+            **status,
+        },
+    }
+
+
+def verdict(job: Any, pod: Any, waited: float = 1.0, timeout: float = 300.0) -> Any:
+    return judge(
+        job,
+        pod,
+        now=T0 + timedelta(seconds=waited),
+        started=T0,
+        pod_start_timeout=timeout,
+        skip_on_exit_code=frozenset({99}),
+    )
+
+
+def terminated(code: int, reason: str = "Completed") -> dict[str, Any]:
+    return {"terminated": {"exitCode": code, "reason": reason}}
+
+
+def test_exit_codes_map_to_success_skipped_and_failed() -> None:
+    ok = verdict(job_obj(), pod_obj(terminated(0), phase="Succeeded"))
+    assert (ok.phase, ok.state, ok.exit_code) == ("ended", TaskState.SUCCESS, 0)
+    skipped = verdict(job_obj(), pod_obj(terminated(99, "Error"), phase="Failed"))
+    assert (skipped.state, skipped.exit_code) == (TaskState.SKIPPED, 99)
+    failed = verdict(job_obj(), pod_obj(terminated(3, "Error"), phase="Failed"))
+    assert (failed.state, failed.reason) == (TaskState.FAILED, "exit code 3")
+    oom = verdict(job_obj(), pod_obj(terminated(137, "OOMKilled"), phase="Failed"))
+    assert oom.reason == "main: OOMKilled (exit code 137)"
+
+
+def test_job_deadline_evictions_and_a_complete_job_without_its_pod() -> None:
+    timeout = verdict(job_obj(("Failed", "DeadlineExceeded")), pod_obj(terminated(143, "Error")))
+    assert timeout.state == TaskState.FAILED and "DeadlineExceeded" in (timeout.reason or "")
+    evicted = verdict(
+        job_obj(),
+        pod_obj(terminated(137, "Error"), phase="Failed", reason="Evicted", message="low memory"),
+    )
+    assert evicted.reason == "Evicted: low memory"
+    done = verdict(job_obj(("Complete", "")), None)
+    assert (done.phase, done.state) == ("ended", TaskState.SUCCESS)
+
+
+def test_a_failed_job_whose_pod_vanished_is_left_to_the_zombie_sweep() -> None:
+    lost = verdict(job_obj(("Failed", "BackoffLimitExceeded")), None)
+    assert lost.phase == "lost" and lost.evidence["pod"] == "gone"
+    assert verdict(None, None).phase == "lost"
+
+
+@pytest.mark.parametrize("reason", ["InvalidImageName", "ErrImageNeverPull"])
+def test_hopeless_images_fail_at_once(reason: str) -> None:
+    v = verdict(job_obj(), pod_obj({"waiting": {"reason": reason, "message": "bad ref"}}))
+    assert v.phase == "ended" and v.delete and v.reason == f"{reason}: bad ref"
+
+
+@pytest.mark.parametrize(
+    "reason",
+    ["ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError", "CreateContainerError"],
+)
+def test_maybe_transient_start_failures_wait_for_the_pod_start_timeout(reason: str) -> None:
+    pod = pod_obj({"waiting": {"reason": reason, "message": "m"}})
+    assert verdict(job_obj(), pod, waited=10).phase == "starting"
+    late = verdict(job_obj(), pod, waited=301)
+    assert late.phase == "ended" and late.delete and late.state == TaskState.FAILED
+    assert late.reason is not None and late.reason.startswith(f"{reason} for 301s")
+
+
+def test_unschedulable_fails_with_the_schedulers_message_after_the_timeout() -> None:
+    pod = pod_obj(
+        None,
+        conditions=[
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/1 nodes are available: 1 Insufficient cpu.",
+            }
+        ],
+    )
+    assert verdict(job_obj(), pod, waited=5).phase == "starting"
+    late = verdict(job_obj(), pod, waited=400)
+    assert late.reason is not None and "Unschedulable" in late.reason
+    assert "Insufficient cpu" in late.reason
+
+
+def test_running_and_starting() -> None:
+    running = verdict(job_obj(), pod_obj({"running": {}}, phase="Running"))
+    assert running.phase == "running" and running.evidence["node"] == "n1"
+    assert verdict(job_obj(), None, waited=5).phase == "starting"
+    never = verdict(job_obj(), None, waited=500)
+    assert never.phase == "ended" and "no pod was created" in (never.reason or "")
