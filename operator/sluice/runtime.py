@@ -91,6 +91,8 @@ class LocalRuntime:
                 self.loop.sleep(min(self.loop.config.tick_interval, 0.2))
 
     def close(self) -> None:
+        # No other replica will adopt what is still running: stop it first.
+        self.executor.stop_all("sluice standalone is exiting")
         self.loop.close()
         self.engine.dispose()
         if self._postgres is not None:

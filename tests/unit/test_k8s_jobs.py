@@ -62,14 +62,16 @@ def main_container(job: dict[str, Any]) -> dict[str, Any]:
 def test_job_names_are_dns_labels_deterministic_and_distinct_for_long_names() -> None:
     long_dag, long_task = "d" * 60 + "-x", "t" * 60
     a = names.job_name(long_dag, "run-1", long_task, 1)
-    assert len(a) <= 63 and DNS_LABEL.match(a), a
+    assert len(a) <= 63, a
+    assert DNS_LABEL.match(a), a
     assert a == names.job_name(long_dag, "run-1", long_task, 1)
     others = {
         names.job_name(long_dag, "run-1", long_task, 2),
         names.job_name(long_dag, "run-2", long_task, 1),
         names.job_name(long_dag + "y", "run-1", long_task, 1),
     }
-    assert a not in others and len(others) == 3
+    assert a not in others
+    assert len(others) == 3
     short = names.job_name("hello", "scheduled__2026", "extract", 3)
     assert short.startswith("hello-extract-3-"), short
 
@@ -77,7 +79,8 @@ def test_job_names_are_dns_labels_deterministic_and_distinct_for_long_names() ->
 def test_label_values_are_kept_when_valid_and_hashed_when_not() -> None:
     assert names.label_value("extract") == "extract"
     value = names.label_value("scheduled__2026-12-01T00:00:00+00:00")
-    assert len(value) <= 63 and re.match(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$", value)
+    assert len(value) <= 63
+    assert re.match(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$", value)
     assert value != names.label_value("scheduled__2026-12-01T01:00:00+00:00")
     assert len(names.label_value("x" * 200)) <= 63
 
@@ -167,7 +170,8 @@ def test_pod_template_merges_under_the_tasks_own_fields() -> None:
     main = main_container(job)
     assert main["image"] == "localhost/task:1"  # the task's image wins
     env = {e["name"]: e["value"] for e in main["env"]}
-    assert env["GREETING"] == "hi" and env["X"] == "1"
+    assert env["GREETING"] == "hi"
+    assert env["X"] == "1"
     assert main["volumeMounts"] == [{"name": "data", "mountPath": "/data"}]
     assert main["securityContext"]["capabilities"] == {"drop": ["ALL"]}
 
@@ -242,7 +246,8 @@ def test_exit_codes_map_to_success_skipped_and_failed() -> None:
 
 def test_job_deadline_evictions_and_a_complete_job_without_its_pod() -> None:
     timeout = verdict(job_obj(("Failed", "DeadlineExceeded")), pod_obj(terminated(143, "Error")))
-    assert timeout.state == TaskState.FAILED and "DeadlineExceeded" in (timeout.reason or "")
+    assert timeout.state == TaskState.FAILED
+    assert "DeadlineExceeded" in (timeout.reason or "")
     evicted = verdict(
         job_obj(),
         pod_obj(terminated(137, "Error"), phase="Failed", reason="Evicted", message="low memory"),
@@ -254,14 +259,17 @@ def test_job_deadline_evictions_and_a_complete_job_without_its_pod() -> None:
 
 def test_a_failed_job_whose_pod_vanished_is_left_to_the_zombie_sweep() -> None:
     lost = verdict(job_obj(("Failed", "BackoffLimitExceeded")), None)
-    assert lost.phase == "lost" and lost.evidence["pod"] == "gone"
+    assert lost.phase == "lost"
+    assert lost.evidence["pod"] == "gone"
     assert verdict(None, None).phase == "lost"
 
 
 @pytest.mark.parametrize("reason", ["InvalidImageName", "ErrImageNeverPull"])
 def test_hopeless_images_fail_at_once(reason: str) -> None:
     v = verdict(job_obj(), pod_obj({"waiting": {"reason": reason, "message": "bad ref"}}))
-    assert v.phase == "ended" and v.delete and v.reason == f"{reason}: bad ref"
+    assert v.phase == "ended"
+    assert v.delete
+    assert v.reason == f"{reason}: bad ref"
 
 
 @pytest.mark.parametrize(
@@ -272,8 +280,11 @@ def test_maybe_transient_start_failures_wait_for_the_pod_start_timeout(reason: s
     pod = pod_obj({"waiting": {"reason": reason, "message": "m"}})
     assert verdict(job_obj(), pod, waited=10).phase == "starting"
     late = verdict(job_obj(), pod, waited=301)
-    assert late.phase == "ended" and late.delete and late.state == TaskState.FAILED
-    assert late.reason is not None and late.reason.startswith(f"{reason} for 301s")
+    assert late.phase == "ended"
+    assert late.delete
+    assert late.state == TaskState.FAILED
+    assert late.reason is not None
+    assert late.reason.startswith(f"{reason} for 301s")
 
 
 def test_unschedulable_fails_with_the_schedulers_message_after_the_timeout() -> None:
@@ -290,13 +301,16 @@ def test_unschedulable_fails_with_the_schedulers_message_after_the_timeout() -> 
     )
     assert verdict(job_obj(), pod, waited=5).phase == "starting"
     late = verdict(job_obj(), pod, waited=400)
-    assert late.reason is not None and "Unschedulable" in late.reason
+    assert late.reason is not None
+    assert "Unschedulable" in late.reason
     assert "Insufficient cpu" in late.reason
 
 
 def test_running_and_starting() -> None:
     running = verdict(job_obj(), pod_obj({"running": {}}, phase="Running"))
-    assert running.phase == "running" and running.evidence["node"] == "n1"
+    assert running.phase == "running"
+    assert running.evidence["node"] == "n1"
     assert verdict(job_obj(), None, waited=5).phase == "starting"
     never = verdict(job_obj(), None, waited=500)
-    assert never.phase == "ended" and "no pod was created" in (never.reason or "")
+    assert never.phase == "ended"
+    assert "no pod was created" in (never.reason or "")

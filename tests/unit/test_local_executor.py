@@ -81,7 +81,7 @@ def clock() -> FakeClock:
 def executor(tmp_path: Path, clock: FakeClock) -> Iterator[LocalExecutor]:
     ex = LocalExecutor(tmp_path / "logs", clock=clock)
     yield ex
-    ex.shutdown()
+    ex.stop_all("test over")
 
 
 def wait_for_events(ex: LocalExecutor, count: int = 1) -> list[TaskEvent]:
@@ -336,7 +336,7 @@ def test_execution_timeout_also_kills_children_that_ignore_sigterm(
     assert "execution timeout" in event.reason
     clock.advance(KILL_GRACE_SECONDS + 1)
     executor.poll()
-    executor.shutdown()
+    executor.stop_all("test over")
     assert wait_gone(child), "a group member that ignored SIGTERM outlived the timed-out try"
 
 
@@ -383,7 +383,7 @@ def test_kill_stops_the_group_and_forgets_the_try(
     assert executor.alive() == [other.key]
 
 
-def test_shutdown_kills_everything(
+def test_stop_all_kills_everything(
     executor: LocalExecutor, tmp_path: Path, reaper: list[int]
 ) -> None:
     pids: list[Path] = []
@@ -398,7 +398,26 @@ def test_shutdown_kills_everything(
     running = [read_pid(p) for p in pids]
     reaper.extend(running)
     assert len(executor.alive()) == 3
-    executor.shutdown()
+    executor.stop_all("standalone exiting")
     assert executor.alive() == []
     assert wait_gone(*running)
     assert executor.poll() == []
+
+
+def test_shutdown_hands_tries_over_alive_and_another_executor_adopts_them(
+    executor: LocalExecutor, tmp_path: Path, clock: FakeClock, reaper: list[int]
+) -> None:
+    """A graceful stop (SIGTERM, a rolling restart) must not kill the tries (issue 11, 6)."""
+    shell_pid = tmp_path / "shell.pid"
+    try_ = launch(f"echo $$ > {shell_pid}; sleep 1; exit 3", ti_id=5)
+    executor.start([try_])
+    pid = read_pid(shell_pid)
+    reaper.append(pid)
+    (external_id,) = executor.external_ids().values()
+    executor.shutdown()
+    assert executor.alive() == []
+    assert executor.inspect(try_.key, external_id).state == "alive"  # still running
+    other = LocalExecutor(tmp_path / "logs", clock=clock)
+    other.adopt(try_.key, external_id, elapsed=0.1, timeout=None, skip_on_exit_code=frozenset())
+    (event,) = wait_for_events(other)
+    assert (event.key, event.state, event.exit_code) == (try_.key, TaskState.FAILED, 3)

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from sluice.cli import kubernetes as k8s
 from sluice.cli.common import DatabaseUrl, fail, load_manifests
 from sluice.config import ConfigError, require_database_url
 from sluice.db.dags import sync_dag
@@ -26,7 +27,7 @@ _defaults = SchedulerConfig()
 
 def scheduler(
     database_url: DatabaseUrl = None,
-    executor: Annotated[str, typer.Option(help="local or noop")] = "local",
+    executor: Annotated[str, typer.Option(help="local, kubernetes or noop")] = "local",
     dags: Annotated[
         Path | None, typer.Option(help="sync the DAG manifests in this directory at start")
     ] = None,
@@ -40,6 +41,13 @@ def scheduler(
         int, typer.Option(help="critical-section batches per tick while batches come back full")
     ] = _defaults.critical_batches_per_tick,
     zombie_threshold: Annotated[float, typer.Option()] = _defaults.zombie_threshold,
+    heartbeat_kill_threshold: Annotated[
+        float,
+        typer.Option(
+            help="tries that heartbeat themselves (task pods): one still running without a "
+            "heartbeat for this long is killed as a zombie"
+        ),
+    ] = _defaults.heartbeat_kill_threshold,
     heartbeat_interval: Annotated[float, typer.Option()] = _defaults.heartbeat_interval,
     scheduler_dead_after: Annotated[float, typer.Option()] = _defaults.scheduler_dead_after,
     prepared_statements: Annotated[
@@ -50,6 +58,13 @@ def scheduler(
             " server connection"
         ),
     ] = True,
+    namespace: k8s.Namespace = None,
+    kubeconfig: k8s.Kubeconfig = None,
+    sluice_image: k8s.SluiceImage = "localhost/sluice:dev",
+    task_api_url: k8s.TaskApiUrl = None,
+    pod_start_timeout: k8s.PodStartTimeout = 300.0,
+    task_service_account: k8s.TaskServiceAccount = None,
+    task_image_pull_policy: k8s.TaskImagePullPolicy = None,
     log_level: Annotated[str, typer.Option()] = "info",
     log_json: Annotated[bool, typer.Option()] = False,
 ) -> None:
@@ -59,13 +74,6 @@ def scheduler(
         url = require_database_url(database_url)
     except ConfigError as exc:
         fail(str(exc))
-    chosen: Executor
-    if executor == "local":
-        chosen = LocalExecutor(log_dir)
-    elif executor == "noop":
-        chosen = NoopExecutor()
-    else:
-        fail(f"--executor {executor!r} is not known; use local or noop")
     for name, value in (
         ("--runs-created-per-tick", runs_created_per_tick),
         ("--runs-examined-per-tick", runs_examined_per_tick),
@@ -82,6 +90,11 @@ def scheduler(
             fail(f"{name} must be more than 0 seconds (got {seconds})")
     for name, seconds, looks_like in (
         ("--zombie-threshold", zombie_threshold, "every running try looks like a zombie"),
+        (
+            "--heartbeat-kill-threshold",
+            heartbeat_kill_threshold,
+            "every running task pod is killed as a zombie",
+        ),
         ("--scheduler-dead-after", scheduler_dead_after, "live replicas look dead"),
     ):
         if seconds <= heartbeat_interval:
@@ -89,6 +102,25 @@ def scheduler(
                 f"{name} ({seconds}s) must be longer than --heartbeat-interval"
                 f" ({heartbeat_interval}s), or {looks_like}"
             )
+    chosen: Executor
+    if executor == "local":
+        chosen = LocalExecutor(log_dir)
+    elif executor == "noop":
+        chosen = NoopExecutor()
+    elif executor == "kubernetes":
+        settings = k8s.kubernetes_settings(
+            namespace=namespace,
+            kubeconfig=kubeconfig,
+            sluice_image=sluice_image,
+            task_api_url=task_api_url,
+            pod_start_timeout=pod_start_timeout,
+            heartbeat_interval=heartbeat_interval,
+            service_account=task_service_account,
+            image_pull_policy=task_image_pull_policy,
+        )
+        chosen = k8s.make_executor(settings)
+    else:
+        fail(f"--executor {executor!r} is not known; use local, kubernetes or noop")
     config = SchedulerConfig(
         tick_interval=tick_interval,
         runs_created_per_tick=runs_created_per_tick,
@@ -99,6 +131,7 @@ def scheduler(
         heartbeat_interval=heartbeat_interval,
         scheduler_dead_after=scheduler_dead_after,
         zombie_threshold=zombie_threshold,
+        heartbeat_kill_threshold=heartbeat_kill_threshold,
     )
     if migrate:
         upgrade(url)

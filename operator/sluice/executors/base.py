@@ -137,4 +137,6 @@ class Executor(Protocol):
         """Stop a try that the database says must not run any more (fenced)."""
 
     def shutdown(self) -> None:
-        """Stop everything this executor started."""
+        """Stop watching, and leave the running tries running: a replica that stops
+        (SIGTERM, a rolling restart) hands its tries over, and live replicas adopt
+        them once its heartbeat is gone. Fenced tries are stopped with `kill`."""

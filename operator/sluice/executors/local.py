@@ -247,8 +247,15 @@ class LocalExecutor:
             entry.log.close()
 
     def shutdown(self) -> None:
+        """Hand over: stop watching, leave every try running (another replica adopts it)."""
         for key in list(self._running):
-            self.kill(key, "scheduler shutting down")
+            self.release(key)
+
+    def stop_all(self, reason: str) -> None:
+        """Kill every try this executor watches (`sluice standalone` on its way out,
+        where no other replica is left to adopt them)."""
+        for key in list(self._running):
+            self.kill(key, reason)
 
 
 def _cannot_start(argv: list[str]) -> str | None:

@@ -117,8 +117,6 @@ def _environ() -> dict[str, str]:
 
 class KubernetesExecutor:
     name = "kubernetes"
-    # Heartbeats come from the task pods (through the task API), not from this process.
-    pods_heartbeat = True
 
     def __init__(
         self,
@@ -131,6 +129,9 @@ class KubernetesExecutor:
     ) -> None:
         self.settings = settings
         self._job_settings = settings.job_settings()
+        # With a task API, heartbeats come from the task pods' sidecars, never from this
+        # process; without one (no sidecar), the scheduler heartbeats the tries it watches.
+        self.pods_heartbeat = settings.task_api_url is not None
         self._tokens = tokens
         self._clock = clock
         factory = api_factory or api_client_factory(settings)

@@ -201,14 +201,15 @@ class TryCache:
             label_selector=self.selector,
             resource_version=state.resource_version,
             allow_watch_bookmarks=True,
-            timeout_seconds=WATCH_SECONDS,
+            timeout_seconds=WATCH_SECONDS,  # also: a 410 is raised, never retried blindly
             _request_timeout=(10, READ_TIMEOUT),
+            deserialize=False,  # the objects as dicts: no model classes per event
         )
         yield from stream
 
     def _apply(self, state: _Kind, event: dict[str, Any]) -> None:
         kind = event.get("type")
-        raw = event.get("raw_object") or {}
+        raw = event.get("object") or {}
         if kind == "ERROR":
             code = raw.get("code")
             raise ApiException(status=code, reason=str(raw.get("message", "watch error")))

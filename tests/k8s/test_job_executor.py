@@ -1,0 +1,412 @@
+"""The Job executor on the real cluster: host-run replicas, one Job per try, pod heartbeats.
+
+Replicas are `sluice scheduler --executor kubernetes` processes (tests/k8s/replicas.py)
+on the test's Postgres, serving the task API on the node address inside the
+cluster's network namespace, where the task pods' heartbeat sidecars reach it.
+Task pods run the locally built Sluice image (it has a shell), never a public one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from sluice.db.models import DagRun, TaskInstance, TaskTry
+from sluice.executors.kubernetes import names
+from sluice.executors.kubernetes.executor import KubernetesSettings, api_client_factory
+from sluice.executors.kubernetes.watch import TryCache
+
+from . import netns
+from .cluster import CLUSTER_DIR, LOCAL_KUBECONFIG, Cluster
+from .replicas import Replica, sidecar_pids, wait_for
+from .test_crds import EXAMPLES
+
+pytestmark = pytest.mark.k8s
+
+
+def _node_ip() -> str:
+    for line in (CLUSTER_DIR / "env").read_text().splitlines():
+        if line.startswith("NODE_IP="):
+            return line.split("=", 1)[1]
+    raise AssertionError("no NODE_IP in the cluster's env file")
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class Fleet:
+    """Replicas for one test, on one database and one namespace, and how to look at them."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        namespace: str,
+        db_url: str,
+        sessions: sessionmaker[Session],
+        workdir: Path,
+    ) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self.db_url = db_url
+        self.sessions = sessions
+        self.workdir = workdir
+        host = _node_ip()
+        self.task_api = (host, _free_port(host))
+        self.keys = workdir / "task-api.keys"
+        self.keys.write_text(secrets.token_hex(32) + "\n")
+        self.replicas: list[Replica] = []
+        self.dags = workdir / "dags"
+        self.dags.mkdir()
+
+    def add_dag(self, name: str, text: str) -> None:
+        (self.dags / f"{name}.yaml").write_text(text.replace("busybox:1.36", self.cluster.image))
+
+    def start(self, name: str, *, sync: bool = True) -> Replica:
+        replica = Replica(
+            name=name,
+            db_url=self.db_url,
+            namespace=self.namespace,
+            kubeconfig=Path(self.cluster.kubeconfig),
+            image=self.cluster.image,
+            task_api=self.task_api,
+            keys_file=self.keys,
+            dags=self.dags if sync else None,
+        )
+        self.replicas.append(replica)
+        replica.registered(self.sessions)
+        return replica
+
+    def logs(self) -> str:
+        return "\n".join(f"===== {r.name} =====\n{r.output()}" for r in self.replicas)
+
+    def check_alive(self) -> None:
+        for replica in self.replicas:
+            if replica.name.startswith("doomed"):
+                continue
+            assert replica.alive(), f"{replica.name} exited:\n{replica.output()}"
+
+    def tis(self, dag_id: str) -> dict[str, TaskInstance]:
+        with self.sessions() as session:
+            rows = session.execute(
+                select(TaskInstance).where(TaskInstance.dag_id == dag_id).order_by(TaskInstance.id)
+            ).scalars()
+            return {ti.task_id: ti for ti in rows}
+
+    def tries(self, ti_id: int) -> list[TaskTry]:
+        with self.sessions() as session:
+            return list(
+                session.execute(
+                    select(TaskTry)
+                    .where(TaskTry.task_instance_id == ti_id)
+                    .order_by(TaskTry.try_number)
+                ).scalars()
+            )
+
+    def run_state(self, dag_id: str) -> str | None:
+        with self.sessions() as session:
+            return session.execute(
+                select(DagRun.state).where(DagRun.dag_id == dag_id).order_by(DagRun.id).limit(1)
+            ).scalar()
+
+    def wait_run(self, dag_id: str, states: tuple[str, ...], timeout: float = 240) -> str:
+        def probe() -> str | None:
+            self.check_alive()
+            state = self.run_state(dag_id)
+            return state if state in states else None
+
+        try:
+            return wait_for(f"run of {dag_id} in {states}", probe, timeout=timeout)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.state_dump(dag_id)}\n{self.logs()}") from None
+
+    def wait_task(
+        self, dag_id: str, task: str, probe_fn: Any, what: str, timeout: float = 180
+    ) -> TaskInstance:
+        def probe() -> TaskInstance | None:
+            self.check_alive()
+            ti = self.tis(dag_id).get(task)
+            return ti if ti is not None and probe_fn(ti) else None
+
+        try:
+            return wait_for(what, probe, timeout=timeout)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.state_dump(dag_id)}\n{self.logs()}") from None
+
+    def jobs(self, selector: str = names.SELECTOR) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.cluster.get_json(
+            "jobs", "-n", self.namespace, "-l", selector
+        )["items"]
+        return items
+
+    def state_dump(self, dag_id: str) -> str:
+        lines = [f"run: {self.run_state(dag_id)}"]
+        for task, ti in self.tis(dag_id).items():
+            lines.append(
+                f"  {task}: {ti.state} try {ti.try_number} ext {ti.external_id} reason {ti.reason}"
+            )
+        pods = self.cluster.kubectl(
+            "-n", self.namespace, "get", "jobs,pods", "-o", "wide", check=False
+        )
+        return "\n".join(lines) + "\n" + pods.stdout
+
+    def stop(self) -> None:
+        for replica in self.replicas:
+            replica.stop()
+
+
+@pytest.fixture
+def fleet(
+    k8s_cluster: Cluster,
+    kubeconfig: Path,
+    k8s_namespace: str,
+    db_url: str,
+    sessions: sessionmaker[Session],
+    tmp_path: Path,
+) -> Iterator[Fleet]:
+    if Path(k8s_cluster.kubeconfig) != LOCAL_KUBECONFIG or not netns.exists():
+        pytest.skip("host-run replicas need the local cluster (their task API is on its node)")
+    running = Fleet(k8s_cluster, k8s_namespace, db_url, sessions, tmp_path)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _one_task_dag(name: str, script: str, **task: Any) -> str:
+    body = {
+        "apiVersion": "sluice.io/v1alpha1",
+        "kind": "DAG",
+        "metadata": {"name": name},
+        "spec": {
+            "schedule": "@hourly",
+            "startDate": "2026-12-01T00:00:00Z",
+            "catchup": False,
+            "defaults": {"image": "busybox:1.36", "command": ["sh", "-c"]},
+            "tasks": [{"name": "t", "args": [script], **task}],
+        },
+    }
+    return json.dumps(body)
+
+
+def test_example_dags_run_as_one_job_per_try(fleet: Fleet) -> None:
+    examples = sorted(EXAMPLES.glob("*.yaml"))
+    assert examples
+    dag_ids = []
+    for path in examples:
+        fleet.add_dag(path.stem, path.read_text())
+        dag_ids.append(path.stem)
+    fleet.start("a")
+    fleet.start("b", sync=False)
+    for dag_id in dag_ids:
+        assert fleet.wait_run(dag_id, ("success", "failed")) == "success", fleet.state_dump(dag_id)
+
+    jobs = fleet.jobs()
+    by_try = {
+        (j["metadata"]["labels"][names.TI_LABEL], j["metadata"]["labels"][names.TRY_LABEL]): j
+        for j in jobs
+    }
+    assert len(by_try) == len(jobs), "two Jobs for one try"
+    ran = 0
+    for dag_id in dag_ids:
+        for task, ti in fleet.tis(dag_id).items():
+            for try_number in range(1, ti.try_number + 1):
+                job = by_try.get((str(ti.id), str(try_number)))
+                assert job is not None, f"no Job for {dag_id}.{task} try {try_number}"
+                meta = job["metadata"]
+                assert meta["name"] == names.job_name(dag_id, _run_id(fleet, ti), task, try_number)
+                assert len(meta["name"]) <= 63
+                assert meta["labels"]["sluice.io/dag"] == dag_id
+                assert meta["labels"]["sluice.io/task"] == task
+                assert meta["annotations"]["sluice.io/run-id"] == _run_id(fleet, ti)
+                assert job["spec"]["backoffLimit"] == 0
+                ran += 1
+            if ti.try_number:
+                assert ti.external_id == names.job_name(
+                    dag_id, _run_id(fleet, ti), task, ti.try_number
+                )
+    assert ran == len(jobs), "a Job that belongs to no try"
+    # etl-retries' extract fails its first try on purpose: two Jobs, the second succeeded.
+    extract = fleet.tis("etl-retries")["extract"]
+    assert (extract.try_number, extract.state) == (2, "success")
+    assert [t.state for t in fleet.tries(extract.id)] == ["failed", "success"]
+
+
+def _run_id(fleet: Fleet, ti: TaskInstance) -> str:
+    with fleet.sessions() as session:
+        run = session.get(DagRun, ti.dag_run_id)
+        assert run is not None
+        return run.run_id
+
+
+def test_task_pods_carry_no_database_credentials(fleet: Fleet) -> None:
+    fleet.add_dag("env", _one_task_dag("env", "env | sort; ls -a /var/run/secrets 2>&1 || true"))
+    fleet.start("a")
+    assert fleet.wait_run("env", ("success", "failed")) == "success", fleet.state_dump("env")
+    (job,) = fleet.jobs()
+    logs = fleet.cluster.kubectl(
+        "-n", fleet.namespace, "logs", f"job/{job['metadata']['name']}", "-c", "main"
+    ).stdout
+    assert "SLUICE_LOGICAL_DATE=" in logs
+    db = fleet.db_url
+    for secret in (db, "SLUICE_DATABASE_URL", "postgresql", "PGPASSWORD"):
+        assert secret not in logs, secret
+    assert "serviceaccount" not in logs  # no API token mounted
+    pod_spec = job["spec"]["template"]["spec"]
+    text = json.dumps(pod_spec)
+    assert "postgresql" not in text
+    assert "secret" not in text.lower()
+    sidecar = pod_spec["initContainers"][0]
+    assert sidecar["restartPolicy"] == "Always"
+    assert {e["name"] for e in sidecar["env"]} >= {"SLUICE_TRY_TOKEN", "SLUICE_TASK_API_URL"}
+
+
+def test_start_failures_fail_with_the_reason_after_the_pod_start_timeout(fleet: Fleet) -> None:
+    fleet.add_dag(
+        "no-image",
+        _one_task_dag("no-image", "true", image="localhost/sluice-no-such-image:1"),
+    )
+    fleet.add_dag(
+        "too-big",
+        _one_task_dag("too-big", "true", resources={"requests": {"cpu": "64"}}),
+    )
+    fleet.start("a")
+    for dag_id in ("no-image", "too-big"):
+        assert fleet.wait_run(dag_id, ("success", "failed")) == "failed"
+    no_image = fleet.tis("no-image")["t"]
+    assert no_image.reason is not None
+    assert no_image.reason.startswith(("ErrImagePull", "ImagePullBackOff")), no_image.reason
+    too_big = fleet.tis("too-big")["t"]
+    assert (too_big.reason or "").startswith("Unschedulable"), too_big.reason
+    assert "Insufficient cpu" in too_big.reason
+    # A try that could not start has its Job deleted: it must not start later.
+    wait_for("the failed tries' Jobs deleted", lambda: not fleet.jobs(), timeout=60)
+
+
+def test_a_deleted_pod_is_a_zombie_on_both_signals_and_is_retried(fleet: Fleet) -> None:
+    script = 'if [ "$SLUICE_TRY_NUMBER" = 1 ]; then sleep 600; fi; echo done'
+    fleet.add_dag("gone", _one_task_dag("gone", script, retries=1, retryDelay="0s"))
+    fleet.start("a")
+    ti = fleet.wait_task(
+        "gone", "t", lambda t: t.state == "running" and _heartbeats(fleet, t), "a heartbeating try"
+    )
+    fleet.cluster.kubectl(
+        "-n", fleet.namespace, "delete", "pod", "-l", f"{names.TI_LABEL}={ti.id}",
+        "--grace-period=0", "--force",
+    )  # fmt: skip
+    assert fleet.wait_run("gone", ("success", "failed")) == "success", fleet.state_dump("gone")
+    first, second = fleet.tries(ti.id)
+    assert first.state == "failed", first.reason
+    assert (first.reason or "").startswith("zombie:"), first.reason
+    assert second.state == "success"
+    final = fleet.tis("gone")["t"]
+    assert final.try_number == 2
+
+
+def test_a_pod_that_stops_heartbeating_is_killed_as_a_zombie(fleet: Fleet) -> None:
+    script = 'if [ "$SLUICE_TRY_NUMBER" = 1 ]; then sleep 600; fi; echo done'
+    fleet.add_dag("mute", _one_task_dag("mute", script, retries=1, retryDelay="0s"))
+    fleet.start("a")
+    ti = fleet.wait_task(
+        "mute", "t", lambda t: t.state == "running" and _heartbeats(fleet, t), "a heartbeating try"
+    )
+    pids = wait_for("the sidecar's process", lambda: sidecar_pids(ti.id, 1), timeout=30)
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)  # alive (the pod runs) but silent
+    assert fleet.wait_run("mute", ("success", "failed"), timeout=180) == "success", (
+        fleet.state_dump("mute")
+    )
+    first = fleet.tries(ti.id)[0]
+    assert first.state == "failed", first.reason
+    assert (first.reason or "").startswith("zombie:"), first.reason
+    assert "sent no heartbeat" in (first.reason or "")
+
+
+def test_a_killed_replicas_job_is_adopted_not_started_again(fleet: Fleet) -> None:
+    fleet.add_dag("adopt", _one_task_dag("adopt", "sleep 20; echo finished"))
+    doomed = fleet.start("doomed")
+    ti = fleet.wait_task("adopt", "t", lambda t: t.state == "running", "the try running")
+    assert ti.running_by_job_id == doomed.job_id
+    survivor = fleet.start("survivor", sync=False)
+    doomed.kill9()
+    done = fleet.wait_task(
+        "adopt", "t", lambda t: t.state == "success", "the try to succeed", timeout=180
+    )
+    assert done.try_number == 1
+    assert done.running_by_job_id == survivor.job_id, "the survivor did not adopt it"
+    jobs = fleet.jobs(f"{names.TI_LABEL}={ti.id}")
+    assert [j["metadata"]["name"] for j in jobs] == [ti.external_id], "started twice"
+
+
+def _heartbeats(fleet: Fleet, ti: TaskInstance) -> bool:
+    """The try's heartbeat moved after its start (its sidecar reaches the task API)."""
+    return (
+        ti.last_heartbeat_at is not None
+        and ti.start_date is not None
+        and ((ti.last_heartbeat_at - ti.start_date).total_seconds() > 0.5)
+    )
+
+
+def test_a_watch_410_relists_and_loses_no_ended_try(
+    k8s_cluster: Cluster, kubeconfig: Path, k8s_namespace: str
+) -> None:
+    """A watch resumed from a compacted version gets a real 410 from the API server,
+    relists, and the Job that ended meanwhile is in the cache with its end."""
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "ended", "labels": {names.TI_LABEL: "1", names.TRY_LABEL: "1"}},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": {names.TI_LABEL: "1", names.TRY_LABEL: "1"}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    "containers": [{"name": "main", "image": k8s_cluster.image,
+                                    "imagePullPolicy": "IfNotPresent", "command": ["true"]}],
+                },
+            },
+        },
+    }  # fmt: skip
+    k8s_cluster.apply(json.dumps(job), namespace=k8s_namespace)
+    k8s_cluster.kubectl(
+        "-n", k8s_namespace, "wait", "--for=condition=Complete", "job/ended", "--timeout=120s",
+        timeout=150,
+    )  # fmt: skip
+    settings = KubernetesSettings(
+        namespace=k8s_namespace, sluice_image=k8s_cluster.image, kubeconfig=str(kubeconfig)
+    )
+    cache = TryCache(api_client_factory(settings), k8s_namespace)
+    for kind in ("jobs", "pods"):
+        state = cache._kinds[kind]
+        state.resource_version = "1"  # long compacted: the server answers 410 Gone
+    cache.start()
+    try:
+        assert cache.wait_synced(60), cache.stats()
+        stats = cache.stats()
+        assert stats["jobs_relists"] >= 1, stats
+        assert stats["pods_relists"] >= 1, stats
+        found = cache.job("ended")
+        assert found is not None
+        conditions = {
+            c["type"] for c in found["status"].get("conditions", []) if c["status"] == "True"
+        }
+        assert "Complete" in conditions
+        pod = cache.newest_pod("ended")
+        assert pod is not None
+        assert pod["status"]["phase"] == "Succeeded"
+    finally:
+        cache.stop()
