@@ -223,8 +223,10 @@ class TaskApi:
         thread, loop = self._thread, self._loop
         if thread is None or loop is None:
             return
-        asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result()
-        loop.call_soon_threadsafe(loop.stop)
+        if thread.is_alive():
+            shutdown = asyncio.run_coroutine_threadsafe(self._shutdown(), loop)
+            shutdown.result(timeout=self._shutdown_timeout + 30)
+            loop.call_soon_threadsafe(loop.stop)
         thread.join()
         self._thread = None
         log.info("task API stopped", url=self.url)
