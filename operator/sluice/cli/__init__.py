@@ -7,6 +7,7 @@ import typer
 from sluice.cli import backfill as backfill_cli
 from sluice.cli import dags as dags_cli
 from sluice.cli import db as db_cli
+from sluice.cli import heartbeat as heartbeat_cli
 from sluice.cli import operator as operator_cli
 from sluice.cli import scheduler as scheduler_cli
 from sluice.cli import standalone as standalone_cli
@@ -24,6 +25,7 @@ app.command("scheduler")(scheduler_cli.scheduler)
 app.command("standalone")(standalone_cli.standalone)
 app.command("backfill")(backfill_cli.backfill)
 app.command("operator")(operator_cli.operator)
+app.command("heartbeat")(heartbeat_cli.heartbeat)
 
 
 def main() -> None:

@@ -1,0 +1,218 @@
+"""The heartbeat sidecar's decisions, with scripted answers (the real server: tests/db)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sluice.api import protocol, sidecar
+from sluice.api.sidecar import HeartbeatLoop, Next, Reply, next_step
+from sluice.cli import app
+
+OK = Reply(204)
+NOT_RUNNING = Reply(409, {"reason": "not_running", "state": "success", "try_number": 2})
+
+
+@pytest.fixture(autouse=True)
+def kill_minus_one(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """`kill(-1)` here would signal every process of this user: record it instead."""
+    calls: list[tuple[int, int]] = []
+    real = os.kill
+
+    def guarded(pid: int, sig: int) -> None:
+        if pid <= 0:
+            calls.append((pid, sig))
+            return
+        real(pid, sig)
+
+    monkeypatch.setattr(os, "kill", guarded)
+    return calls
+
+
+class Script:
+    """Answers posts from a list; stops the loop when the list runs out."""
+
+    def __init__(self, replies: Sequence[Reply]) -> None:
+        self.replies = list(replies)
+        self.tokens: list[str] = []
+        self.urls: list[str] = []
+        self.waits: list[float] = []
+        self.loop: HeartbeatLoop | None = None
+
+    def post(self, url: str, token: str, timeout: float) -> Reply:
+        self.urls.append(url)
+        self.tokens.append(token)
+        reply = self.replies.pop(0)
+        if not self.replies and self.loop is not None:
+            self.loop.stop()
+        return reply
+
+    def wait(self, seconds: float) -> None:
+        self.waits.append(seconds)
+
+
+def scripted(
+    replies: Sequence[Reply], stops: list[str], **kwargs: float
+) -> tuple[HeartbeatLoop, Script]:
+    script = Script(replies)
+    loop = HeartbeatLoop(
+        "http://task-api:8080/",
+        7,
+        2,
+        "token-1",
+        stop_work=stops.append,
+        post=script.post,
+        wait=script.wait,
+        **kwargs,
+    )
+    script.loop = loop
+    return loop, script
+
+
+@pytest.mark.parametrize(
+    ("reply", "step"),
+    [
+        (Reply(204), Next.CONTINUE),
+        (Reply(200), Next.CONTINUE),
+        (Reply(409, {"reason": "not_running"}), Next.STOP_WORK),
+        (Reply(404, {"reason": "not_found"}), Next.STOP_WORK),
+        (Reply(None, error="ConnectionRefusedError"), Next.RETRY),
+        (Reply(500), Next.RETRY),
+        (Reply(503, {"reason": "unavailable"}), Next.RETRY),
+        (Reply(429), Next.RETRY),
+        (Reply(401, {"reason": "unauthorized"}), Next.COMPLAIN),
+        (Reply(403, {"reason": "forbidden"}), Next.COMPLAIN),
+        # Not the task API's refusal (a proxy, a wrong URL): never a reason to kill the task.
+        (Reply(404), Next.COMPLAIN),
+        (Reply(409, {"reason": "conflict"}), Next.COMPLAIN),
+        (Reply(400), Next.COMPLAIN),
+    ],
+)
+def test_what_each_answer_means(reply: Reply, step: Next) -> None:
+    assert next_step(reply) is step
+
+
+def test_it_posts_to_its_try_every_interval() -> None:
+    stops: list[str] = []
+    loop, script = scripted([OK, OK, OK], stops, interval=10.0)
+    loop.run()
+    assert script.urls == ["http://task-api:8080/v1/tries/7/2/heartbeat"] * 3
+    assert loop.accepted == 3
+    assert all(9.0 < w <= 10.0 for w in script.waits)
+    assert stops == []
+
+
+def test_connection_errors_and_5xx_back_off_and_never_end_it() -> None:
+    stops: list[str] = []
+    failures = [Reply(None, error="refused"), Reply(503), Reply(502), Reply(500), Reply(500)]
+    replies = [*failures, Reply(500), OK, Reply(None, error="reset"), OK]
+    loop, script = scripted(replies, stops, interval=5.0, first_retry=1.0)
+    loop.run()
+    retries = script.waits[:6]
+    # Doubling from 1 s (jittered down by at most half), capped at the interval.
+    for attempt, wait in enumerate(retries):
+        ceiling = min(5.0, 2.0**attempt)
+        assert ceiling / 2 <= wait <= ceiling
+    # After a success the backoff starts again from the first retry.
+    assert 0.5 <= script.waits[7] <= 1.0
+    assert loop.accepted == 2
+    assert stops == []
+
+
+def test_unauthorized_and_forbidden_keep_trying_at_the_interval() -> None:
+    stops: list[str] = []
+    loop, script = scripted(
+        [
+            Reply(401, {"reason": "unauthorized"}),
+            Reply(403, {"reason": "forbidden"}),
+            Reply(404),
+            OK,
+        ],
+        stops,
+        interval=10.0,
+    )
+    loop.run()
+    assert len(script.urls) == 4
+    assert stops == []
+    assert loop.accepted == 1
+
+
+def test_a_refreshed_token_is_used_from_the_next_heartbeat() -> None:
+    stops: list[str] = []
+    loop, script = scripted([OK, Reply(204, refreshed_token="token-2"), OK, OK], stops)
+    loop.run()
+    assert script.tokens == ["token-1", "token-1", "token-2", "token-2"]
+    assert loop.token == "token-2"
+
+
+def test_not_running_stops_the_work_once_then_idles_until_stopped() -> None:
+    stops: list[str] = []
+    script = Script([OK, NOT_RUNNING, OK])
+    loop = HeartbeatLoop(
+        "http://task-api", 7, 2, "t", stop_work=stops.append, post=script.post, wait=script.wait
+    )
+    runner = threading.Thread(target=loop.run)
+    runner.start()
+    runner.join(0.5)
+    assert runner.is_alive()  # idling, not exited: a native sidecar would be restarted
+    assert len(script.urls) == 2  # and no more heartbeats
+    assert stops == [
+        "try 2 of task instance 7 is not running (the task instance is success at try 2)"
+    ]
+    loop.stop()
+    runner.join(5)
+    assert not runner.is_alive()
+
+
+def test_not_found_stops_the_work() -> None:
+    stops: list[str] = []
+    loop, _ = scripted([Reply(404, {"reason": "not_found"})], stops)
+    loop.run()  # the script stops the loop with its last answer, so the idle wait returns
+    assert stops == ["task instance 7 no longer exists"]
+
+
+def test_stop_work_signals_every_process_it_may(
+    kill_minus_one: list[tuple[int, int]],
+) -> None:
+    sidecar.terminate_pod_processes("try 2 is not running")
+    assert kill_minus_one == [(-1, signal.SIGTERM)]
+
+
+def test_post_heartbeat_reports_no_answer_instead_of_raising() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, not listening: connections are refused
+        reply = sidecar.post_heartbeat(f"http://127.0.0.1:{port}/v1/tries/1/1/heartbeat", "t", 2)
+    assert reply.status is None
+    assert reply.error is not None
+    assert reply.error.startswith("ConnectionRefusedError")
+
+
+def test_sluice_heartbeat_names_what_is_missing(tmp_path: Path) -> None:
+    runner = CliRunner()
+    full = {
+        protocol.URL_ENV: "http://task-api",
+        protocol.TI_ID_ENV: "1",
+        protocol.TRY_NUMBER_ENV: "1",
+        protocol.TOKEN_ENV: "t",
+    }
+    for missing in full:
+        env: dict[str, str | None] = {**full, missing: None}
+        result = runner.invoke(app, ["heartbeat"], env=env)
+        assert result.exit_code == 2
+        assert missing in result.output
+    result = runner.invoke(
+        app, ["heartbeat", "--token-file", str(tmp_path / "absent")], env={**full}
+    )
+    assert result.exit_code == 2
+    assert "cannot read --token-file" in result.output
+    result = runner.invoke(app, ["heartbeat", "--interval", "0"], env={**full})
+    assert result.exit_code == 2
+    assert "--interval" in result.output
