@@ -164,8 +164,12 @@ class TaskApi:
         max_batch: int = 500,
         shutdown_timeout: float = 10.0,
         clock: Callable[[], datetime] = utcnow,
+        reuse_port: bool = False,
     ) -> None:
         self._sessions = session_factory(engine)
+        # SO_REUSEPORT: replicas on one host share the address, as replicas behind one
+        # Service do; the kernel spreads connections over the live ones.
+        self._reuse_port = reuse_port
         self._signer = signer
         self._host = host
         self._requested_port = port
@@ -206,7 +210,9 @@ class TaskApi:
             raise RuntimeError("the task API is already started")
         # Bound here, on the caller's thread: a port in use fails `start()` itself.
         family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
-        sock = socket.create_server((self._host, self._requested_port), family=family)
+        sock = socket.create_server(
+            (self._host, self._requested_port), family=family, reuse_port=self._reuse_port
+        )
         self._port = sock.getsockname()[1]
         self._thread = threading.Thread(
             target=self._serve, args=(sock,), name="task-api", daemon=True

@@ -6,7 +6,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from sqlalchemy import Engine
 
+from sluice.api.server import TaskApi
+from sluice.api.tokens import KeysError, TrySigner, load_keys
 from sluice.cli.common import fail
 from sluice.executors.kubernetes import KubernetesExecutor, KubernetesSettings
 
@@ -59,6 +62,22 @@ TaskImagePullPolicy = Annotated[
         help="kubernetes executor: imagePullPolicy of task containers (default: Kubernetes')"
     ),
 ]
+TaskApiListen = Annotated[
+    str,
+    typer.Option(
+        envvar="SLUICE_TASK_API_LISTEN",
+        help="kubernetes executor: HOST:PORT the task API listens on (shared by the "
+        "replicas on one host)",
+        show_envvar=True,
+    ),
+]
+TaskApiKeysFile = Annotated[
+    Path | None,
+    typer.Option(
+        help="kubernetes executor: the task API's signing keys, one per line, the first signs "
+        "(default: $SLUICE_TASK_API_KEYS_FILE, else $SLUICE_TASK_API_KEYS)"
+    ),
+]
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 
 
@@ -99,8 +118,32 @@ def kubernetes_settings(
     )
 
 
-def make_executor(settings: KubernetesSettings) -> KubernetesExecutor:
+def listen_address(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        fail(f"--task-api-listen {value!r} must be HOST:PORT, e.g. 0.0.0.0:8793")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def task_signer(keys_file: Path | None) -> TrySigner:
     try:
-        return KubernetesExecutor(settings)
+        return TrySigner(load_keys(keys_file))
+    except KeysError as exc:
+        fail(f"--task-api-keys-file: {exc}")
+
+
+def make_executor(settings: KubernetesSettings, signer: TrySigner | None) -> KubernetesExecutor:
+    tokens = None if signer is None else signer.issue
+    try:
+        return KubernetesExecutor(settings, tokens=tokens)
     except Exception as exc:  # no kubeconfig, a broken one, an unreachable server
         fail(f"the kubernetes executor cannot reach the cluster: {exc}")
+
+
+def start_task_api(engine: Engine, signer: TrySigner, listen: tuple[str, int]) -> TaskApi:
+    api = TaskApi(engine, signer, listen[0], listen[1], reuse_port=True)
+    try:
+        api.start()
+    except OSError as exc:
+        fail(f"--task-api-listen {listen[0]}:{listen[1]}: cannot listen: {exc.strerror}")
+    return api

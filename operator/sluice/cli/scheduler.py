@@ -62,6 +62,8 @@ def scheduler(
     kubeconfig: k8s.Kubeconfig = None,
     sluice_image: k8s.SluiceImage = "localhost/sluice:dev",
     task_api_url: k8s.TaskApiUrl = None,
+    task_api_listen: k8s.TaskApiListen = "0.0.0.0:8793",
+    task_api_keys_file: k8s.TaskApiKeysFile = None,
     pod_start_timeout: k8s.PodStartTimeout = 300.0,
     task_service_account: k8s.TaskServiceAccount = None,
     task_image_pull_policy: k8s.TaskImagePullPolicy = None,
@@ -103,6 +105,7 @@ def scheduler(
                 f" ({heartbeat_interval}s), or {looks_like}"
             )
     chosen: Executor
+    signer = None
     if executor == "local":
         chosen = LocalExecutor(log_dir)
     elif executor == "noop":
@@ -118,7 +121,9 @@ def scheduler(
             service_account=task_service_account,
             image_pull_policy=task_image_pull_policy,
         )
-        chosen = k8s.make_executor(settings)
+        listen = k8s.listen_address(task_api_listen)
+        signer = k8s.task_signer(task_api_keys_file) if task_api_url else None
+        chosen = k8s.make_executor(settings, signer)
     else:
         fail(f"--executor {executor!r} is not known; use local, kubernetes or noop")
     config = SchedulerConfig(
@@ -137,6 +142,7 @@ def scheduler(
         upgrade(url)
     engine = make_engine(url, prepare_statements=prepared_statements)
     sessions = session_factory(engine)
+    task_api = None if signer is None else k8s.start_task_api(engine, signer, listen)
     if dags is not None:
         manifests = load_manifests([dags])
         with sessions() as session:
@@ -155,4 +161,6 @@ def scheduler(
         loop.run(lambda: stopping["now"])
     finally:
         loop.close()
+        if task_api is not None:
+            task_api.stop()
         engine.dispose()

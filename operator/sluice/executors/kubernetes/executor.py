@@ -45,7 +45,7 @@ from sluice.spec.states import TaskState
 log = structlog.get_logger("sluice.executors.kubernetes")
 
 Key = tuple[int, int]
-TokenIssuer = Callable[[int, int, float | None], str]
+TokenIssuer = Callable[[int, int, float], str]
 
 
 @dataclass(frozen=True)
@@ -389,11 +389,14 @@ def _created(job: dict[str, Any] | None, fallback: datetime) -> datetime:
     return datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
 
 
-def _token_life(timeout: timedelta | None, settings: KubernetesSettings) -> float | None:
-    """A token outlives the longest the try may take: its start timeout plus its run time."""
-    if timeout is None:
-        return None  # the issuer's default (refreshed by the task API while heartbeats flow)
-    return settings.pod_start_timeout + timeout.total_seconds() + 300
+UNBOUNDED_TRY_TOKEN_LIFE = 24 * 3600.0
+
+
+def _token_life(timeout: timedelta | None, settings: KubernetesSettings) -> float:
+    """A try's token outlives its pod's start and its run time (a day without a timeout);
+    the task API refreshes it while heartbeats flow, so expiry never stops a live try."""
+    run = timeout.total_seconds() if timeout is not None else UNBOUNDED_TRY_TOKEN_LIFE
+    return settings.pod_start_timeout + run + 300
 
 
 def _api_error(exc: ApiException) -> str:
