@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,3 +89,37 @@ class Cluster:
     def apply(self, manifest: str, namespace: str | None = None) -> None:
         ns = ["-n", namespace] if namespace else []
         self.kubectl(*ns, "apply", "-f", "-", input=manifest)
+
+
+def restart_apiserver(cluster_dir: Path = CLUSTER_DIR, timeout: float = 120) -> None:
+    """Stop the local cluster's kube-apiserver and start it again with the same command line.
+
+    Its watch cache starts over at the current revision, so a watch resumed from
+    an older one gets `410 Gone`, and every open watch breaks. Runs in the
+    caller's network namespace (the cluster's, in the k8s tests); the new pid
+    goes in the pid file, so hack/cluster-down.sh stops it.
+    """
+    import signal
+
+    pidfile = cluster_dir / "pids" / "kube-apiserver.pid"
+    pid = int(pidfile.read_text())
+    argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if Path(f"/proc/{pid}").exists():
+        os.kill(pid, signal.SIGKILL)
+    with (cluster_dir / "logs" / "kube-apiserver.log").open("ab") as log:
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+    pidfile.write_text(f"{proc.pid}\n")
+    kubectl = kubectl_binary()
+    assert kubectl is not None
+    deadline = time.monotonic() + timeout
+    while not reachable(cluster_dir / "admin.kubeconfig"):
+        assert proc.poll() is None, "kube-apiserver exited after its restart"
+        assert time.monotonic() < deadline, "kube-apiserver not ready after its restart"
+        time.sleep(0.5)

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy import insert, select, tuple_, update
+from sqlalchemy import insert, or_, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache
@@ -240,7 +240,16 @@ def plan_stale_tries(
         .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
         .where(
             TaskInstance.state == TaskState.RUNNING,
-            TaskInstance.last_heartbeat_at < now - timedelta(seconds=threshold),
+            or_(
+                TaskInstance.last_heartbeat_at < now - timedelta(seconds=threshold),
+                # Tries that heartbeat themselves stay fresh while their owner is dead:
+                # they are adopted as soon as the owner is, not once they end.
+                *(
+                    [TaskInstance.running_by_job_id.not_in(live_jobs)]
+                    if executor.pods_heartbeat
+                    else []
+                ),
+            ),
         )
         .order_by(TaskInstance.id)
         .limit(limit)

@@ -22,8 +22,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import structlog
-from kubernetes import client, watch
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
 
 from sluice.executors.kubernetes import names
 
@@ -52,6 +53,7 @@ class _Kind:
         self.synced = False
         self.resource_version: str | None = None
         self.relists = 0
+        self.gone = 0  # 410s: history compacted or the API server restarted
         self.errors = 0
 
 
@@ -105,6 +107,7 @@ class TryCache:
                 for what, value in (
                     ("cached", len(k.by_name)),
                     ("relists", k.relists),
+                    ("gone", k.gone),
                     ("errors", k.errors),
                 )
             }
@@ -195,17 +198,29 @@ class TryCache:
         self._changed()
 
     def _watch(self, api: client.ApiClient, state: _Kind) -> Iterator[dict[str, Any]]:
-        stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
-            self._list_fn(api, state.kind),
+        """The events of one WATCH request, as dicts. (The client's `Watch.stream` cannot
+        hand ERROR events over undeserialized, and deserializing every event into model
+        classes costs more than judging it.)"""
+        response: Any = self._list_fn(api, state.kind)(
             self.namespace,
             label_selector=self.selector,
             resource_version=state.resource_version,
             allow_watch_bookmarks=True,
-            timeout_seconds=WATCH_SECONDS,  # also: a 410 is raised, never retried blindly
+            watch=True,
+            timeout_seconds=WATCH_SECONDS,
+            _preload_content=False,
             _request_timeout=(10, READ_TIMEOUT),
-            deserialize=False,  # the objects as dicts: no model classes per event
         )
-        yield from stream
+        try:
+            status = getattr(response, "status", 200)
+            if not 200 <= status < 300:
+                raise ApiException(status=status, reason=str(response.data[:300]))
+            for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
+                if line:
+                    yield json.loads(line)
+        finally:
+            response.close()
+            response.release_conn()
 
     def _apply(self, state: _Kind, event: dict[str, Any]) -> None:
         kind = event.get("type")
@@ -236,6 +251,7 @@ class TryCache:
         log.info("watch history gone (410): relisting", kind=state.kind)
         with self._lock:
             state.resource_version = None
+            state.gone += 1
 
     def _failed(self, state: _Kind, exc: Exception) -> None:
         with self._lock:
