@@ -98,6 +98,9 @@ class DagVersion(Base):
     version_number: Mapped[int] = mapped_column(Integer)
     spec_hash: Mapped[str] = mapped_column(Text)
     spec: Mapped[dict[str, Any]]
+    # The shape `spec` was written in; read through sluice.spec.upgrades (migration 0006:
+    # the versions stored before it are 1).
+    spec_schema_version: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
 
     __table_args__ = (
