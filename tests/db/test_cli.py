@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner, Result
 
@@ -466,6 +466,26 @@ def test_trigger_conf_must_be_an_object(db_url: str, daily: str) -> None:
     assert "--conf must be a JSON object" in result.stderr
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["dags", "trigger", "daily"],
+        ["backfill", "daily", "--start", "2026-11-01T00:00:00Z", "--end", "2026-11-02T00:00:00Z"],
+    ],
+)
+def test_a_dag_whose_version_cannot_be_loaded_is_a_clear_error(
+    db_url: str, daily: str, sessions: sessionmaker[Session], command: list[str]
+) -> None:
+    with sessions() as session:
+        session.execute(text("UPDATE dag_version SET spec = '{\"tasks\": 1}'"))
+        session.commit()
+    result = sluice(*command, "--database-url", db_url)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: DAG 'daily' version 1 (dag_version.id 1) cannot be")
+    assert "spec.tasks: must be a list" in result.stderr
+    assert "apply the DAG's manifest again" in result.stderr
+
+
 def test_trigger_unknown_dag(db_url: str) -> None:
     result = sluice("dags", "trigger", "nope", "--database-url", db_url)
     assert result.exit_code == 2
@@ -550,3 +570,52 @@ def test_scheduler_prepares_statements_unless_told_not_to(
     result = sluice("scheduler", *flag, "--database-url", db_url, "--no-migrate")
     assert isinstance(result.exception, RuntimeError)
     assert seen == {"prepare_statements": prepared}
+
+
+# --- dags list ----------------------------------------------------------------------------
+
+
+def test_dags_list_shows_a_broken_dag_and_why(
+    db_url: str, daily: str, sessions: sessionmaker[Session]
+) -> None:
+    with sessions() as session:
+        sync_dag(session, manifest("bad-spec", [{"name": "a"}], schedule=None), datetime.now(UTC))
+        session.execute(
+            text(
+                "UPDATE dag SET broken_reason = 'version 1 cannot be loaded: spec.tasks: bad',"
+                " broken_at = '2026-12-01T00:00:00Z' WHERE dag_id = 'bad-spec'"
+            )
+        )
+        session.commit()
+    result = sluice("dags", "list", "-o", "json", "--database-url", db_url)
+    assert result.exit_code == 0, result.output
+    listed = {d["dag"]: d for d in json.loads(result.stdout)["dags"]}
+    assert list(listed) == ["bad-spec", "daily"]
+    assert listed["bad-spec"]["broken_reason"] == "version 1 cannot be loaded: spec.tasks: bad"
+    assert listed["bad-spec"]["broken_at"] == "2026-12-01T00:00:00+00:00"
+    assert listed["daily"] == {
+        "dag": "daily",
+        "namespace": None,
+        "version": 1,
+        "schedule": "@daily",
+        "paused": False,
+        "active": True,
+        "next_run_after": listed["daily"]["next_run_after"],
+        "broken_reason": None,
+        "broken_at": None,
+    }
+    table = sluice("dags", "list", "--database-url", db_url)
+    assert table.exit_code == 0, table.output
+    rows = {line.split("│")[1].strip(): line for line in table.stdout.splitlines() if "│" in line}
+    assert rows["bad-spec"].split("│")[7].strip() == "broken"
+    assert rows["daily"].split("│")[7].strip() == "active"
+    assert table.stdout.splitlines()[-1] == (
+        "bad-spec: broken since 2026-12-01T00:00:00+00:00: "
+        "version 1 cannot be loaded: spec.tasks: bad"
+    )
+
+
+def test_dags_list_needs_a_database_url() -> None:
+    result = sluice("dags", "list")
+    assert result.exit_code == 2
+    assert "SLUICE_DATABASE_URL" in result.stderr

@@ -1,4 +1,4 @@
-"""`sluice dags validate|test|trigger`: check, try out, and start DAGs."""
+"""`sluice dags validate|test|trigger|list`: check, try out, start and list DAGs."""
 
 from __future__ import annotations
 
@@ -21,9 +21,17 @@ from sluice.scheduler.loop import utcnow
 from sluice.scheduler.triggers import TriggerError, trigger_run
 from sluice.spec.models import DagManifest
 from sluice.spec.states import TERMINAL_RUN_STATES, RunState
-from sluice.summaries import as_json, read_runs, tasks_table
+from sluice.summaries import (
+    as_json,
+    broken_lines,
+    dags_as_json,
+    dags_table,
+    read_dags,
+    read_runs,
+    tasks_table,
+)
 
-app = typer.Typer(help="Check, try out and trigger DAGs.", no_args_is_help=True)
+app = typer.Typer(help="Check, try out, trigger, list and pause DAGs.", no_args_is_help=True)
 
 Output = Annotated[str, typer.Option("--output", "-o", help="table or json")]
 
@@ -151,3 +159,27 @@ def trigger(
         session.commit()
     engine.dispose()
     print(f"created run {new.run_id}", file=sys.stdout)
+
+
+def _database(database_url: str | None) -> str:
+    try:
+        return require_database_url(database_url)
+    except ConfigError as exc:
+        fail(str(exc))
+
+
+@app.command("list")
+def list_dags(output: Output = "table", database_url: DatabaseUrl = None) -> None:
+    """List the registered DAGs: version, schedule, paused, next run, and whether they are
+    broken (their current version cannot be loaded, so no runs are created) and why."""
+    _check_output(output)
+    engine = make_engine(_database(database_url))
+    with session_factory(engine)() as session:
+        dags = read_dags(session)
+    engine.dispose()
+    if output == "json":
+        print(json.dumps(dags_as_json(dags), indent=2))
+        return
+    Console().print(dags_table(dags))
+    for line in broken_lines(dags):
+        print(line)

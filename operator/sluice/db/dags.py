@@ -48,6 +48,8 @@ def sync_dag(session: Session, manifest: DagManifest, now: datetime) -> SyncResu
     ).scalar_one_or_none()
     if version_id is None:
         version_id = _current_if_same(session, dag, digest)
+    elif dag.broken_reason is not None:
+        _repair_if_unloadable(session, version_id, spec)
     new_version = version_id is None
     if version_id is None:
         number = session.execute(
@@ -75,6 +77,8 @@ def sync_dag(session: Session, manifest: DagManifest, now: datetime) -> SyncResu
     dag.catchup = spec.catchup
     dag.max_active_runs = spec.max_active_runs
     dag.max_active_tasks = spec.max_active_tasks
+    dag.broken_reason = None  # the current version now loads: new, or checked above
+    dag.broken_at = None
     dag.updated_at = now
     compiled = CompiledDag(dag_id, version_id, spec)
     set_next_run(dag, next_scheduled_run(session, compiled, now))
@@ -101,6 +105,26 @@ def _current_if_same(session: Session, dag: Dag, digest: str) -> int | None:
     except ValueError:
         return None  # unreadable: the manifest's spec is stored as a new version
     return dag.current_version_id if spec_hash(current) == digest else None
+
+
+def _repair_if_unloadable(session: Session, version_id: int, spec: DagSpec) -> None:
+    """Rewrite a stored version that no longer loads from the spec that hashes to it.
+
+    For a broken DAG applied again unchanged: the manifest hashes to the stored
+    version, so it is that version, and the row is what was lost (hand-edited, or
+    written by a newer release in a shape this one cannot read).
+    """
+    row = session.execute(
+        select(DagVersion.spec, DagVersion.spec_schema_version).where(DagVersion.id == version_id)
+    ).one()
+    try:
+        spec_from_json(row.spec, row.spec_schema_version)
+    except ValueError:
+        session.execute(
+            update(DagVersion)
+            .where(DagVersion.id == version_id)
+            .values(spec=spec_to_json(spec), spec_schema_version=upgrades.SPEC_SCHEMA_VERSION)
+        )
 
 
 def spec_to_json(spec: DagSpec) -> dict[str, Any]:

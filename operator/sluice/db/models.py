@@ -77,13 +77,20 @@ class Dag(Base):
     next_data_interval_start: Mapped[datetime | None]
     next_data_interval_end: Mapped[datetime | None]
     next_run_after: Mapped[datetime | None]
+    # Set by the scheduler when the current version cannot be loaded (no runs are created
+    # meanwhile); cleared when a manifest makes a loadable version current (migration 0006).
+    broken_reason: Mapped[str | None] = mapped_column(Text)
+    broken_at: Mapped[datetime | None]
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
 
     __table_args__ = (
         Index(
             "ix_dag_due",
             "next_run_after",
-            postgresql_where=text("NOT is_paused AND is_active AND next_run_after IS NOT NULL"),
+            postgresql_where=text(
+                "NOT is_paused AND is_active AND next_run_after IS NOT NULL"
+                " AND broken_reason IS NULL"
+            ),
         ),
     )
 

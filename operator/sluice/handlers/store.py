@@ -58,13 +58,22 @@ def apply_dag(session: Session, manifest: DagManifest, now: datetime) -> Applied
     return AppliedDag(result.dag_id, number, result.new_version)
 
 
-def owned_version(session: Session, dag_id: str, namespace: str | None) -> int | None:
-    """The version number the scheduler runs for this namespace's DAG, if any."""
-    return session.execute(
-        select(DagVersion.version_number)
+@dataclass(frozen=True)
+class KeptVersion:
+    """The version the scheduler runs for a DAG, and why it cannot, if it is broken."""
+
+    number: int
+    broken_reason: str | None
+
+
+def owned_version(session: Session, dag_id: str, namespace: str | None) -> KeptVersion | None:
+    """The current version of this namespace's DAG, if any."""
+    row = session.execute(
+        select(DagVersion.version_number, Dag.broken_reason)
         .join(Dag, Dag.current_version_id == DagVersion.id)
         .where(Dag.dag_id == dag_id, Dag.namespace.is_not_distinct_from(namespace), Dag.is_active)
-    ).scalar_one_or_none()
+    ).one_or_none()
+    return None if row is None else KeptVersion(row.version_number, row.broken_reason)
 
 
 def deactivate_dag(session: Session, dag_id: str, namespace: str | None) -> bool:

@@ -1,10 +1,14 @@
-"""Stored specs carry the schema version they were written in.
+"""Stored specs carry the schema version they were written in; a DAG can be marked broken.
 
 `dag_version.spec_schema_version` says which shape `spec` has, so a release
 whose spec model changed upgrades old specs on read (sluice.spec.upgrades)
 instead of failing to validate them. Every version stored before this
 migration is schema version 1. The column has no default afterwards: whoever
 stores a spec says which shape it wrote.
+
+`dag.broken_reason` and `broken_at`: the scheduler marks a DAG whose current
+version cannot be loaded, and the due-runs scan (`ix_dag_due`) leaves it out,
+so such DAGs cannot take the places of the others in a tick's batch.
 
 Revision ID: 0006
 Revises: 0005
@@ -27,7 +31,23 @@ def upgrade() -> None:
         sa.Column("spec_schema_version", sa.Integer(), nullable=False, server_default="1"),
     )
     op.alter_column("dag_version", "spec_schema_version", server_default=None)
+    op.add_column("dag", sa.Column("broken_reason", sa.Text(), nullable=True))
+    op.add_column("dag", sa.Column("broken_at", sa.DateTime(timezone=True), nullable=True))
+    op.drop_index("ix_dag_due", table_name="dag")
+    op.create_index(
+        "ix_dag_due",
+        "dag",
+        ["next_run_after"],
+        postgresql_where=sa.text(_DUE + " AND broken_reason IS NULL"),
+    )
 
 
 def downgrade() -> None:
+    op.drop_index("ix_dag_due", table_name="dag")
+    op.create_index("ix_dag_due", "dag", ["next_run_after"], postgresql_where=sa.text(_DUE))
+    op.drop_column("dag", "broken_at")
+    op.drop_column("dag", "broken_reason")
     op.drop_column("dag_version", "spec_schema_version")
+
+
+_DUE = "NOT is_paused AND is_active AND next_run_after IS NOT NULL"
