@@ -24,7 +24,8 @@ from typer.testing import CliRunner, Result
 
 from sluice.cli import app
 from sluice.db.dags import sync_dag
-from sluice.db.models import Backfill, DagRun
+from sluice.db.models import Backfill, Dag, DagRun
+from sluice.spec.models import DagManifest
 from tests.manifests import BAD, GOOD
 from tests.support import manifest
 
@@ -295,16 +296,19 @@ def test_standalone_until_idle_runs_every_example_once(db_url: str) -> None:
 # --- backfill -----------------------------------------------------------------------------
 
 
-@pytest.fixture
-def daily(sessions: sessionmaker[Session]) -> str:
-    daily = manifest(
+def _daily_manifest() -> DagManifest:
+    return manifest(
         "daily",
         [{"name": "a", "command": ["sh", "-c"], "args": ["echo a"]}],
         schedule="@daily",
         startDate="2026-11-01T00:00:00Z",
     )
+
+
+@pytest.fixture
+def daily(sessions: sessionmaker[Session]) -> str:
     with sessions() as session:
-        sync_dag(session, daily, datetime.now(UTC))
+        sync_dag(session, _daily_manifest(), datetime.now(UTC))
         session.commit()
     return "daily"
 
@@ -492,6 +496,37 @@ def test_trigger_unknown_dag(db_url: str) -> None:
     assert "'nope' is not registered" in result.stderr
 
 
+# --- dags pause / unpause -----------------------------------------------------------------
+
+
+def _paused(sessions: sessionmaker[Session], dag: str) -> bool:
+    with sessions() as session:
+        return bool(session.execute(select(Dag.is_paused).where(Dag.dag_id == dag)).scalar_one())
+
+
+def test_pause_and_unpause(db_url: str, daily: str, sessions: sessionmaker[Session]) -> None:
+    result = sluice("dags", "pause", daily, "--database-url", db_url)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "DAG 'daily' is paused\n"
+    assert _paused(sessions, daily)
+    # The same manifest synced again (the operator's resume, `scheduler --dags`) keeps it.
+    with sessions() as session:
+        sync_dag(session, _daily_manifest(), datetime.now(UTC))
+        session.commit()
+    assert _paused(sessions, daily)
+    result = sluice("dags", "unpause", daily, "--database-url", db_url)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "DAG 'daily' is unpaused\n"
+    assert not _paused(sessions, daily)
+
+
+@pytest.mark.parametrize("command", ["pause", "unpause"])
+def test_pause_unknown_dag(db_url: str, command: str) -> None:
+    result = sluice("dags", command, "nope", "--database-url", db_url)
+    assert result.exit_code == 2
+    assert result.stderr == "error: DAG 'nope' is not registered; apply its manifest first\n"
+
+
 # --- db and configuration -----------------------------------------------------------------
 
 
@@ -511,6 +546,8 @@ def test_database_url_from_the_environment(db_url: str) -> None:
     [
         ["db", "upgrade"],
         ["dags", "trigger", "hello"],
+        ["dags", "pause", "hello"],
+        ["dags", "unpause", "hello"],
         ["backfill", "hello", "--start", "2026-11-01T00:00:00Z", "--end", "2026-11-02T00:00:00Z"],
     ],
 )

@@ -58,13 +58,14 @@ def the_same_manifest_today(**changes: Any) -> DagManifest:
 
 
 def store_old_dag(session: Session, spec: str = OLD_SPEC, schema_version: int = 1) -> int:
-    """The rows an older release left: a due DAG whose current version is `spec`."""
+    """The rows an older release left: a due DAG whose current version is `spec` (paused in
+    the manifest, unpaused by hand), as migration 0006 leaves them."""
     session.execute(
         text(
-            "INSERT INTO dag (dag_id, is_paused, is_active, timezone, catchup, max_active_runs,"
-            " max_active_tasks, schedule, next_logical_date, next_data_interval_start,"
-            " next_data_interval_end, next_run_after)"
-            " VALUES ('old', false, true, 'UTC', false, 16, 16, '@hourly',"
+            "INSERT INTO dag (dag_id, is_paused, manifest_paused, is_active, timezone, catchup,"
+            " max_active_runs, max_active_tasks, schedule, next_logical_date,"
+            " next_data_interval_start, next_data_interval_end, next_run_after)"
+            " VALUES ('old', false, true, true, 'UTC', false, 16, 16, '@hourly',"
             " :start, :start, :end, :end)"
         ),
         {"start": T0, "end": T0 + timedelta(hours=1)},

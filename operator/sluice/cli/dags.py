@@ -1,4 +1,5 @@
-"""`sluice dags validate|test|trigger|list`: check, try out, start and list DAGs."""
+"""`sluice dags validate|test|trigger|list|pause|unpause`: check, try out, start, list and
+pause DAGs."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from rich.console import Console
 from sluice.cli.common import DatabaseUrl, fail, load_manifests, parse_datetime
 from sluice.cli.dags_validate import validate_command
 from sluice.config import ConfigError, require_database_url
-from sluice.db.dags import SpecCache, clear_schedule
+from sluice.db.dags import SpecCache, clear_schedule, set_paused
 from sluice.db.engine import make_engine, session_factory
 from sluice.logs import configure_logging
 from sluice.runtime import LocalRuntime
@@ -183,3 +184,31 @@ def list_dags(output: Output = "table", database_url: DatabaseUrl = None) -> Non
     Console().print(dags_table(dags))
     for line in broken_lines(dags):
         print(line)
+
+
+@app.command()
+def pause(
+    dag: Annotated[str, typer.Argument(help="DAG name")], database_url: DatabaseUrl = None
+) -> None:
+    """Pause a DAG: no new runs, and its running runs are not advanced. Applying the same
+    manifest again keeps it paused; a change of the manifest's `paused` does not (ADR 0011)."""
+    _set_paused(dag, True, database_url)
+
+
+@app.command()
+def unpause(
+    dag: Annotated[str, typer.Argument(help="DAG name")], database_url: DatabaseUrl = None
+) -> None:
+    """Unpause a DAG; it stays unpaused when the same manifest is applied again."""
+    _set_paused(dag, False, database_url)
+
+
+def _set_paused(dag: str, paused: bool, database_url: str | None) -> None:
+    engine = make_engine(_database(database_url))
+    with session_factory(engine)() as session:
+        found = set_paused(session, dag, paused)
+        session.commit()
+    engine.dispose()
+    if not found:
+        fail(f"DAG {dag!r} is not registered; apply its manifest first")
+    print(f"DAG {dag!r} is {'paused' if paused else 'unpaused'}")

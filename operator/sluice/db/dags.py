@@ -36,11 +36,20 @@ class SyncResult:
 
 
 def sync_dag(session: Session, manifest: DagManifest, now: datetime) -> SyncResult:
-    """Store `manifest` as the DAG's current version; recompute its next run."""
+    """Store `manifest` as the DAG's current version; recompute its next run.
+
+    The manifest's `paused` sets the DAG's pause when the DAG is
+    created (or comes back after its object was deleted) and when its value
+    differs from the last sync's; otherwise a pause or unpause made at runtime
+    stands (ADR 0011).
+    """
     spec = manifest.spec
     dag_id = manifest.metadata.name
+    namespace = manifest.metadata.namespace
     session.execute(insert(Dag).values(dag_id=dag_id).on_conflict_do_nothing())
     dag = session.execute(select(Dag).where(Dag.dag_id == dag_id).with_for_update()).scalar_one()
+    # A row just inserted has no version yet: the DAG is new.
+    created = dag.current_version_id is None or not dag.is_active
 
     digest = spec_hash(spec)
     version_id = session.execute(
@@ -68,9 +77,11 @@ def sync_dag(session: Session, manifest: DagManifest, now: datetime) -> SyncResu
         session.flush()
         version_id = version.id
 
-    dag.namespace = manifest.metadata.namespace
+    if created or spec.paused != dag.manifest_paused:
+        dag.is_paused = spec.paused
+    dag.manifest_paused = spec.paused
+    dag.namespace = namespace
     dag.current_version_id = version_id
-    dag.is_paused = spec.paused
     dag.is_active = True
     dag.schedule = spec.schedule
     dag.timezone = spec.timezone
@@ -209,6 +220,11 @@ def set_next_run(dag: Dag, info: RunInfo | None) -> None:
 
 
 def set_paused(session: Session, dag_id: str, paused: bool) -> bool:
+    """Pause or unpause at runtime (`sluice dags pause`); False if there is no such DAG.
+
+    Syncing the same manifest again does not undo it; a change of the manifest's
+    `paused` does (ADR 0011).
+    """
     result = session.execute(update(Dag).where(Dag.dag_id == dag_id).values(is_paused=paused))
     return bool(result.rowcount)  # type: ignore[attr-defined]
 

@@ -65,7 +65,11 @@ class Dag(Base):
     namespace: Mapped[str | None] = mapped_column(Text)
     # A plain pointer, not a foreign key: dag and dag_version reference each other.
     current_version_id: Mapped[int | None] = mapped_column(Integer)
+    # The pause in force: set from the manifest when the DAG is created, then by
+    # `sluice dags pause|unpause` or a change of the manifest's value (ADR 0011).
     is_paused: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The manifest's `paused` at the last sync, to tell a change of it (migration 0006).
+    manifest_paused: Mapped[bool] = mapped_column(Boolean, default=False)
     is_active: Mapped[bool] = mapped_column(Boolean, default=True)
     schedule: Mapped[str | None] = mapped_column(Text)
     timezone: Mapped[str] = mapped_column(Text, default="UTC")

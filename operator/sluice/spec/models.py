@@ -306,8 +306,9 @@ class ManifestSpec(DagSpec):
     """A DAG object's `spec`: the versioned DagSpec, and whether the DAG is paused.
 
     `paused` is not part of a version (it is left out of dumps, so out of the
-    stored spec and its hash): it is the DAG's state, `dag.is_paused`, which
-    `sync_dag` sets from it.
+    stored spec and its hash): it is the DAG's state. It applies when the DAG is
+    created, and again whenever its value in the manifest changes; otherwise a
+    pause or unpause made at runtime (`sluice dags pause`) stands (ADR 0011).
     """
 
     paused: bool = Field(default=False, exclude=True)

@@ -4,7 +4,7 @@ A DAG version is stored once and read for as long as its runs exist, while the
 spec model (`models.DagSpec`, which forbids unknown fields) changes between
 releases. So every stored spec carries the schema version it was written with
 (`dag_version.spec_schema_version`) and is upgraded on read, one step per
-version, before the model validates it. Stored rows are never rewritten: an
+version, before the model validates it. Reading never rewrites a row: an
 older Sluice rolled back to still finds what it wrote, and one that meets a
 spec from a newer release says so instead of guessing.
 
@@ -28,7 +28,7 @@ class SpecSchemaError(ValueError):
 
 def _drop_paused(spec: dict[str, Any]) -> dict[str, Any]:
     """1 -> 2: `paused` is no longer part of a version: it is the DAG's state (`dag.is_paused`),
-    so pausing a DAG in its manifest does not make a new version."""
+    so pausing a DAG in its manifest does not make a new version (ADR 0011)."""
     return {key: value for key, value in spec.items() if key != "paused"}
 
 
