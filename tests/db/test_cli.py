@@ -527,6 +527,111 @@ def test_pause_unknown_dag(db_url: str, command: str) -> None:
     assert result.stderr == "error: DAG 'nope' is not registered; apply its manifest first\n"
 
 
+# --- scheduler --dags ---------------------------------------------------------------------
+
+TEAM_DAILY = """\
+apiVersion: sluice.io/v1alpha1
+kind: DAG
+metadata: {name: daily%s}
+spec:
+  schedule: "@hourly"
+  startDate: 2026-11-01T00:00:00Z
+  defaults: {image: busybox:1.36}
+  tasks: [{name: other}]
+"""
+
+
+@pytest.fixture
+def owned_by_team_a(sessions: sessionmaker[Session]) -> tuple[str | None, int | None]:
+    from sluice.handlers.store import apply_dag
+
+    m = _daily_manifest()
+    m = m.model_copy(update={"metadata": m.metadata.model_copy(update={"namespace": "team-a"})})
+    with sessions() as session:
+        apply_dag(session, m, datetime.now(UTC))
+        session.commit()
+    return _owner(sessions)
+
+
+def _owner(sessions: sessionmaker[Session]) -> tuple[str | None, int | None]:
+    with sessions() as session:
+        row = session.execute(
+            select(Dag.namespace, Dag.current_version_id).where(Dag.dag_id == "daily")
+        ).one()
+        return row.namespace, row.current_version_id
+
+
+def _scheduler_until_the_loop(db_url: str, dags: Path, monkeypatch: pytest.MonkeyPatch) -> Result:
+    """`sluice scheduler --dags DIR`, stopped where the loop would start."""
+    from sluice.cli import scheduler as scheduler_cli
+
+    def no_loop(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("the loop would start here")
+
+    monkeypatch.setattr(scheduler_cli, "Waker", no_loop)
+    return sluice("scheduler", "--dags", str(dags), "--database-url", db_url, "--no-migrate")
+
+
+def test_scheduler_dags_does_not_take_a_namespace_s_dag(
+    db_url: str,
+    tmp_path: Path,
+    sessions: sessionmaker[Session],
+    owned_by_team_a: tuple[str | None, int | None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    write(tmp_path, "daily.yaml", TEAM_DAILY % "")
+    write(tmp_path, "good.yaml", GOOD)
+    result = _scheduler_until_the_loop(db_url, tmp_path, monkeypatch)
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        "error: metadata.name: DAG name 'daily' is already used by namespace 'team-a'; DAG names"
+        " are unique across the cluster (they are the DAG id in the database): rename this DAG,"
+        f" or leave it out of --dags {tmp_path} (nothing was synced)\n"
+    )
+    assert _owner(sessions) == owned_by_team_a
+    with sessions() as session:  # all or nothing: the other file was not synced either
+        assert session.get(Dag, "good") is None
+
+
+def test_scheduler_dags_syncs_a_dag_of_its_own_namespace(
+    db_url: str,
+    tmp_path: Path,
+    sessions: sessionmaker[Session],
+    owned_by_team_a: tuple[str | None, int | None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    write(tmp_path, "daily.yaml", TEAM_DAILY % ", namespace: team-a")
+    result = _scheduler_until_the_loop(db_url, tmp_path, monkeypatch)
+    assert str(result.exception) == "the loop would start here"
+    namespace, version = _owner(sessions)
+    assert namespace == "team-a"
+    assert version != owned_by_team_a[1]  # the file's spec is the new version
+
+
+def test_standalone_does_not_take_a_namespace_s_dag(
+    db_url: str,
+    tmp_path: Path,
+    sessions: sessionmaker[Session],
+    owned_by_team_a: tuple[str | None, int | None],
+) -> None:
+    write(tmp_path, "daily.yaml", TEAM_DAILY % "")
+    env = {k: v for k, v in os.environ.items() if k != "SLUICE_DATABASE_URL"}
+    proc = subprocess.run(
+        [str(SLUICE), "standalone", str(tmp_path), "--until-idle", "--database-url", db_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(
+        "error: metadata.name: DAG name 'daily' is already used by namespace 'team-a'"
+    )
+    assert proc.stderr.endswith(f"rename this DAG, or leave it out of {tmp_path}\n")
+    assert _owner(sessions) == owned_by_team_a
+
+
 # --- db and configuration -----------------------------------------------------------------
 
 

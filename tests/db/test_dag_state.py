@@ -1,14 +1,14 @@
-"""A DAG's state beside its versions: the runtime pause (ADR 0011)."""
+"""A DAG's state beside its versions: the runtime pause (ADR 0011) and namespace ownership."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from sluice.db.dags import set_paused, sync_dag
+from sluice.db.dags import DagNameTaken, set_paused, sync_dag
 from sluice.db.migrate import downgrade, upgrade
 from sluice.db.models import Dag
 from sluice.handlers import store
@@ -152,3 +152,54 @@ def test_the_migration_remembers_each_dag_s_manifest_value(db_url: str) -> None:
         assert not paused(sessions)
     finally:
         engine.dispose()
+
+
+# --- namespace ownership ----------------------------------------------------------------------
+
+
+def owner(sessions: sessionmaker[Session], name: str = "p") -> tuple[str | None, int | None]:
+    with sessions() as session:
+        row = session.execute(
+            select(Dag.namespace, Dag.current_version_id).where(Dag.dag_id == name)
+        ).one()
+        return row.namespace, row.current_version_id
+
+
+def test_a_manifest_without_a_namespace_cannot_take_a_namespace_s_dag(
+    sessions: sessionmaker[Session],
+) -> None:
+    with sessions() as session:
+        store.apply_dag(session, dag(namespace="team-a"), T0)
+        session.commit()
+    before = owner(sessions)
+    with sessions() as session, pytest.raises(DagNameTaken) as caught:
+        sync_dag(session, dag(catchup=True), T0)
+    assert caught.value.issue.path == "metadata.name"
+    assert "already used by namespace 'team-a'" in str(caught.value)
+    assert owner(sessions) == before == ("team-a", before[1])
+
+
+def test_the_owner_and_a_free_name_may_sync(sessions: sessionmaker[Session]) -> None:
+    register(sessions, dag())  # by the CLI: nobody owns it
+    assert owner(sessions)[0] is None
+    register(sessions, dag(namespace="team-a"))  # a namespace may claim a CLI DAG
+    register(sessions, dag(namespace="team-a", catchup=True))
+    assert owner(sessions)[0] == "team-a"
+    with sessions() as session:
+        assert store.deactivate_dag(session, "p", "team-a")
+        session.commit()
+    register(sessions, dag())  # its object was deleted: the name is free again
+    assert owner(sessions)[0] is None
+
+
+def test_apply_dag_reports_another_namespace_s_name_as_an_issue(
+    sessions: sessionmaker[Session],
+) -> None:
+    with sessions() as session:
+        store.apply_dag(session, dag(namespace="team-a"), T0)
+        problem = store.apply_dag(session, dag(namespace="team-b"), T0)
+        session.commit()
+    assert not isinstance(problem, store.AppliedDag)
+    assert problem.path == "metadata.name"
+    assert "already used by namespace 'team-a'" in problem.message
+    assert owner(sessions)[0] == "team-a"

@@ -14,7 +14,7 @@ from rich.console import Console
 from sluice.cli.common import DatabaseUrl, fail, load_manifests, parse_datetime
 from sluice.cli.dags_validate import validate_command
 from sluice.config import ConfigError, require_database_url
-from sluice.db.dags import SpecCache, clear_schedule, set_paused
+from sluice.db.dags import DagNameTaken, SpecCache, clear_schedule, set_paused
 from sluice.db.engine import make_engine, session_factory
 from sluice.logs import configure_logging
 from sluice.runtime import LocalRuntime
@@ -99,7 +99,10 @@ def dag_test(
     when = parse_datetime(logical_date, "--logical-date") if logical_date else None
     run_conf = _conf(conf)
     with LocalRuntime(database_url=database_url) as runtime:
-        runtime.register([manifest])
+        try:
+            runtime.register([manifest])
+        except DagNameTaken as exc:
+            fail(str(exc))
         with runtime.sessions() as session:
             clear_schedule(session, manifest.metadata.name)
             try:

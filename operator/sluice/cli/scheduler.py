@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.cli.common import DatabaseUrl, fail, load_manifests
 from sluice.config import ConfigError, require_database_url
-from sluice.db.dags import sync_dag
+from sluice.db.dags import DagNameTaken, sync_dag
 from sluice.db.engine import make_engine, session_factory
 from sluice.db.migrate import upgrade
 from sluice.db.wakeups import Waker
@@ -105,11 +106,7 @@ def scheduler(
     engine = make_engine(url, prepare_statements=prepared_statements)
     sessions = session_factory(engine)
     if dags is not None:
-        manifests = load_manifests([dags])
-        with sessions() as session:
-            for manifest in manifests:
-                sync_dag(session, manifest, utcnow())
-            session.commit()
+        _sync_manifests(sessions, dags)
     stopping = {"now": False}
 
     def request_stop(signum: int, frame: object) -> None:
@@ -123,3 +120,20 @@ def scheduler(
     finally:
         loop.close()
         engine.dispose()
+
+
+def _sync_manifests(sessions: sessionmaker[Session], dags: Path) -> None:
+    """Every manifest in `dags`, in one transaction: all of them, or none if one may not be
+    written (a namespace's DAG of the same name is never taken over or reset)."""
+    manifests = load_manifests([dags])
+    taken: list[str] = []
+    with sessions() as session:
+        for manifest in manifests:
+            try:
+                sync_dag(session, manifest, utcnow())
+            except DagNameTaken as exc:
+                taken.append(f"{exc}, or leave it out of --dags {dags}")
+        if taken:
+            session.rollback()
+            fail("; ".join(taken) + " (nothing was synced)")
+        session.commit()

@@ -21,8 +21,9 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from sluice.db.models import Dag, DagRun, DagVersion
-from sluice.spec import upgrades, validation
+from sluice.spec import names, upgrades, validation
 from sluice.spec.compiled import CompiledDag
+from sluice.spec.errors import SpecIssue
 from sluice.spec.models import DagManifest, DagSpec, spec_hash
 from sluice.spec.states import RunType
 from sluice.spec.timetables import RunInfo
@@ -35,10 +36,20 @@ class SyncResult:
     new_version: bool
 
 
+class DagNameTaken(ValueError):
+    """The manifest's DAG name belongs to another namespace's active DAG."""
+
+    def __init__(self, issue: SpecIssue) -> None:
+        self.issue = issue
+        super().__init__(str(issue))
+
+
 def sync_dag(session: Session, manifest: DagManifest, now: datetime) -> SyncResult:
     """Store `manifest` as the DAG's current version; recompute its next run.
 
-    The manifest's `paused` sets the DAG's pause when the DAG is
+    Raises DagNameTaken, changing nothing, if another namespace owns the name
+    (`names.ownership_problem`; the row is locked first, so two writers cannot
+    both pass). The manifest's `paused` sets the DAG's pause when the DAG is
     created (or comes back after its object was deleted) and when its value
     differs from the last sync's; otherwise a pause or unpause made at runtime
     stands (ADR 0011).
@@ -48,8 +59,13 @@ def sync_dag(session: Session, manifest: DagManifest, now: datetime) -> SyncResu
     namespace = manifest.metadata.namespace
     session.execute(insert(Dag).values(dag_id=dag_id).on_conflict_do_nothing())
     dag = session.execute(select(Dag).where(Dag.dag_id == dag_id).with_for_update()).scalar_one()
-    # A row just inserted has no version yet: the DAG is new.
+    # A row just inserted has no version yet: it is new, and nobody owns it.
     created = dag.current_version_id is None or not dag.is_active
+    problem = names.ownership_problem(
+        dag_id, namespace, owner_namespace=dag.namespace, owner_active=not created
+    )
+    if problem is not None:
+        raise DagNameTaken(problem)
 
     digest = spec_hash(spec)
     version_id = session.execute(
