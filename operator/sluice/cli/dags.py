@@ -194,7 +194,8 @@ def pause(
     dag: Annotated[str, typer.Argument(help="DAG name")], database_url: DatabaseUrl = None
 ) -> None:
     """Pause a DAG: no new runs, and its running runs are not advanced. Applying the same
-    manifest again keeps it paused; a change of the manifest's `paused` does not (ADR 0011)."""
+    manifest again keeps it paused; a change of the manifest's `paused` value overrides it
+    (ADR 0011)."""
     _set_paused(dag, True, database_url)
 
 
