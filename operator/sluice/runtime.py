@@ -72,7 +72,10 @@ class LocalRuntime:
             due = session.execute(
                 select(
                     exists().where(
-                        Dag.is_active, Dag.is_paused.is_(False), Dag.next_run_after <= now
+                        Dag.is_active,
+                        Dag.is_paused.is_(False),
+                        Dag.broken_reason.is_(None),
+                        Dag.next_run_after <= now,
                     )
                 )
             ).scalar_one()

@@ -1,8 +1,11 @@
-"""What happened: runs and their tasks read back from the database, for people and scripts.
+"""What happened: DAGs, runs and their tasks read back from the database, for people and scripts.
 
 `sluice standalone --output json` and `sluice dags test --output json` print
 `{"runs": [{"dag", "run_id", "run_type", "logical_date", "state",
-"tasks": [{"task", "state", "try_number", "start", "end"}]}]}`.
+"tasks": [{"task", "state", "try_number", "start", "end"}]}]}`; `sluice dags
+list --output json` prints `{"dags": [{"dag", "namespace", "version",
+"schedule", "paused", "active", "next_run_after", "broken_reason",
+"broken_at"}]}`.
 """
 
 from __future__ import annotations
@@ -16,7 +19,88 @@ from rich.table import Table
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from sluice.db.models import DagRun, TaskInstance
+from sluice.db.models import Dag, DagRun, DagVersion, TaskInstance
+
+
+@dataclass(frozen=True)
+class DagSummary:
+    dag: str
+    namespace: str | None
+    version: int | None
+    schedule: str | None
+    paused: bool
+    active: bool
+    next_run_after: str | None
+    # Why the scheduler creates no runs for it: its current version cannot be loaded.
+    broken_reason: str | None
+    broken_at: str | None
+
+
+def read_dags(session: Session) -> list[DagSummary]:
+    rows = session.execute(
+        select(
+            Dag.dag_id,
+            Dag.namespace,
+            DagVersion.version_number,
+            Dag.schedule,
+            Dag.is_paused,
+            Dag.is_active,
+            Dag.next_run_after,
+            Dag.broken_reason,
+            Dag.broken_at,
+        )
+        .outerjoin(DagVersion, DagVersion.id == Dag.current_version_id)
+        .order_by(Dag.dag_id)
+    )
+    return [
+        DagSummary(
+            dag=row.dag_id,
+            namespace=row.namespace,
+            version=row.version_number,
+            schedule=row.schedule,
+            paused=row.is_paused,
+            active=row.is_active,
+            next_run_after=_iso(row.next_run_after),
+            broken_reason=row.broken_reason,
+            broken_at=_iso(row.broken_at),
+        )
+        for row in rows
+    ]
+
+
+def dags_as_json(dags: list[DagSummary]) -> dict[str, Any]:
+    return {"dags": [asdict(dag) for dag in dags]}
+
+
+def dags_table(dags: list[DagSummary]) -> Table:
+    """One row per DAG; a broken DAG's reason is long, so it is in `broken_lines`."""
+    table = Table(title="Sluice DAGs", expand=False)
+    for column in ("DAG", "NAMESPACE", "VERSION", "SCHEDULE", "PAUSED", "NEXT RUN", "STATUS"):
+        table.add_column(column, overflow="fold")
+    for dag in dags:
+        if dag.broken_reason is not None:
+            state = "[red]broken[/red]"
+        else:
+            state = "active" if dag.active else "inactive"
+        table.add_row(
+            dag.dag,
+            dag.namespace or "-",
+            str(dag.version) if dag.version is not None else "-",
+            dag.schedule or "manual",
+            "yes" if dag.paused else "no",
+            dag.next_run_after or "-",
+            state,
+        )
+    return table
+
+
+def broken_lines(dags: list[DagSummary]) -> list[str]:
+    """Why each broken DAG gets no runs, one line each."""
+    return [
+        f"{dag.dag}: broken since {dag.broken_at}: {dag.broken_reason}"
+        for dag in dags
+        if dag.broken_reason is not None
+    ]
 
 
 @dataclass(frozen=True)

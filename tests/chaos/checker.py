@@ -76,7 +76,8 @@ class Checker:
                 dict(r._mapping)
                 for r in conn.execute(
                     text(
-                        "SELECT r.dag_id, r.run_id, r.run_type, r.state, r.logical_date, v.spec "
+                        "SELECT r.dag_id, r.run_id, r.run_type, r.state, r.logical_date, v.spec, "
+                        "v.spec_schema_version "
                         "FROM dag_run r JOIN dag_version v ON v.id = r.dag_version_id"
                     )
                 )
@@ -169,7 +170,7 @@ class Checker:
             if run["run_type"] == "scheduled":
                 by_dag[run["dag_id"]].append(run)
         for dag, runs in by_dag.items():
-            spec = spec_from_json(runs[0]["spec"])
+            spec = spec_from_json(runs[0]["spec"], runs[0]["spec_schema_version"])
             timetable = timetable_for(spec.schedule, spec.timezone)
             assert spec.start_date is not None
             until = min(spec.end_date or self.checked_at, self.checked_at)

@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner, Result
 
 from sluice.cli import app
 from sluice.db.dags import sync_dag
-from sluice.db.models import Backfill, DagRun
+from sluice.db.models import Backfill, Dag, DagRun
+from sluice.spec.models import DagManifest
 from tests.manifests import BAD, GOOD
 from tests.support import manifest
 
@@ -295,16 +296,19 @@ def test_standalone_until_idle_runs_every_example_once(db_url: str) -> None:
 # --- backfill -----------------------------------------------------------------------------
 
 
-@pytest.fixture
-def daily(sessions: sessionmaker[Session]) -> str:
-    daily = manifest(
+def _daily_manifest() -> DagManifest:
+    return manifest(
         "daily",
         [{"name": "a", "command": ["sh", "-c"], "args": ["echo a"]}],
         schedule="@daily",
         startDate="2026-11-01T00:00:00Z",
     )
+
+
+@pytest.fixture
+def daily(sessions: sessionmaker[Session]) -> str:
     with sessions() as session:
-        sync_dag(session, daily, datetime.now(UTC))
+        sync_dag(session, _daily_manifest(), datetime.now(UTC))
         session.commit()
     return "daily"
 
@@ -466,10 +470,166 @@ def test_trigger_conf_must_be_an_object(db_url: str, daily: str) -> None:
     assert "--conf must be a JSON object" in result.stderr
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["dags", "trigger", "daily"],
+        ["backfill", "daily", "--start", "2026-11-01T00:00:00Z", "--end", "2026-11-02T00:00:00Z"],
+    ],
+)
+def test_a_dag_whose_version_cannot_be_loaded_is_a_clear_error(
+    db_url: str, daily: str, sessions: sessionmaker[Session], command: list[str]
+) -> None:
+    with sessions() as session:
+        session.execute(text("UPDATE dag_version SET spec = '{\"tasks\": 1}'"))
+        session.commit()
+    result = sluice(*command, "--database-url", db_url)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: DAG 'daily' version 1 (dag_version.id 1) cannot be")
+    assert "spec.tasks: must be a list" in result.stderr
+    assert "apply the DAG's manifest again" in result.stderr
+
+
 def test_trigger_unknown_dag(db_url: str) -> None:
     result = sluice("dags", "trigger", "nope", "--database-url", db_url)
     assert result.exit_code == 2
     assert "'nope' is not registered" in result.stderr
+
+
+# --- dags pause / unpause -----------------------------------------------------------------
+
+
+def _paused(sessions: sessionmaker[Session], dag: str) -> bool:
+    with sessions() as session:
+        return bool(session.execute(select(Dag.is_paused).where(Dag.dag_id == dag)).scalar_one())
+
+
+def test_pause_and_unpause(db_url: str, daily: str, sessions: sessionmaker[Session]) -> None:
+    result = sluice("dags", "pause", daily, "--database-url", db_url)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "DAG 'daily' is paused\n"
+    assert _paused(sessions, daily)
+    # The same manifest synced again (the operator's resume, `scheduler --dags`) keeps it.
+    with sessions() as session:
+        sync_dag(session, _daily_manifest(), datetime.now(UTC))
+        session.commit()
+    assert _paused(sessions, daily)
+    result = sluice("dags", "unpause", daily, "--database-url", db_url)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "DAG 'daily' is unpaused\n"
+    assert not _paused(sessions, daily)
+
+
+@pytest.mark.parametrize("command", ["pause", "unpause"])
+def test_pause_unknown_dag(db_url: str, command: str) -> None:
+    result = sluice("dags", command, "nope", "--database-url", db_url)
+    assert result.exit_code == 2
+    assert result.stderr == "error: DAG 'nope' is not registered; apply its manifest first\n"
+
+
+# --- scheduler --dags ---------------------------------------------------------------------
+
+TEAM_DAILY = """\
+apiVersion: sluice.io/v1alpha1
+kind: DAG
+metadata: {name: daily%s}
+spec:
+  schedule: "@hourly"
+  startDate: 2026-11-01T00:00:00Z
+  defaults: {image: busybox:1.36}
+  tasks: [{name: other}]
+"""
+
+
+@pytest.fixture
+def owned_by_team_a(sessions: sessionmaker[Session]) -> tuple[str | None, int | None]:
+    from sluice.handlers.store import apply_dag
+
+    m = _daily_manifest()
+    m = m.model_copy(update={"metadata": m.metadata.model_copy(update={"namespace": "team-a"})})
+    with sessions() as session:
+        apply_dag(session, m, datetime.now(UTC))
+        session.commit()
+    return _owner(sessions)
+
+
+def _owner(sessions: sessionmaker[Session]) -> tuple[str | None, int | None]:
+    with sessions() as session:
+        row = session.execute(
+            select(Dag.namespace, Dag.current_version_id).where(Dag.dag_id == "daily")
+        ).one()
+        return row.namespace, row.current_version_id
+
+
+def _scheduler_until_the_loop(db_url: str, dags: Path, monkeypatch: pytest.MonkeyPatch) -> Result:
+    """`sluice scheduler --dags DIR`, stopped where the loop would start."""
+    from sluice.cli import scheduler as scheduler_cli
+
+    def no_loop(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("the loop would start here")
+
+    monkeypatch.setattr(scheduler_cli, "Waker", no_loop)
+    return sluice("scheduler", "--dags", str(dags), "--database-url", db_url, "--no-migrate")
+
+
+def test_scheduler_dags_does_not_take_a_namespace_s_dag(
+    db_url: str,
+    tmp_path: Path,
+    sessions: sessionmaker[Session],
+    owned_by_team_a: tuple[str | None, int | None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    write(tmp_path, "daily.yaml", TEAM_DAILY % "")
+    write(tmp_path, "good.yaml", GOOD)
+    result = _scheduler_until_the_loop(db_url, tmp_path, monkeypatch)
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        "error: metadata.name: DAG name 'daily' is already used by namespace 'team-a'; DAG names"
+        " are unique across the cluster (they are the DAG id in the database): rename this DAG,"
+        f" or leave it out of --dags {tmp_path} (nothing was synced)\n"
+    )
+    assert _owner(sessions) == owned_by_team_a
+    with sessions() as session:  # all or nothing: the other file was not synced either
+        assert session.get(Dag, "good") is None
+
+
+def test_scheduler_dags_syncs_a_dag_of_its_own_namespace(
+    db_url: str,
+    tmp_path: Path,
+    sessions: sessionmaker[Session],
+    owned_by_team_a: tuple[str | None, int | None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    write(tmp_path, "daily.yaml", TEAM_DAILY % ", namespace: team-a")
+    result = _scheduler_until_the_loop(db_url, tmp_path, monkeypatch)
+    assert str(result.exception) == "the loop would start here"
+    namespace, version = _owner(sessions)
+    assert namespace == "team-a"
+    assert version != owned_by_team_a[1]  # the file's spec is the new version
+
+
+def test_standalone_does_not_take_a_namespace_s_dag(
+    db_url: str,
+    tmp_path: Path,
+    sessions: sessionmaker[Session],
+    owned_by_team_a: tuple[str | None, int | None],
+) -> None:
+    write(tmp_path, "daily.yaml", TEAM_DAILY % "")
+    env = {k: v for k, v in os.environ.items() if k != "SLUICE_DATABASE_URL"}
+    proc = subprocess.run(
+        [str(SLUICE), "standalone", str(tmp_path), "--until-idle", "--database-url", db_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(
+        "error: metadata.name: DAG name 'daily' is already used by namespace 'team-a'"
+    )
+    assert proc.stderr.endswith(f"rename this DAG, or leave it out of {tmp_path}\n")
+    assert _owner(sessions) == owned_by_team_a
 
 
 # --- db and configuration -----------------------------------------------------------------
@@ -491,6 +651,8 @@ def test_database_url_from_the_environment(db_url: str) -> None:
     [
         ["db", "upgrade"],
         ["dags", "trigger", "hello"],
+        ["dags", "pause", "hello"],
+        ["dags", "unpause", "hello"],
         ["backfill", "hello", "--start", "2026-11-01T00:00:00Z", "--end", "2026-11-02T00:00:00Z"],
     ],
 )
@@ -550,3 +712,52 @@ def test_scheduler_prepares_statements_unless_told_not_to(
     result = sluice("scheduler", *flag, "--database-url", db_url, "--no-migrate")
     assert isinstance(result.exception, RuntimeError)
     assert seen == {"prepare_statements": prepared}
+
+
+# --- dags list ----------------------------------------------------------------------------
+
+
+def test_dags_list_shows_a_broken_dag_and_why(
+    db_url: str, daily: str, sessions: sessionmaker[Session]
+) -> None:
+    with sessions() as session:
+        sync_dag(session, manifest("bad-spec", [{"name": "a"}], schedule=None), datetime.now(UTC))
+        session.execute(
+            text(
+                "UPDATE dag SET broken_reason = 'version 1 cannot be loaded: spec.tasks: bad',"
+                " broken_at = '2026-12-01T00:00:00Z' WHERE dag_id = 'bad-spec'"
+            )
+        )
+        session.commit()
+    result = sluice("dags", "list", "-o", "json", "--database-url", db_url)
+    assert result.exit_code == 0, result.output
+    listed = {d["dag"]: d for d in json.loads(result.stdout)["dags"]}
+    assert list(listed) == ["bad-spec", "daily"]
+    assert listed["bad-spec"]["broken_reason"] == "version 1 cannot be loaded: spec.tasks: bad"
+    assert listed["bad-spec"]["broken_at"] == "2026-12-01T00:00:00+00:00"
+    assert listed["daily"] == {
+        "dag": "daily",
+        "namespace": None,
+        "version": 1,
+        "schedule": "@daily",
+        "paused": False,
+        "active": True,
+        "next_run_after": listed["daily"]["next_run_after"],
+        "broken_reason": None,
+        "broken_at": None,
+    }
+    table = sluice("dags", "list", "--database-url", db_url)
+    assert table.exit_code == 0, table.output
+    rows = {line.split("│")[1].strip(): line for line in table.stdout.splitlines() if "│" in line}
+    assert rows["bad-spec"].split("│")[7].strip() == "broken"
+    assert rows["daily"].split("│")[7].strip() == "active"
+    assert table.stdout.splitlines()[-1] == (
+        "bad-spec: broken since 2026-12-01T00:00:00+00:00: "
+        "version 1 cannot be loaded: spec.tasks: bad"
+    )
+
+
+def test_dags_list_needs_a_database_url() -> None:
+    result = sluice("dags", "list")
+    assert result.exit_code == 2
+    assert "SLUICE_DATABASE_URL" in result.stderr

@@ -159,8 +159,9 @@ def test_one_corrupt_run_does_not_stop_the_others(sessions: sessionmaker[Session
         # A version whose stored spec no longer parses, as after a bad manual edit.
         session.execute(
             text(
-                "INSERT INTO dag_version (dag_id, version_number, spec_hash, spec, created_at) "
-                "VALUES ('bad', 99, 'corrupt', '{\"tasks\": \"not a list\"}', now());"
+                "INSERT INTO dag_version (dag_id, version_number, spec_hash, spec,"
+                " spec_schema_version, created_at) "
+                "VALUES ('bad', 99, 'corrupt', '{\"tasks\": \"not a list\"}', 2, now());"
                 "UPDATE dag_run SET dag_version_id = "
                 "(SELECT id FROM dag_version WHERE spec_hash = 'corrupt') WHERE dag_id = 'bad'"
             )

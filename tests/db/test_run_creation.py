@@ -178,3 +178,106 @@ def test_a_dag_whose_spec_cannot_be_loaded_does_not_stop_the_others(
     with sessions() as session:
         assert [r.dag_id for r in runs(session, "b-fine")] == ["b-fine", "b-fine"]
         assert runs(session, "a-broken") == []
+
+
+def _unloadable(sessions: sessionmaker[Session], *dag_ids: str) -> None:
+    with sessions() as session:
+        session.execute(
+            text("UPDATE dag_version SET spec = '{\"tasks\": 1}' WHERE dag_id = ANY(:ids)"),
+            {"ids": list(dag_ids)},
+        )
+        session.commit()
+
+
+def _broken(sessions: sessionmaker[Session]) -> dict[str, str | None]:
+    with sessions() as session:
+        return dict(
+            session.execute(text("SELECT dag_id, broken_reason FROM dag ORDER BY dag_id")).all()
+        )
+
+
+def test_unloadable_dags_are_marked_broken_and_do_not_hold_back_a_healthy_one(
+    sessions: sessionmaker[Session],
+) -> None:
+    """Twelve unloadable DAGs come first in the due order, ahead of a healthy one, and the
+    tick creates at most 10 runs: they must not take its place, on this tick or any other."""
+    names = [f"a-broken-{i:02}" for i in range(12)]
+    for name in [*names, "z-fine"]:
+        register(sessions, manifest(name, chain("t"), **HOURLY))
+    _unloadable(sessions, *names)
+    clock = FakeClock(T0 + timedelta(hours=1, minutes=1))
+    loop = make_loop(sessions, ScriptedExecutor(), clock, runs_created_per_tick=10)
+    report = loop.tick()
+    assert not report.errors, report.errors
+    with sessions() as session:
+        assert [r.dag_id for r in runs(session, "z-fine")] == ["z-fine"]
+        assert all(runs(session, name) == [] for name in names)
+    broken = _broken(sessions)
+    assert broken.pop("z-fine") is None
+    assert sorted(broken) == names
+    for name, reason in broken.items():
+        assert reason == (
+            f"DAG {name!r} version 1 (dag_version.id {names.index(name) + 1}) cannot be loaded: "
+            "spec.tasks: must be a list (e.g. [a, b]), got 1; apply the DAG's manifest again "
+            "to store a valid version"
+        )
+    # Broken DAGs are out of the due list: a later tick does not look at them again.
+    clock.advance(hours=1)
+    with sessions() as session:
+        due = session.execute(
+            text("SELECT dag_id FROM dag WHERE next_run_after <= :now AND broken_reason IS NULL"),
+            {"now": clock.now},
+        ).scalars()
+        assert list(due) == ["z-fine"]
+
+
+def test_a_new_version_clears_broken_and_the_schedule_goes_on(
+    sessions: sessionmaker[Session],
+) -> None:
+    register(sessions, manifest("b", chain("t"), catchup=True, **HOURLY))
+    _unloadable(sessions, "b")
+    assert _create(sessions, now_hours=2) == 0
+    assert _broken(sessions)["b"] is not None
+    register(sessions, manifest("b", chain("t", "u"), catchup=True, **HOURLY), T0)
+    assert _broken(sessions)["b"] is None
+    assert _create(sessions, now_hours=2) == 2
+    with sessions() as session:
+        assert [r.tasks_total for r in runs(session, "b")] == [2, 2]
+
+
+def test_reapplying_the_same_manifest_repairs_its_unloadable_version(
+    sessions: sessionmaker[Session],
+) -> None:
+    """The manifest hashes to the stored version, so it is that version: its row is rewritten
+    from the manifest, and the DAG is no longer broken."""
+    m = manifest("same", chain("t"), catchup=True, **HOURLY)
+    register(sessions, m)
+    _unloadable(sessions, "same")
+    assert _create(sessions, now_hours=2) == 0
+    register(sessions, m, T0)
+    assert _broken(sessions)["same"] is None
+    assert _create(sessions, now_hours=2) == 2
+    with sessions() as session:
+        assert {r.dag_version_id for r in runs(session, "same")} == {1}
+
+
+def test_the_reason_reaches_the_dag_object_s_status(sessions: sessionmaker[Session]) -> None:
+    """An invalid edit of a broken DAG's object says that nothing runs, and why."""
+    from sluice.handlers import status, store
+    from sluice.spec.errors import SpecIssue
+
+    register(sessions, manifest("obj", chain("t"), **HOURLY))
+    _unloadable(sessions, "obj")
+    _create(sessions, now_hours=2)
+    with sessions() as session:
+        kept = store.owned_version(session, "obj", None)
+    assert kept is not None
+    assert kept.number == 1
+    assert kept.broken_reason == _broken(sessions)["obj"]
+    message = status.issues_message(
+        [SpecIssue("spec.x", "y")], kept_version=kept.number, kept_broken=kept.broken_reason
+    )
+    assert message.splitlines()[-1].startswith(
+        "The current version 1 is broken: DAG 'obj' version 1 (dag_version.id 1) cannot be "
+        "loaded: spec.tasks: must be a list"
+    )

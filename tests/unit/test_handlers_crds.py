@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from sluice.handlers import crds
-from sluice.spec.models import DagSpec, TaskSpec
+from sluice.spec.models import ManifestSpec, TaskSpec
 
 CRDS = Path(__file__).resolve().parents[2] / "crds"
 
 
-def _aliases(model: type[DagSpec] | type[TaskSpec]) -> set[str]:
+def _aliases(model: type[ManifestSpec] | type[TaskSpec]) -> set[str]:
     return {field.alias or name for name, field in model.model_fields.items()}
 
 
@@ -26,7 +26,7 @@ def test_files_in_crds_are_current() -> None:
 def test_dag_schema_has_every_spec_and_task_field() -> None:
     schema = crds.definitions()["dags.yaml"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     spec = schema["properties"]["spec"]
-    assert set(spec["properties"]) == _aliases(DagSpec)
+    assert set(spec["properties"]) == _aliases(ManifestSpec)
     task = spec["properties"]["tasks"]["items"]
     assert set(task["properties"]) == _aliases(TaskSpec)
     defaults = spec["properties"]["defaults"]["properties"]

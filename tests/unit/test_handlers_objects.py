@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from sluice.handlers import objects
+from sluice.spec import names
 from sluice.spec.errors import SpecError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -82,10 +83,12 @@ def test_long_dag_name_is_refused_for_the_job_name_budget() -> None:
         ("a", True, "a", False),  # the owner re-applies
         ("a", True, "b", True),  # another namespace, owner active
         ("a", False, "b", False),  # owner deleted its DAG: the name is free
+        ("a", True, None, True),  # a file synced by the CLI cannot take a namespace's DAG
+        (None, True, None, False),  # the CLI re-syncs its own
     ],
 )
-def test_ownership(owner: str | None, active: bool, namespace: str, conflict: bool) -> None:
-    problem = objects.ownership_problem(
+def test_ownership(owner: str | None, active: bool, namespace: str | None, conflict: bool) -> None:
+    problem = names.ownership_problem(
         "hello", namespace, owner_namespace=owner, owner_active=active
     )
     assert (problem is not None) == conflict

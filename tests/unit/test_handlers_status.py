@@ -62,6 +62,16 @@ def test_issues_message_lists_paths_and_what_keeps_running() -> None:
     assert "Nothing is scheduled" in status.issues_message(issues[:1], kept_version=None)
 
 
+def test_issues_message_says_when_the_kept_version_is_broken() -> None:
+    reason = "DAG 'd' version 4 (dag_version.id 9) cannot be loaded: spec.tasks: must be a list"
+    message = status.issues_message([SpecIssue("spec.x", "y")], kept_version=4, kept_broken=reason)
+    assert message.splitlines()[-1] == (
+        f"The current version 4 is broken: {reason}. "
+        "Nothing is scheduled for this DAG until this is fixed."
+    )
+    assert "keeps running" not in message
+
+
 def test_long_messages_are_clipped() -> None:
     issues = [SpecIssue(f"spec.tasks[{i}].image", "x" * 100) for i in range(200)]
     message = status.issues_message(issues)

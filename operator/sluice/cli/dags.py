@@ -1,4 +1,5 @@
-"""`sluice dags validate|test|trigger`: check, try out, and start DAGs."""
+"""`sluice dags validate|test|trigger|list|pause|unpause`: check, try out, start, list and
+pause DAGs."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from rich.console import Console
 from sluice.cli.common import DatabaseUrl, fail, load_manifests, parse_datetime
 from sluice.cli.dags_validate import validate_command
 from sluice.config import ConfigError, require_database_url
-from sluice.db.dags import SpecCache, clear_schedule
+from sluice.db.dags import DagNameTaken, SpecCache, clear_schedule, set_paused
 from sluice.db.engine import make_engine, session_factory
 from sluice.logs import configure_logging
 from sluice.runtime import LocalRuntime
@@ -21,9 +22,17 @@ from sluice.scheduler.loop import utcnow
 from sluice.scheduler.triggers import TriggerError, trigger_run
 from sluice.spec.models import DagManifest
 from sluice.spec.states import TERMINAL_RUN_STATES, RunState
-from sluice.summaries import as_json, read_runs, tasks_table
+from sluice.summaries import (
+    as_json,
+    broken_lines,
+    dags_as_json,
+    dags_table,
+    read_dags,
+    read_runs,
+    tasks_table,
+)
 
-app = typer.Typer(help="Check, try out and trigger DAGs.", no_args_is_help=True)
+app = typer.Typer(help="Check, try out, trigger, list and pause DAGs.", no_args_is_help=True)
 
 Output = Annotated[str, typer.Option("--output", "-o", help="table or json")]
 
@@ -90,7 +99,10 @@ def dag_test(
     when = parse_datetime(logical_date, "--logical-date") if logical_date else None
     run_conf = _conf(conf)
     with LocalRuntime(database_url=database_url) as runtime:
-        runtime.register([manifest])
+        try:
+            runtime.register([manifest])
+        except DagNameTaken as exc:
+            fail(str(exc))
         with runtime.sessions() as session:
             clear_schedule(session, manifest.metadata.name)
             try:
@@ -151,3 +163,56 @@ def trigger(
         session.commit()
     engine.dispose()
     print(f"created run {new.run_id}", file=sys.stdout)
+
+
+def _database(database_url: str | None) -> str:
+    try:
+        return require_database_url(database_url)
+    except ConfigError as exc:
+        fail(str(exc))
+
+
+@app.command("list")
+def list_dags(output: Output = "table", database_url: DatabaseUrl = None) -> None:
+    """List the registered DAGs: version, schedule, paused, next run, and whether they are
+    broken (their current version cannot be loaded, so no runs are created) and why."""
+    _check_output(output)
+    engine = make_engine(_database(database_url))
+    with session_factory(engine)() as session:
+        dags = read_dags(session)
+    engine.dispose()
+    if output == "json":
+        print(json.dumps(dags_as_json(dags), indent=2))
+        return
+    Console().print(dags_table(dags))
+    for line in broken_lines(dags):
+        print(line)
+
+
+@app.command()
+def pause(
+    dag: Annotated[str, typer.Argument(help="DAG name")], database_url: DatabaseUrl = None
+) -> None:
+    """Pause a DAG: no new runs, and its running runs are not advanced. Applying the same
+    manifest again keeps it paused; a change of the manifest's `paused` value overrides it
+    (ADR 0011)."""
+    _set_paused(dag, True, database_url)
+
+
+@app.command()
+def unpause(
+    dag: Annotated[str, typer.Argument(help="DAG name")], database_url: DatabaseUrl = None
+) -> None:
+    """Unpause a DAG; it stays unpaused when the same manifest is applied again."""
+    _set_paused(dag, False, database_url)
+
+
+def _set_paused(dag: str, paused: bool, database_url: str | None) -> None:
+    engine = make_engine(_database(database_url))
+    with session_factory(engine)() as session:
+        found = set_paused(session, dag, paused)
+        session.commit()
+    engine.dispose()
+    if not found:
+        fail(f"DAG {dag!r} is not registered; apply its manifest first")
+    print(f"DAG {dag!r} is {'paused' if paused else 'unpaused'}")

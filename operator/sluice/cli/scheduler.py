@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.cli import kubernetes as k8s
 from sluice.cli.common import DatabaseUrl, fail, load_manifests
 from sluice.config import ConfigError, require_database_url
-from sluice.db.dags import sync_dag
+from sluice.db.dags import DagNameTaken, sync_dag
 from sluice.db.engine import make_engine, session_factory
 from sluice.db.migrate import upgrade
 from sluice.db.wakeups import Waker
@@ -144,11 +145,7 @@ def scheduler(
     sessions = session_factory(engine)
     task_api = None if signer is None else k8s.start_task_api(engine, signer, listen)
     if dags is not None:
-        manifests = load_manifests([dags])
-        with sessions() as session:
-            for manifest in manifests:
-                sync_dag(session, manifest, utcnow())
-            session.commit()
+        _sync_manifests(sessions, dags)
     stopping = {"now": False}
 
     def request_stop(signum: int, frame: object) -> None:
@@ -164,3 +161,20 @@ def scheduler(
         if task_api is not None:
             task_api.stop()
         engine.dispose()
+
+
+def _sync_manifests(sessions: sessionmaker[Session], dags: Path) -> None:
+    """Every manifest in `dags`, in one transaction: all of them, or none if one may not be
+    written (a namespace's DAG of the same name is never taken over or reset)."""
+    manifests = load_manifests([dags])
+    taken: list[str] = []
+    with sessions() as session:
+        for manifest in manifests:
+            try:
+                sync_dag(session, manifest, utcnow())
+            except DagNameTaken as exc:
+                taken.append(f"{exc}, or leave it out of --dags {dags}")
+        if taken:
+            session.rollback()
+            fail("; ".join(taken) + " (nothing was synced)")
+        session.commit()

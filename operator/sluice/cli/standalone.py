@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.live import Live
 
 from sluice.cli.common import DatabaseUrl, fail, load_manifests
+from sluice.db.dags import DagNameTaken
 from sluice.logs import configure_logging
 from sluice.runtime import LocalRuntime
 from sluice.scheduler.config import SchedulerConfig
@@ -45,7 +46,10 @@ def standalone(
     console = Console(stderr=output == "json")
     config = SchedulerConfig(tick_interval=tick_interval)
     with LocalRuntime(database_url=database_url, state_dir=state_dir, config=config) as runtime:
-        runtime.register(manifests)
+        try:
+            runtime.register(manifests)
+        except DagNameTaken as exc:
+            fail(f"{exc}, or leave it out of {dag_dir}")
         console.print(
             f"[bold]sluice standalone[/bold]: {len(manifests)} DAG(s) from {dag_dir}; "
             f"logs in {runtime.state_dir / 'logs'}"

@@ -65,7 +65,11 @@ class Dag(Base):
     namespace: Mapped[str | None] = mapped_column(Text)
     # A plain pointer, not a foreign key: dag and dag_version reference each other.
     current_version_id: Mapped[int | None] = mapped_column(Integer)
+    # The pause in force: set from the manifest when the DAG is created, then by
+    # `sluice dags pause|unpause` or a change of the manifest's value (ADR 0011).
     is_paused: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The manifest's `paused` at the last sync, to tell a change of it (migration 0006).
+    manifest_paused: Mapped[bool] = mapped_column(Boolean, default=False)
     is_active: Mapped[bool] = mapped_column(Boolean, default=True)
     schedule: Mapped[str | None] = mapped_column(Text)
     timezone: Mapped[str] = mapped_column(Text, default="UTC")
@@ -77,13 +81,20 @@ class Dag(Base):
     next_data_interval_start: Mapped[datetime | None]
     next_data_interval_end: Mapped[datetime | None]
     next_run_after: Mapped[datetime | None]
+    # Set by the scheduler when the current version cannot be loaded (no runs are created
+    # meanwhile); cleared when a manifest makes a loadable version current (migration 0006).
+    broken_reason: Mapped[str | None] = mapped_column(Text)
+    broken_at: Mapped[datetime | None]
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
 
     __table_args__ = (
         Index(
             "ix_dag_due",
             "next_run_after",
-            postgresql_where=text("NOT is_paused AND is_active AND next_run_after IS NOT NULL"),
+            postgresql_where=text(
+                "NOT is_paused AND is_active AND next_run_after IS NOT NULL"
+                " AND broken_reason IS NULL"
+            ),
         ),
     )
 
@@ -98,6 +109,9 @@ class DagVersion(Base):
     version_number: Mapped[int] = mapped_column(Integer)
     spec_hash: Mapped[str] = mapped_column(Text)
     spec: Mapped[dict[str, Any]]
+    # The shape `spec` was written in; read through sluice.spec.upgrades (migration 0006:
+    # the versions stored before it are 1).
+    spec_schema_version: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
 
     __table_args__ = (

@@ -185,7 +185,10 @@ def _dag_schema() -> Schema:
             "catchup": _bool("create the runs missed since startDate"),
             "maxActiveRuns": _int(minimum=1),
             "maxActiveTasks": _int(minimum=1),
-            "paused": _bool("no new runs while true"),
+            "paused": _bool(
+                "no new runs while paused; applies when the DAG is created and when this "
+                "value changes, while `sluice dags pause|unpause` act at runtime (ADR 0011)"
+            ),
             "dagrunTimeout": _duration("limit on one run"),
             "defaults": defaults,
             "tasks": {

@@ -14,8 +14,10 @@ DAG identity across namespaces (the decision):
   Ready=False/`NameConflict`, and nothing in the database changes. When the
   owner's DAG object is deleted (`is_active=false`), another namespace may take
   the name over; the run history stays under the dag_id.
-- A DAG row written by the CLI (`sluice standalone`, namespace NULL) may be
-  claimed by any namespace.
+- A DAG row written by the CLI (`sluice standalone`, `scheduler --dags`;
+  namespace NULL) may be claimed by any namespace, but the CLI cannot take a
+  namespace's DAG: `sync_dag` applies the rule (`spec.names.ownership_problem`)
+  to every writer.
 - A DagRun or Backfill refers to a DAG in its own namespace only.
 """
 
@@ -62,23 +64,6 @@ def spec_error_of(body: Mapping[str, Any]) -> SpecError | None:
     except SpecError as error:
         return error
     return None
-
-
-def ownership_problem(
-    dag_id: str,
-    namespace: str | None,
-    *,
-    owner_namespace: str | None,
-    owner_active: bool,
-) -> SpecIssue | None:
-    """Why a DAG object in `namespace` may not write the DAG row `dag_id`, or None."""
-    if owner_namespace is None or owner_namespace == namespace or not owner_active:
-        return None
-    return SpecIssue(
-        "metadata.name",
-        f"DAG name {dag_id!r} is already used by namespace {owner_namespace!r}; DAG names "
-        "are unique across the cluster (they are the DAG id in the database): rename this DAG",
-    )
 
 
 @dataclass(frozen=True)

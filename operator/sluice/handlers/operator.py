@@ -115,7 +115,11 @@ def dag_applied(
     except SpecError as error:
         with transaction() as session:
             kept = store.owned_version(session, str(name), namespace)
-        message = status.issues_message(error.issues, kept_version=kept)
+        message = status.issues_message(
+            error.issues,
+            kept_version=kept.number if kept else None,
+            kept_broken=kept.broken_reason if kept else None,
+        )
         _reject(body, patch, previous, status.INVALID_SPEC, message, generation, now)
         return
     with transaction() as session:

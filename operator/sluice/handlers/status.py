@@ -93,13 +93,27 @@ def ready_status(
     return patch
 
 
-def issues_message(issues: Iterable[SpecIssue], *, kept_version: int | None = None) -> str:
-    """Every issue as `path: message`, one per line, and what the scheduler runs meanwhile."""
+def issues_message(
+    issues: Iterable[SpecIssue],
+    *,
+    kept_version: int | None = None,
+    kept_broken: str | None = None,
+) -> str:
+    """Every issue as `path: message`, one per line, and what the scheduler runs meanwhile.
+
+    `kept_broken` is why the kept version cannot be loaded (`dag.broken_reason`): then
+    the scheduler creates no runs from it either.
+    """
     found = list(issues)
     count = len(found)
     lines = [f"{count} issue{'s' if count != 1 else ''} in the spec:"]
     lines.extend(f"- {issue}" for issue in found)
-    if kept_version is not None:
+    if kept_version is not None and kept_broken is not None:
+        lines.append(
+            f"The current version {kept_version} is broken: {kept_broken}. "
+            "Nothing is scheduled for this DAG until this is fixed."
+        )
+    elif kept_version is not None:
         lines.append(f"The scheduler keeps running version {kept_version} until this is fixed.")
     else:
         lines.append("Nothing is scheduled for this DAG until this is fixed.")

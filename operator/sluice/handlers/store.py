@@ -13,9 +13,9 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from sluice.db.dags import SpecCache, sync_dag
+from sluice.db.dags import DagNameTaken, SpecCache, sync_dag
 from sluice.db.models import DEFAULT_POOL, Dag, DagRun, DagVersion, SlotPool, TaskInstance
-from sluice.handlers.objects import PoolSpec, TriggerRequest, ownership_problem
+from sluice.handlers.objects import PoolSpec, TriggerRequest
 from sluice.scheduler.triggers import TriggerError, trigger_run
 from sluice.spec.errors import SpecIssue
 from sluice.spec.models import DagManifest
@@ -30,41 +30,34 @@ class AppliedDag:
 
 
 def apply_dag(session: Session, manifest: DagManifest, now: datetime) -> AppliedDag | SpecIssue:
-    """Store the manifest as the DAG's current version, unless another namespace owns the name.
-
-    The DAG row is locked before the ownership check, so two namespaces
-    applying one name at once cannot both pass it.
-    """
-    dag_id = manifest.metadata.name
-    session.execute(insert(Dag).values(dag_id=dag_id).on_conflict_do_nothing())
-    owner = session.execute(
-        select(Dag.namespace, Dag.is_active, Dag.current_version_id)
-        .where(Dag.dag_id == dag_id)
-        .with_for_update()
-    ).one()
-    problem = ownership_problem(
-        dag_id,
-        manifest.metadata.namespace,
-        owner_namespace=owner.namespace,
-        # A row just inserted has no version yet: nobody owns it.
-        owner_active=owner.is_active and owner.current_version_id is not None,
-    )
-    if problem is not None:
-        return problem
-    result = sync_dag(session, manifest, now)
+    """Store the manifest as the DAG's current version, unless another namespace owns the name
+    (then the issue, and nothing changed)."""
+    try:
+        result = sync_dag(session, manifest, now)
+    except DagNameTaken as taken:
+        return taken.issue
     number = session.execute(
         select(DagVersion.version_number).where(DagVersion.id == result.version_id)
     ).scalar_one()
     return AppliedDag(result.dag_id, number, result.new_version)
 
 
-def owned_version(session: Session, dag_id: str, namespace: str | None) -> int | None:
-    """The version number the scheduler runs for this namespace's DAG, if any."""
-    return session.execute(
-        select(DagVersion.version_number)
+@dataclass(frozen=True)
+class KeptVersion:
+    """The version the scheduler runs for a DAG, and why it cannot, if it is broken."""
+
+    number: int
+    broken_reason: str | None
+
+
+def owned_version(session: Session, dag_id: str, namespace: str | None) -> KeptVersion | None:
+    """The current version of this namespace's DAG, if any."""
+    row = session.execute(
+        select(DagVersion.version_number, Dag.broken_reason)
         .join(Dag, Dag.current_version_id == DagVersion.id)
         .where(Dag.dag_id == dag_id, Dag.namespace.is_not_distinct_from(namespace), Dag.is_active)
-    ).scalar_one_or_none()
+    ).one_or_none()
+    return None if row is None else KeptVersion(row.version_number, row.broken_reason)
 
 
 def deactivate_dag(session: Session, dag_id: str, namespace: str | None) -> bool:

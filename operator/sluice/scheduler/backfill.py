@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from sluice.db.dags import SpecCache
+from sluice.db.dags import SpecCache, StoredSpecError
 from sluice.db.models import Backfill, DagRun, TaskInstance
 from sluice.scheduler.runs import RunRequest, insert_runs
 from sluice.scheduler.transitions import Settled, lock_runs, propagate
@@ -57,6 +57,8 @@ def create_backfill(
         compiled = specs.current(session, dag_id)
     except LookupError:
         raise BackfillError(f"DAG {dag_id!r} is not registered; apply its manifest first") from None
+    except StoredSpecError as exc:
+        raise BackfillError(str(exc)) from None
     if not isinstance(compiled.timetable, CronTimetable):
         raise BackfillError(
             f"DAG {dag_id!r} has schedule {compiled.spec.schedule!r}; backfill needs a cron "

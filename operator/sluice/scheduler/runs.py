@@ -16,11 +16,11 @@ from datetime import datetime
 from typing import Any, cast
 
 import structlog
-from sqlalchemy import Table, and_, func, select, update
+from sqlalchemy import Row, Table, and_, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from sluice.db.dags import SpecCache, set_next_run
+from sluice.db.dags import SpecCache, StoredSpecError, set_next_run
 from sluice.db.models import Backfill, Dag, DagRun
 from sluice.db.prepared import Prepared
 from sluice.logs import first_line
@@ -181,38 +181,75 @@ def _active_runs(dag_id_column: Any, *, backfill: bool) -> Any:
 def create_due_runs(session: Session, specs: SpecCache, now: datetime, limit: int) -> int:
     """Create up to `limit` scheduled runs whose data interval has ended.
 
-    A DAG whose spec cannot be loaded is logged and left as it is; the others
-    get their runs (one bad DAG must not stop every schedule).
+    A DAG whose current version cannot be loaded is marked broken, with the
+    reason, and leaves the due list until a manifest makes a loadable version
+    current (`sync_dag`); the batch is then taken again without it, so broken
+    DAGs never take the places of the others, on this tick or a later one.
     """
+    requests: list[RunRequest] = []
+    seen: set[str] = set()
+    while len(requests) < limit:
+        due = _take_due_dags(session, now, limit, seen)
+        specs.preload(session, [dag.current_version_id for dag, _ in due])
+        marked = 0
+        for dag, running in due:
+            room = min(limit - len(requests), dag.max_active_runs - running)
+            if room <= 0:
+                break
+            seen.add(dag.dag_id)
+            assert dag.current_version_id is not None  # the query takes only DAGs with one
+            try:
+                compiled = specs.get(session, dag.current_version_id)
+            except StoredSpecError as exc:
+                _mark_broken(dag, exc, now)
+                marked += 1
+                continue
+            except Exception as exc:
+                log.error(
+                    "DAG spec cannot be loaded; no runs created",
+                    dag=dag.dag_id,
+                    error=first_line(exc),
+                )
+                continue
+            requests.extend(_due_runs(dag, compiled, now, room))
+        if not marked:
+            break  # a batch without broken DAGs had every place it could use
+    return sum(1 for new in insert_runs(session, requests, now) if new is not None)
+
+
+def _take_due_dags(
+    session: Session, now: datetime, limit: int, seen: set[str]
+) -> Sequence[Row[Dag, int]]:
+    """Due DAG rows, locked, earliest first, leaving out the ones this tick has seen."""
     active = _active_runs(Dag.dag_id, backfill=False)
-    due = session.execute(
+    query = (
         select(Dag, active.label("active"))
         .where(
             Dag.is_active,
             Dag.is_paused.is_(False),
             Dag.next_run_after <= now,
+            Dag.broken_reason.is_(None),
             Dag.current_version_id.is_not(None),
             active < Dag.max_active_runs,
         )
         .order_by(Dag.next_run_after, Dag.dag_id)
         .limit(limit)
         .with_for_update(of=Dag, skip_locked=True)
-    ).all()
-    specs.preload(session, [dag.current_version_id for dag, _ in due])
-    requests: list[RunRequest] = []
-    for dag, running in due:
-        room = min(limit - len(requests), dag.max_active_runs - running)
-        if room <= 0:
-            break
-        try:
-            compiled = specs.get(session, dag.current_version_id)
-        except Exception as exc:
-            log.error(
-                "DAG spec cannot be loaded; no runs created", dag=dag.dag_id, error=first_line(exc)
-            )
-            continue
-        requests.extend(_due_runs(dag, compiled, now, room))
-    return sum(1 for new in insert_runs(session, requests, now) if new is not None)
+    )
+    if seen:
+        query = query.where(Dag.dag_id.not_in(seen))
+    return session.execute(query).all()
+
+
+def _mark_broken(dag: Dag, error: StoredSpecError, now: datetime) -> None:
+    dag.broken_reason = str(error)
+    dag.broken_at = now
+    log.error(
+        "DAG marked broken: its current version cannot be loaded; no scheduled runs until "
+        "a loadable version is applied",
+        dag=dag.dag_id,
+        reason=dag.broken_reason,
+    )
 
 
 def _due_runs(dag: Dag, compiled: CompiledDag, now: datetime, room: int) -> list[RunRequest]:

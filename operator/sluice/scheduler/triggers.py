@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from sluice.db.dags import SpecCache
+from sluice.db.dags import SpecCache, StoredSpecError
 from sluice.scheduler.runs import NewRun, insert_run, run_id_for
 from sluice.spec.states import RunType
 
@@ -30,6 +30,8 @@ def trigger_run(
         compiled = specs.current(session, dag_id)
     except LookupError:
         raise TriggerError(f"DAG {dag_id!r} is not registered; apply its manifest first") from None
+    except StoredSpecError as exc:
+        raise TriggerError(str(exc)) from None
     if conf is not None and not isinstance(conf, dict):
         raise TriggerError('conf must be a JSON object, e.g. \'{"key": "value"}\'')
     when = logical_date or now

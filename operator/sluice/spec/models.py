@@ -182,7 +182,12 @@ class _TaskIndex:
 
 
 class DagSpec(BaseModel):
-    """A DAG's schedule, limits and tasks: the part of the manifest that is versioned."""
+    """A DAG's schedule, limits and tasks: the part of the manifest that is versioned.
+
+    Stored as a DAG version (`spec_hash` tells versions apart) in the shape of
+    `upgrades.SPEC_SCHEMA_VERSION`; a change to this model that changes that shape
+    needs a new schema version and an upgrade step (see `upgrades`).
+    """
 
     model_config = ConfigDict(
         extra="forbid", populate_by_name=True, frozen=True, alias_generator=to_camel
@@ -195,7 +200,6 @@ class DagSpec(BaseModel):
     catchup: bool = False
     max_active_runs: int = Field(default=16, ge=1)
     max_active_tasks: int = Field(default=16, ge=1)
-    paused: bool = False
     dagrun_timeout: PositiveDuration | None = None
     defaults: dict[Annotated[str, AfterValidator(_default_key)], Any] = {}
     tasks: list[TaskSpec] = Field(min_length=1)
@@ -298,6 +302,18 @@ class DagSpec(BaseModel):
         return index
 
 
+class ManifestSpec(DagSpec):
+    """A DAG object's `spec`: the versioned DagSpec, and whether the DAG is paused.
+
+    `paused` is not part of a version (it is left out of dumps, so out of the
+    stored spec and its hash): it is the DAG's state. It applies when the DAG is
+    created, and again whenever its value in the manifest changes; otherwise a
+    pause or unpause made at runtime (`sluice dags pause`) stands (ADR 0011).
+    """
+
+    paused: bool = Field(default=False, exclude=True)
+
+
 class ObjectMeta(BaseModel):
     """The Kubernetes metadata we read; the API server's own fields pass through untouched."""
 
@@ -321,7 +337,7 @@ class DagManifest(BaseModel):
     api_version: Literal["sluice.io/v1alpha1"]
     kind: Literal["DAG"]
     metadata: ObjectMeta
-    spec: DagSpec
+    spec: ManifestSpec
 
     @model_validator(mode="before")
     @classmethod
@@ -371,7 +387,8 @@ def job_name_issues(dag_name: str, task_names: Sequence[str | None]) -> list[Spe
 
 
 def spec_hash(spec: DagSpec) -> str:
-    """A fingerprint of the spec; a different hash means a new DAG version."""
+    """A fingerprint of the versioned spec (not `paused`); a different hash means a new
+    DAG version."""
     canonical = json.dumps(
         spec.model_dump(mode="json", by_alias=True),
         sort_keys=True,

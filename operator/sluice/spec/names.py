@@ -1,13 +1,17 @@
-"""Kubernetes name rules that DAG, task and pool names must follow.
+"""Kubernetes name rules that DAG, task and pool names must follow, and who owns a DAG name.
 
 DAG and task names end up inside Kubernetes object names and label values, so
 they are checked here, when the spec is applied, rather than failing later
-when the executor creates a Job.
+when the executor creates a Job. A DAG name is also the DAG's id across
+namespaces (see `sluice.handlers.objects`): `ownership_problem` says who may
+write it.
 """
 
 from __future__ import annotations
 
 import re
+
+from sluice.spec.errors import SpecIssue
 
 MAX_LABEL_LENGTH = 63
 MAX_SUBDOMAIN_LENGTH = 253
@@ -48,3 +52,25 @@ def suggest_label(name: str) -> str:
     """A close valid label, offered so the fix is obvious (`Load_Data` -> `load-data`)."""
     lowered = re.sub(r"[^a-z0-9-]+", "-", name.lower())
     return re.sub(r"-{2,}", "-", lowered).strip("-")[:MAX_LABEL_LENGTH].strip("-") or "my-name"
+
+
+def ownership_problem(
+    dag_id: str,
+    namespace: str | None,
+    *,
+    owner_namespace: str | None,
+    owner_active: bool,
+) -> SpecIssue | None:
+    """Why a manifest from `namespace` (None: from a file, by the CLI) may not write the DAG
+    `dag_id`, owned by `owner_namespace`, or None.
+
+    A namespace owns the name while its DAG is active; a DAG the CLI wrote (owner None)
+    or one whose object was deleted may be taken by anyone.
+    """
+    if owner_namespace is None or owner_namespace == namespace or not owner_active:
+        return None
+    return SpecIssue(
+        "metadata.name",
+        f"DAG name {dag_id!r} is already used by namespace {owner_namespace!r}; DAG names "
+        "are unique across the cluster (they are the DAG id in the database): rename this DAG",
+    )

@@ -96,8 +96,17 @@ def load_dag_documents(text: str) -> list[DagManifest | SpecError]:
     return results
 
 
-def translate_errors(errors: Iterable[ErrorDetails], raw: object = None) -> list[SpecIssue]:
-    """Pydantic errors for a DagManifest as SpecIssues; `raw` lets defaults be blamed."""
+def translate_errors(
+    errors: Iterable[ErrorDetails],
+    raw: object = None,
+    *,
+    model: type[BaseModel] = DagManifest,
+) -> list[SpecIssue]:
+    """Pydantic errors for a DagManifest as SpecIssues; `raw` lets defaults be blamed.
+
+    `model` is the model that was validated (a stored spec is a DagSpec), for the
+    hints about unknown fields.
+    """
     issues: list[SpecIssue] = []
     for error in errors:
         loc: Loc = tuple(part for part in error["loc"] if part != "[key]")
@@ -107,11 +116,11 @@ def translate_errors(errors: Iterable[ErrorDetails], raw: object = None) -> list
                 issues.append(SpecIssue(f"{prefix}.{path}" if prefix else path, message))
             continue
         loc = _blame_defaults(loc, raw)
-        issues.append(SpecIssue(_join(loc), _message(error, loc)))
+        issues.append(SpecIssue(_join(loc), _message(error, loc, model)))
     return issues
 
 
-def _message(error: ErrorDetails, loc: Loc) -> str:
+def _message(error: ErrorDetails, loc: Loc, root: type[BaseModel]) -> str:
     kind = error["type"]
     ctx = error.get("ctx", {})
     field = str(loc[-1]) if loc else "document"
@@ -120,7 +129,7 @@ def _message(error: ErrorDetails, loc: Loc) -> str:
     if kind == "missing":
         return f"required field is missing; add `{field}`"
     if kind == "extra_forbidden":
-        model = _model_at(loc[:-1])
+        model = _model_at(loc[:-1], root)
         valid = [f.alias or name for name, f in model.model_fields.items()] if model else []
         hint = f"; {did_you_mean(field, valid)}" if valid else ""
         return f"unknown field {field!r}{hint}"
@@ -191,9 +200,9 @@ def _raw_structure_issues(raw: Mapping[str, Any]) -> list[SpecIssue]:
     return found
 
 
-def _model_at(loc: Loc) -> type[BaseModel] | None:
-    """The model class that validates the object at `loc` in a manifest."""
-    model: type[BaseModel] | None = DagManifest
+def _model_at(loc: Loc, root: type[BaseModel]) -> type[BaseModel] | None:
+    """The model class that validates the object at `loc` in a `root`."""
+    model: type[BaseModel] | None = root
     for part in loc:
         if isinstance(part, int) or model is None:
             continue
