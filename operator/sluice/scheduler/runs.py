@@ -16,12 +16,12 @@ from datetime import datetime
 from typing import Any, cast
 
 import structlog
-from sqlalchemy import Table, and_, func, select, update
+from sqlalchemy import Table, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache, set_next_run
-from sluice.db.models import Backfill, Dag, DagRun
+from sluice.db.models import Dag, DagRun
 from sluice.db.prepared import Prepared
 from sluice.logs import first_line
 from sluice.spec.compiled import CompiledDag
@@ -250,61 +250,70 @@ def _stored_next_run(dag: Dag) -> RunInfo | None:
     )
 
 
-def start_queued_runs(session: Session, now: datetime, limit: int) -> int:
-    """Promote queued runs to running, oldest logical date first, within maxActiveRuns.
-
-    The DAG row is locked first (SKIP LOCKED) so two replicas never both count
-    the same DAG's running runs and overshoot its limit.
+# The DAGs that can start a queued run now: unpaused, and with a queued run whose
+# group (the DAG's own runs, or one backfill's) is under its limit (maxActiveRuns, or the
+# backfill's). Oldest queued run first, so DAGs at their limit with a backlog never take
+# the turn of those that can start; DAG rows locked SKIP LOCKED, so two replicas never
+# both count one DAG's running runs.
+_STARTABLE_DAGS = Prepared(
     """
-    dag_ids = (
-        session.execute(
-            select(Dag.dag_id)
-            .where(
-                Dag.is_paused.is_(False),
-                select(DagRun.id)
-                .where(DagRun.dag_id == Dag.dag_id, DagRun.state == RunState.QUEUED)
-                .exists(),
-            )
-            .order_by(Dag.dag_id)
-            .limit(limit)
-            .with_for_update(skip_locked=True)
-        )
-        .scalars()
-        .all()
+    WITH waiting AS (
+        SELECT dag_id, backfill_id, min(id) AS oldest
+        FROM dag_run WHERE state = 'queued'
+        GROUP BY dag_id, backfill_id
+    ), startable AS (
+        SELECT w.dag_id, min(w.oldest) AS oldest
+        FROM waiting w
+        JOIN dag d ON d.dag_id = w.dag_id
+        LEFT JOIN backfill b ON b.id = w.backfill_id
+        WHERE (SELECT count(*) FROM dag_run r
+               WHERE r.dag_id = w.dag_id AND r.state = 'running'
+                 AND r.backfill_id IS NOT DISTINCT FROM w.backfill_id)
+              < COALESCE(b.max_active_runs, d.max_active_runs)
+        GROUP BY w.dag_id
     )
-    if not dag_ids:
+    SELECT d.dag_id FROM dag d JOIN startable s ON s.dag_id = d.dag_id
+    WHERE NOT d.is_paused
+    ORDER BY s.oldest, d.dag_id
+    LIMIT :limit
+    FOR UPDATE OF d SKIP LOCKED
+    """
+)
+
+# In the locked DAGs, each group's queued runs by logical date fill the room its running
+# runs leave under its limit. A fresh snapshot (READ COMMITTED) after the lock above, so
+# the running runs counted are the ones there are.
+_START = Prepared(
+    """
+    WITH ranked AS (
+        SELECT r.id, r.state,
+               row_number() OVER (
+                   PARTITION BY r.dag_id, r.backfill_id
+                   ORDER BY r.state = 'running' DESC, r.logical_date, r.id) AS rank,
+               COALESCE(b.max_active_runs, d.max_active_runs) AS cap
+        FROM dag_run r
+        JOIN dag d ON d.dag_id = r.dag_id
+        LEFT JOIN backfill b ON b.id = r.backfill_id
+        WHERE r.dag_id = ANY(:dags) AND r.state IN ('queued', 'running')
+    )
+    UPDATE dag_run SET state = 'running', start_date = :now
+    FROM ranked
+    WHERE dag_run.id = ranked.id AND ranked.state = 'queued' AND ranked.rank <= ranked.cap
+      AND dag_run.state = 'queued'
+    """
+)
+
+
+def start_queued_runs(session: Session, now: datetime, limit: int) -> int:
+    """Promote queued runs to running within their limits; two statements.
+
+    Up to `limit` DAGs that can start a run are taken, oldest queued run first
+    (a DAG at maxActiveRuns, or whose backfill is at its limit, is not taken, so
+    a backlog never starves other DAGs); in each, queued runs start oldest
+    logical date first, up to the DAG's maxActiveRuns (a backfill's runs up to
+    the backfill's own limit).
+    """
+    dags = list(_STARTABLE_DAGS(session, {"limit": limit}).scalars())
+    if not dags:
         return 0
-    # Each active run's rank among its DAG's (or backfill's) active runs, and that group's limit.
-    group = func.coalesce(DagRun.backfill_id, 0)
-    ranked = (
-        select(
-            DagRun.id,
-            DagRun.state,
-            func.row_number()
-            .over(
-                partition_by=(DagRun.dag_id, group),
-                order_by=(
-                    (DagRun.state == RunState.RUNNING).desc(),
-                    DagRun.logical_date,
-                    DagRun.id,
-                ),
-            )
-            .label("rank"),
-            func.coalesce(Backfill.max_active_runs, Dag.max_active_runs).label("cap"),
-        )
-        .join(Dag, Dag.dag_id == DagRun.dag_id)
-        .outerjoin(Backfill, Backfill.id == DagRun.backfill_id)
-        .where(DagRun.dag_id.in_(dag_ids), DagRun.state.in_(ACTIVE_RUN_STATES))
-        .subquery()
-    )
-    to_start = (
-        select(ranked.c.id)
-        .where(ranked.c.state == RunState.QUEUED, ranked.c.rank <= ranked.c.cap)
-        .scalar_subquery()
-    )
-    result = session.execute(
-        update(DagRun)
-        .where(and_(DagRun.id.in_(to_start), DagRun.state == RunState.QUEUED))
-        .values(state=RunState.RUNNING, start_date=now)
-    )
-    return int(result.rowcount)  # type: ignore[attr-defined]
+    return int(_START(session, {"dags": dags, "now": now}).rowcount)
