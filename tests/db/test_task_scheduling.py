@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from datetime import timedelta
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.models import TaskInstance, TaskTry
@@ -319,3 +319,42 @@ def _instances(session: Session, dag_id: str) -> list[TaskInstance]:
             .order_by(TaskInstance.logical_date)
         ).scalars()
     )
+
+
+def test_one_statement_decides_every_kind_of_past(sessions: sessionmaker[Session]) -> None:
+    """`past.allowed_by_past` over instances with different pasts at once: no previous
+    instance, a previous success, a previous failure, and waitForDownstream with the
+    previous instance's child done or not."""
+    from sluice.scheduler.past import allowed_by_past
+
+    tasks = [
+        {"name": "ok", "dependsOnPast": True},
+        {"name": "bad", "dependsOnPast": True},
+        {"name": "new", "dependsOnPast": True},
+        {"name": "w-done", "waitForDownstream": True},
+        {"name": "w-done-child", "dependsOn": ["w-done"]},
+        {"name": "w-open", "waitForDownstream": True},
+        {"name": "w-open-child", "dependsOn": ["w-open"]},
+    ]
+    register(sessions, manifest("past", tasks))
+    trigger(sessions, "past", T0)
+    trigger(sessions, "past", T0 + timedelta(hours=1))
+    with sessions() as session:
+        session.execute(
+            text(
+                "UPDATE task_instance SET state = CASE task_id WHEN 'bad' THEN 'failed'"
+                " WHEN 'w-open-child' THEN 'running' ELSE 'success' END"
+                " WHERE logical_date = :t;"
+                # `new` was added to the DAG after the first run: it has no past.
+                "DELETE FROM task_instance WHERE task_id = 'new' AND logical_date = :t"
+            ),
+            {"t": T0},
+        )
+        second = dict(
+            session.execute(
+                text("SELECT task_id, id FROM task_instance WHERE logical_date > :t"), {"t": T0}
+            ).all()
+        )
+        waiting_on_past = ["ok", "bad", "new", "w-done", "w-open"]
+        allowed = allowed_by_past(session, [second[name] for name in waiting_on_past])
+    assert {name for name in waiting_on_past if second[name] in allowed} == {"ok", "new", "w-done"}

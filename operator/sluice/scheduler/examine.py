@@ -225,19 +225,29 @@ def _evaluate_ready(
         rows = _READY(session, {"runs": run_ids}).all()
     if not rows:
         return False
+    verdicts = {
+        row.id: evaluate(
+            TriggerRule(row.trigger_rule),
+            UpstreamCounts(
+                total=len(row.upstream_task_ids),
+                success=row.n_success,
+                failed=row.n_failed,
+                skipped=row.n_skipped,
+                upstream_failed=row.n_upstream_failed,
+            ),
+        )
+        for row in rows
+    }
+    # Every ready task that depends on its past, checked in one statement.
+    allowed = past.allowed_by_past(
+        session, [row.id for row in rows if row.depends_on_past and verdicts[row.id] is Verdict.RUN]
+    )
     decided: dict[int, TaskState | None] = {}  # None: waits, only needs_eval cleared
     settled: list[Settled] = []
     for row in rows:
-        counts = UpstreamCounts(
-            total=len(row.upstream_task_ids),
-            success=row.n_success,
-            failed=row.n_failed,
-            skipped=row.n_skipped,
-            upstream_failed=row.n_upstream_failed,
-        )
-        verdict = evaluate(TriggerRule(row.trigger_rule), counts)
+        verdict = verdicts[row.id]
         if verdict is Verdict.RUN:
-            if row.depends_on_past and not past.previous_allows(session, row.id):
+            if row.depends_on_past and row.id not in allowed:
                 # Waits with `needs_eval` cleared (its run is not busy meanwhile): the
                 # previous run's instance settling wakes it (`past.wake_next_runs`).
                 decided[row.id] = None
