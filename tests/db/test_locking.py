@@ -269,3 +269,33 @@ def test_the_loop_retries_a_deadlock_and_skips_a_busy_lock(
     report = TickReport()
     assert loop._transaction("test", broken, "default", report) == "default"
     assert report.errors == ["test: a bug"]
+
+
+def test_a_requeued_try_ends_in_task_try(sessions: sessionmaker[Session]) -> None:
+    """A try requeued after the queued timeout is over: its task_try row ends (state
+    `scheduled`, as its instance, with the reason); the next queueing is a new try."""
+    from sluice.db.models import TaskTry
+    from sluice.scheduler.critical import queue_schedulable_task_instances
+
+    register(sessions, manifest("rq", chain("a")))
+    trigger(sessions, "rq", T0)
+    with sessions() as session:
+        session.execute(text("UPDATE dag_run SET state = 'running'"))
+        session.execute(update(TaskInstance).values(state=TaskState.SCHEDULED))
+        queue_schedulable_task_instances(session, T0, job_id=None, max_tis=10)
+        session.commit()
+    later = T0 + timedelta(minutes=11)
+    with sessions() as session:
+        assert requeue_stuck_tasks(session, later, queued_timeout=600, max_requeues=2) == 1
+        queue_schedulable_task_instances(session, later, job_id=None, max_tis=10)
+        session.commit()
+        tries = session.execute(
+            select(TaskTry.try_number, TaskTry.state, TaskTry.end_date, TaskTry.reason).order_by(
+                TaskTry.try_number
+            )
+        ).all()
+    assert [tuple(t[:3]) for t in tries] == [(1, "scheduled", later), (2, "queued", None)]
+    assert tries[0].reason == (
+        "requeued: queued for over 600s (requeue 1 of at most 2); "
+        "check that scheduler replicas are running"
+    )

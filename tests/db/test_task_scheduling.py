@@ -358,3 +358,41 @@ def test_one_statement_decides_every_kind_of_past(sessions: sessionmaker[Session
         waiting_on_past = ["ok", "bad", "new", "w-done", "w-open"]
         allowed = allowed_by_past(session, [second[name] for name in waiting_on_past])
     assert {name for name in waiting_on_past if second[name] in allowed} == {"ok", "new", "w-done"}
+
+
+def test_a_run_timeout_ends_the_open_tries_too(sessions: sessionmaker[Session]) -> None:
+    """The running and the queued try of a timed-out run end in task_try as their
+    instances do: skipped, at the timeout, with the reason."""
+    from sluice.db.dags import SpecCache
+    from sluice.scheduler.critical import queue_schedulable_task_instances
+    from sluice.scheduler.dispatch import claim_task_starts
+    from sluice.scheduler.examine import examine_running_runs
+
+    register(sessions, manifest("tt", [{"name": "a"}, {"name": "b"}], dagrunTimeout="10m"))
+    trigger(sessions, "tt", T0)
+    specs = SpecCache()
+    with sessions() as session:
+        session.execute(text("UPDATE dag_run SET state = 'running', start_date = :t"), {"t": T0})
+        examine_running_runs(session, specs, T0, 10)
+        assert len(queue_schedulable_task_instances(session, T0, job_id=None, max_tis=10).queued)
+        session.commit()
+    with sessions() as session:
+        (launch,) = claim_task_starts(
+            session, specs, T0, job_id=None, executor_name="x", limit=1
+        )  # one try running, the other still queued
+        session.commit()
+    later = T0 + timedelta(minutes=11)
+    with sessions() as session:
+        stats = examine_running_runs(session, specs, later, 10)
+        session.commit()
+        assert stats.finished_runs == {runs(session, "tt")[0].id: RunState.FAILED}
+        tries = {
+            row.task_id: (row.state, row.end_date, row.reason)
+            for row in session.execute(
+                select(TaskInstance.task_id, TaskTry.state, TaskTry.end_date, TaskTry.reason).join(
+                    TaskTry, TaskTry.task_instance_id == TaskInstance.id
+                )
+            )
+        }
+    assert launch.task_id in tries
+    assert tries == dict.fromkeys(("a", "b"), (TaskState.SKIPPED, later, "dagrun timeout"))

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache
 from sluice.db.prepared import Prepared
-from sluice.scheduler import past
+from sluice.scheduler import endings, past
 from sluice.scheduler.isolation import batch_or_each
 from sluice.scheduler.transitions import Settled, propagate
 from sluice.spec.models import TriggerRule
@@ -73,7 +73,11 @@ def examine_running_runs(
 def _examine(
     session: Session, specs: SpecCache, runs: list[Row[Any]], now: datetime, stats: ExamineStats
 ) -> None:
-    live = [run for run in runs if not _time_out(session, specs, run, now, stats)]
+    ending = _runs_to_end(session, specs, runs, now)
+    if ending:
+        endings.end_runs(session, ending, now)
+        stats.finished_runs.update(dict.fromkeys(ending, RunState.FAILED))
+    live = [run for run in runs if run.id not in ending]
     run_ids = [run.id for run in live]
     done: Counter[int] = Counter()  # tasks_done moved in this transaction, per run
     due = [run.id for run in live if run.due_retry]
@@ -155,32 +159,17 @@ def follow_up(session: Session, moved: Sequence[Row[Any]], now: datetime) -> Exa
 _MAX_SETTLE_ROUNDS = 32
 
 
-def _time_out(
-    session: Session, specs: SpecCache, run: Row[Any], now: datetime, stats: ExamineStats
-) -> bool:
-    """Fail a run past its dagrunTimeout; its unfinished tasks are skipped (as in Airflow)."""
-    timeout = specs.get(session, run.dag_version_id).spec.dagrun_timeout
-    if timeout is None or run.start_date is None or now < run.start_date + timeout:
-        return False
-    unfinished = [s.value for s in TaskState if s not in TERMINAL_TASK_STATES]
-    _TIME_OUT(session, {"run": run.id, "now": now, "unfinished": unfinished})
-    stats.finished_runs[run.id] = RunState.FAILED
-    return True
-
-
-_TIME_OUT = Prepared(
-    """
-    WITH skipped AS (
-        UPDATE task_instance SET state = 'skipped', end_date = :now,
-            reason = 'dagrun timeout', needs_eval = false
-        WHERE dag_run_id = :run AND state = ANY(:unfinished)
-        RETURNING id
-    )
-    UPDATE dag_run SET state = 'failed', end_date = :now,
-        tasks_done = tasks_done + (SELECT count(*) FROM skipped)
-    WHERE id = :run
-    """
-)
+def _runs_to_end(
+    session: Session, specs: SpecCache, runs: list[Row[Any]], now: datetime
+) -> dict[int, str]:
+    """The runs past their dagrunTimeout, with the reason (as in Airflow, the run fails
+    and its unfinished tasks are skipped)."""
+    ending: dict[int, str] = {}
+    for run in runs:
+        timeout = specs.get(session, run.dag_version_id).spec.dagrun_timeout
+        if timeout is not None and run.start_date is not None and now >= run.start_date + timeout:
+            ending[run.id] = "dagrun timeout"
+    return ending
 
 
 # Task instances whose upstream counters moved since they were last looked at.

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import insert, select, tuple_, update
+from sqlalchemy import insert, select, text, tuple_, update
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache
@@ -308,22 +308,41 @@ def requeue_stuck_tasks(
 
     Task rows only, no run lock: nothing here settles a task. The stale try's
     outbox row, if any, can no longer claim the instance, because the
-    dispatcher's compare-and-set expects `queued` and that try number.
+    dispatcher's compare-and-set expects `queued` and that try number. The try
+    ends in `task_try` as `scheduled`, with the reason; the next queueing is a
+    new try.
     """
-    result = session.execute(
-        update(TaskInstance)
-        .where(
-            TaskInstance.state == TaskState.QUEUED,
-            TaskInstance.queued_at < now - timedelta(seconds=queued_timeout),
-            TaskInstance.requeue_count < max_requeues,
-        )
-        .values(
-            state=TaskState.SCHEDULED,
-            requeue_count=TaskInstance.requeue_count + 1,
-            queued_by_job_id=None,
-        )
+    return int(
+        session.execute(
+            _REQUEUE,
+            {
+                "now": now,
+                "before": now - timedelta(seconds=queued_timeout),
+                "max_requeues": max_requeues,
+                "reason": f"requeued: queued for over {queued_timeout:g}s",
+                "fix": "check that scheduler replicas are running",
+            },
+        ).scalar_one()
     )
-    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+_REQUEUE = text(
+    """
+    WITH requeued AS (
+        UPDATE task_instance SET state = 'scheduled', requeue_count = requeue_count + 1,
+            queued_by_job_id = NULL
+        WHERE state = 'queued' AND queued_at < :before AND requeue_count < :max_requeues
+        RETURNING id, try_number, requeue_count
+    ), tries AS (
+        UPDATE task_try tt SET state = 'scheduled', end_date = :now,
+            reason = :reason || ' (requeue ' || r.requeue_count || ' of at most '
+                     || CAST(:max_requeues AS text) || '); ' || :fix
+        FROM requeued r
+        WHERE tt.task_instance_id = r.id AND tt.try_number = r.try_number
+    )
+    SELECT count(*) FROM requeued
+    """
+)
 
 
 def fail_stuck_tasks(
