@@ -147,8 +147,13 @@ def test_recently_queued_is_left_alone(sessions: sessionmaker[Session]) -> None:
         assert requeue_stuck_tasks(session, now, queued_timeout=600, max_requeues=2) == 0
 
 
-def test_one_corrupt_run_does_not_stop_the_others(sessions: sessionmaker[Session]) -> None:
-    from tests.support import FakeClock, ScriptedExecutor, make_loop
+def test_a_run_whose_spec_cannot_be_loaded_fails_and_the_others_go_on(
+    sessions: sessionmaker[Session],
+) -> None:
+    """Every run ends: a run whose DAG version no longer parses cannot decide anything,
+    so it fails at once, its tasks skipped with the reason (it used to stay `running`
+    for ever); the other DAG's run is not held back."""
+    from tests.support import FakeClock, ScriptedExecutor, make_loop, task_states
 
     clock = FakeClock()
     register(sessions, manifest("good", chain("a", "b")), clock.now)
@@ -172,7 +177,17 @@ def test_one_corrupt_run_does_not_stop_the_others(sessions: sessionmaker[Session
         assert not report.errors  # isolated inside the phase, not a failed phase
     with sessions() as session:
         assert [r.state for r in runs(session, "good")] == ["success"]
-        assert [r.state for r in runs(session, "bad")] == ["running"]
+        assert [r.state for r in runs(session, "bad")] == ["failed"]
+        assert task_states(session, "bad") == {"a": "skipped"}
+        reason = ti_row(session, "bad", "a").reason
+        version = session.execute(
+            text("SELECT id FROM dag_version WHERE spec_hash = 'corrupt'")
+        ).scalar_one()
+    assert reason == (
+        f"the run's DAG version cannot be loaded (dag_version {version}: spec.tasks: must be"
+        " a list (e.g. [a, b]), got 'not a list'); the run cannot go on: apply a valid"
+        " manifest and trigger a new run"
+    )
 
 
 def test_a_try_whose_spec_cannot_be_loaded_fails_and_the_batch_starts(

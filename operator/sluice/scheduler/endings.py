@@ -17,10 +17,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
+from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from sluice.db.prepared import Prepared
+from sluice.logs import first_line
 from sluice.spec.states import TERMINAL_TASK_STATES, TaskState
+from sluice.spec.validation import translate_errors
 
 _UNFINISHED = [state.value for state in TaskState if state not in TERMINAL_TASK_STATES]
 
@@ -73,3 +76,18 @@ def end_runs(session: Session, reasons: Mapping[int, str], now: datetime) -> Non
         },
     )
     _END_TRIES(session, {"runs": runs, "now": now})
+
+
+def unloadable(version_id: int, exc: Exception) -> str:
+    """The reason a run whose DAG version cannot be loaded ends: the spec's first problem
+    with its field path (as `sluice dags validate` would print it)."""
+    if isinstance(exc, ValidationError):
+        issues = translate_errors(exc.errors())
+        more = len(issues) - 1
+        problem = f"spec.{issues[0]}" + (f", and {more} more" if more > 0 else "")
+    else:
+        problem = first_line(exc)
+    return (
+        f"the run's DAG version cannot be loaded (dag_version {version_id}: {problem}); "
+        "the run cannot go on: apply a valid manifest and trigger a new run"
+    )

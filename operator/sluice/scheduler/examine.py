@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache
@@ -162,11 +163,19 @@ _MAX_SETTLE_ROUNDS = 32
 def _runs_to_end(
     session: Session, specs: SpecCache, runs: list[Row[Any]], now: datetime
 ) -> dict[int, str]:
-    """The runs past their dagrunTimeout, with the reason (as in Airflow, the run fails
-    and its unfinished tasks are skipped)."""
+    """The runs that must end now, with the reason: past their dagrunTimeout (as in
+    Airflow, the run fails and its unfinished tasks are skipped), or with a DAG version
+    that cannot be loaded (nothing in them can be decided; versions never change, so
+    waiting would not help, and every run must end)."""
     ending: dict[int, str] = {}
     for run in runs:
-        timeout = specs.get(session, run.dag_version_id).spec.dagrun_timeout
+        try:
+            timeout = specs.get(session, run.dag_version_id).spec.dagrun_timeout
+        except DBAPIError:
+            raise  # the database, not the spec: the loop's error policy applies
+        except Exception as exc:
+            ending[run.id] = endings.unloadable(run.dag_version_id, exc)
+            continue
         if timeout is not None and run.start_date is not None and now >= run.start_date + timeout:
             ending[run.id] = "dagrun timeout"
     return ending
