@@ -195,3 +195,21 @@ def test_depends_on_past_costs_the_same_for_one_task_or_many(
             ).scalar_one()
         assert scheduled == 2 * width  # every t and w of the second run: their past allows
     assert counts[0] == counts[1]
+
+
+def test_starting_runs_costs_two_statements_for_one_dag_or_ten(
+    sessions: sessionmaker[Session], engine: Engine
+) -> None:
+    """Phase 1's start: one statement locks the DAGs that can start a run, one starts them."""
+    from sluice.scheduler.runs import start_queued_runs
+
+    counts = []
+    for names in (["s0"], [f"s{i}" for i in range(1, 11)]):
+        for name in names:
+            register(sessions, manifest(name, [{"name": "a"}]))
+            trigger(sessions, name, T0)
+        with count_queries(engine) as statements, sessions() as session:
+            assert start_queued_runs(session, T0, 10) == len(names)
+            session.commit()
+        counts.append(len(statements))
+    assert counts == [2, 2]

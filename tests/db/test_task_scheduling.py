@@ -396,3 +396,25 @@ def test_a_run_timeout_ends_the_open_tries_too(sessions: sessionmaker[Session]) 
         }
     assert launch.task_id in tries
     assert tries == dict.fromkeys(("a", "b"), (TaskState.SKIPPED, later, "dagrun timeout"))
+
+
+def test_a_task_held_back_by_a_failed_past_runs_once_the_past_is_rerun(
+    sessions: sessionmaker[Session],
+) -> None:
+    """As in Airflow, a failed past holds the next run's task until that past succeeds:
+    here a backfill with rerun-failed re-runs it, and the waiting task is woken."""
+    from sluice.db.dags import SpecCache
+    from sluice.scheduler.backfill import create_backfill
+
+    clock = _two_hourly_intervals_ago(sessions, "dpr", [{"name": "t", "dependsOnPast": True}])
+    executor = ScriptedExecutor({"t": [F]})
+    loop = make_loop(sessions, executor, clock)
+    run_until_idle(loop)
+    with sessions() as session:
+        assert [r.state for r in runs(session, "dpr")] == [RunState.FAILED, RunState.RUNNING]
+        create_backfill(session, SpecCache(), "dpr", T0, T0, clock.now, rerun_failed=True)
+        session.commit()
+    executor.outcomes.clear()
+    run_until_idle(loop)
+    with sessions() as session:
+        assert [r.state for r in runs(session, "dpr")] == [RunState.SUCCESS] * 2

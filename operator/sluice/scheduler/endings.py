@@ -91,3 +91,11 @@ def unloadable(version_id: int, exc: Exception) -> str:
         f"the run's DAG version cannot be loaded (dag_version {version_id}: {problem}); "
         "the run cannot go on: apply a valid manifest and trigger a new run"
     )
+
+
+def deleted_dag(dag_id: str) -> str:
+    """The reason the runs of a deleted DAG end."""
+    return (
+        f"DAG {dag_id!r} was deleted (dag.is_active is false), so its runs end:"
+        " apply the DAG again and trigger a new run"
+    )

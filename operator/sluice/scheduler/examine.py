@@ -97,8 +97,9 @@ def _examine(
 # Take runs to examine, with whether each has a retry due; runs with work come first.
 # Work is changed counters, a due retry, or all tasks done, found through partial
 # indexes, so a tick costs the same however many runs sit idle. With :quiet, runs
-# without work fill the rest of the batch (the round-robin that catches timeouts,
-# which the loop asks for once per tick interval). One statement locks the runs
+# without work fill the rest of the batch (the round-robin that catches timeouts and
+# deleted DAGs, which the loop asks for once per tick interval); a deleted DAG's runs
+# are taken even while it is paused, to end them. One statement locks the runs
 # (SKIP LOCKED, least recently examined first) and sends them to the back of the
 # queue, a run that then fails to be examined included.
 _TAKE = Prepared(
@@ -111,8 +112,8 @@ _TAKE = Prepared(
         UNION
         SELECT id FROM dag_run WHERE state = 'running' AND tasks_done >= tasks_total
     ), picked AS (
-        SELECT r.id FROM dag_run r JOIN dag d ON d.dag_id = r.dag_id
-        WHERE r.state = 'running' AND NOT d.is_paused
+        SELECT r.id, d.is_active FROM dag_run r JOIN dag d ON d.dag_id = r.dag_id
+        WHERE r.state = 'running' AND (NOT d.is_paused OR NOT d.is_active)
           AND (:quiet OR r.id IN (SELECT id FROM work))
         ORDER BY r.id IN (SELECT id FROM work) DESC,
                  r.last_scheduling_decision ASC NULLS FIRST, r.id
@@ -121,7 +122,8 @@ _TAKE = Prepared(
     )
     UPDATE dag_run r SET last_scheduling_decision = :now
     FROM picked WHERE r.id = picked.id
-    RETURNING r.id, r.dag_version_id, r.start_date, r.tasks_total, r.tasks_done,
+    RETURNING r.id, r.dag_id, r.dag_version_id, r.start_date, r.tasks_total, r.tasks_done,
+        picked.is_active,
         EXISTS (SELECT FROM task_instance t
                 WHERE t.dag_run_id = r.id AND t.state = 'up_for_retry'
                   AND t.next_retry_at <= :now) AS due_retry
@@ -164,11 +166,15 @@ def _runs_to_end(
     session: Session, specs: SpecCache, runs: list[Row[Any]], now: datetime
 ) -> dict[int, str]:
     """The runs that must end now, with the reason: past their dagrunTimeout (as in
-    Airflow, the run fails and its unfinished tasks are skipped), or with a DAG version
-    that cannot be loaded (nothing in them can be decided; versions never change, so
-    waiting would not help, and every run must end)."""
+    Airflow, the run fails and its unfinished tasks are skipped), of a deleted DAG
+    (what phase 1 has not ended already), or with a DAG version that cannot be loaded
+    (nothing in them can be decided; versions never change, so waiting would not help,
+    and every run must end)."""
     ending: dict[int, str] = {}
     for run in runs:
+        if not run.is_active:
+            ending[run.id] = endings.deleted_dag(run.dag_id)
+            continue
         try:
             timeout = specs.get(session, run.dag_version_id).spec.dagrun_timeout
         except DBAPIError:

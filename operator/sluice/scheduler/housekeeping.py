@@ -24,7 +24,9 @@ from sluice.db.dags import SpecCache
 from sluice.db.models import DagRun, SchedulerJob, TaskInstance
 from sluice.db.prepared import Prepared
 from sluice.executors.base import Executor, TaskEvent
+from sluice.scheduler import pools
 from sluice.scheduler.results import Applied, apply_task_events
+from sluice.scheduler.transitions import lock_runs_of
 from sluice.spec.states import TaskState
 
 
@@ -354,7 +356,11 @@ def fail_stuck_tasks(
     max_requeues: int,
     limit: int = 100,
 ) -> list[Applied]:
-    """Tries still stuck after `max_requeues` requeues fail, through the guarded report path."""
+    """Tries still stuck after `max_requeues` requeues fail, through the guarded report path;
+    so do tasks that waited as long on a pool that does not exist (`pools`), without retries.
+
+    Every run concerned is locked first, in one lock order.
+    """
     stuck = session.execute(
         select(TaskInstance.id, TaskInstance.try_number, TaskInstance.requeue_count)
         .where(
@@ -375,4 +381,7 @@ def fail_stuck_tasks(
         )
         for row in stuck
     ]
-    return apply_task_events(session, events, specs, now)
+    waiting = pools.waiting_on_missing_pools(session, now, wait=queued_timeout, limit=limit)
+    lock_runs_of(session, [row.id for row in stuck] + [w.ti_id for w in waiting])
+    failed = apply_task_events(session, events, specs, now)
+    return failed + pools.fail_waiting(session, specs, waiting, now)

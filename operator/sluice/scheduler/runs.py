@@ -24,6 +24,7 @@ from sluice.db.dags import SpecCache, set_next_run
 from sluice.db.models import Dag, DagRun
 from sluice.db.prepared import Prepared
 from sluice.logs import first_line
+from sluice.scheduler import endings
 from sluice.spec.compiled import CompiledDag
 from sluice.spec.states import ACTIVE_RUN_STATES, RunState, RunType
 from sluice.spec.timetables import RunInfo
@@ -250,31 +251,36 @@ def _stored_next_run(dag: Dag) -> RunInfo | None:
     )
 
 
-# The DAGs that can start a queued run now: unpaused, and with a queued run whose
-# group (the DAG's own runs, or one backfill's) is under its limit (maxActiveRuns, or the
-# backfill's). Oldest queued run first, so DAGs at their limit with a backlog never take
-# the turn of those that can start; DAG rows locked SKIP LOCKED, so two replicas never
-# both count one DAG's running runs.
-_STARTABLE_DAGS = Prepared(
+# The DAGs phase 1 acts on, DAG rows locked SKIP LOCKED (so two replicas never both count
+# one DAG's running runs), found from the queued runs alone (a tick's cost does not grow
+# with the number of DAGs or of finished runs). First, deleted DAGs (`is_active` false)
+# with a queued run: their runs end. Then DAGs that can start a queued run: unpaused,
+# with a queued run whose group (the DAG's own runs, or one backfill's) is under its
+# limit (maxActiveRuns, or the backfill's), oldest queued run first, so DAGs at their
+# limit with a backlog never take the turn of those that can start.
+_DAGS_TO_ACT_ON = Prepared(
     """
     WITH waiting AS (
         SELECT dag_id, backfill_id, min(id) AS oldest
         FROM dag_run WHERE state = 'queued'
         GROUP BY dag_id, backfill_id
-    ), startable AS (
+    ), candidates AS (
         SELECT w.dag_id, min(w.oldest) AS oldest
         FROM waiting w
         JOIN dag d ON d.dag_id = w.dag_id
         LEFT JOIN backfill b ON b.id = w.backfill_id
-        WHERE (SELECT count(*) FROM dag_run r
-               WHERE r.dag_id = w.dag_id AND r.state = 'running'
-                 AND r.backfill_id IS NOT DISTINCT FROM w.backfill_id)
-              < COALESCE(b.max_active_runs, d.max_active_runs)
+        WHERE NOT d.is_active
+           OR (NOT d.is_paused
+               AND (SELECT count(*) FROM dag_run r
+                    WHERE r.dag_id = w.dag_id AND r.state = 'running'
+                      AND r.backfill_id IS NOT DISTINCT FROM w.backfill_id)
+                   < COALESCE(b.max_active_runs, d.max_active_runs))
         GROUP BY w.dag_id
     )
-    SELECT d.dag_id FROM dag d JOIN startable s ON s.dag_id = d.dag_id
-    WHERE NOT d.is_paused
-    ORDER BY s.oldest, d.dag_id
+    SELECT d.dag_id, d.is_active
+    FROM dag d JOIN candidates c ON c.dag_id = d.dag_id
+    WHERE NOT (d.is_active AND d.is_paused)  -- checked again on the row as locked
+    ORDER BY d.is_active, c.oldest, d.dag_id
     LIMIT :limit
     FOR UPDATE OF d SKIP LOCKED
     """
@@ -303,6 +309,17 @@ _START = Prepared(
     """
 )
 
+# The queued and running runs of these (locked, deleted) DAGs, SKIP LOCKED: a run busy
+# now (a report being applied) is ended on a later pass.
+_RUNS_OF = Prepared(
+    """
+    SELECT id, dag_id FROM dag_run
+    WHERE dag_id = ANY(:dags) AND state IN ('queued', 'running')
+    ORDER BY id
+    FOR UPDATE SKIP LOCKED
+    """
+)
+
 
 def start_queued_runs(session: Session, now: datetime, limit: int) -> int:
     """Promote queued runs to running within their limits; two statements.
@@ -311,9 +328,26 @@ def start_queued_runs(session: Session, now: datetime, limit: int) -> int:
     (a DAG at maxActiveRuns, or whose backfill is at its limit, is not taken, so
     a backlog never starves other DAGs); in each, queued runs start oldest
     logical date first, up to the DAG's maxActiveRuns (a backfill's runs up to
-    the backfill's own limit).
+    the backfill's own limit). Deleted DAGs with a queued run are taken first,
+    and their runs end instead (`end_runs_of_deleted_dags`).
     """
-    dags = list(_STARTABLE_DAGS(session, {"limit": limit}).scalars())
-    if not dags:
+    dags = _DAGS_TO_ACT_ON(session, {"limit": limit}).all()
+    end_runs_of_deleted_dags(session, [d.dag_id for d in dags if not d.is_active], now)
+    startable = [d.dag_id for d in dags if d.is_active]
+    if not startable:
         return 0
-    return int(_START(session, {"dags": dags, "now": now}).rowcount)
+    return int(_START(session, {"dags": startable, "now": now}).rowcount)
+
+
+def end_runs_of_deleted_dags(session: Session, dag_ids: Sequence[str], now: datetime) -> int:
+    """A deleted DAG's runs end: its queued runs never start, its running runs stop (they
+    fail, their unfinished tasks skipped with the reason, as a timed-out run's are; a
+    deleted DAG with running runs only is left to examine). The caller holds the DAG
+    rows' locks. Returns how many runs ended."""
+    if not dag_ids:
+        return 0
+    runs = _RUNS_OF(session, {"dags": list(dag_ids)}).all()
+    endings.end_runs(session, {run.id: endings.deleted_dag(run.dag_id) for run in runs}, now)
+    if runs:
+        log.warning("runs of deleted DAGs ended", dags=sorted(dag_ids), runs=len(runs))
+    return len(runs)
