@@ -7,8 +7,10 @@ from datetime import timedelta
 from sqlalchemy import Engine, insert, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from sluice.db.dags import SpecCache
 from sluice.db.models import Outbox, SlotPool, TaskInstance
 from sluice.scheduler.critical import queue_schedulable_task_instances
+from sluice.scheduler.housekeeping import fail_stuck_tasks
 from sluice.spec.states import TaskState
 from tests.support import (
     T0,
@@ -18,6 +20,7 @@ from tests.support import (
     make_loop,
     manifest,
     register,
+    ti_row,
     trigger,
 )
 
@@ -129,13 +132,41 @@ def test_max_active_tasks_counts_across_runs(sessions: sessionmaker[Session]) ->
     assert _queue(sessions) == []
 
 
-def test_unknown_pool_waits_without_blocking_others(sessions: sessionmaker[Session]) -> None:
+def test_unknown_pool_blocks_nothing_and_its_task_fails_after_the_wait(
+    sessions: sessionmaker[Session],
+) -> None:
+    """A task whose pool does not exist is never queued and never holds back the others;
+    it waits up to the queued timeout for its pool, then fails with the reason (it used
+    to wait for ever, and so did its run)."""
     tasks = [{"name": "lost", "pool": "nonexistent", "priorityWeight": 99}, {"name": "ok"}]
     register(sessions, manifest("up", tasks))
     trigger(sessions, "up", T0)
     _schedule_all(sessions)
     assert len(_queue(sessions, max_tis=1)) == 1
     assert _queued_tasks(sessions) == ["ok"]
+
+    def fail_stuck(seconds: float) -> int:
+        with sessions() as session:
+            failed = fail_stuck_tasks(
+                session,
+                SpecCache(),
+                T0 + timedelta(seconds=seconds),
+                queued_timeout=600,
+                max_requeues=2,
+            )
+            session.commit()
+        return len(failed)
+
+    assert fail_stuck(599) == 0  # still waiting for its pool
+    assert fail_stuck(601) == 1
+    with sessions() as session:
+        lost = ti_row(session, "up", "lost")
+    assert lost.state == TaskState.FAILED
+    assert lost.reason == (
+        "pool 'nonexistent' does not exist (named by the task's `pool` field): create a"
+        " Pool named 'nonexistent' or set the task's `pool` to an existing one, then run"
+        " the task again"
+    )
 
 
 def test_queueing_writes_a_try_and_an_outbox_row_per_task(sessions: sessionmaker[Session]) -> None:

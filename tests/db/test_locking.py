@@ -147,8 +147,13 @@ def test_recently_queued_is_left_alone(sessions: sessionmaker[Session]) -> None:
         assert requeue_stuck_tasks(session, now, queued_timeout=600, max_requeues=2) == 0
 
 
-def test_one_corrupt_run_does_not_stop_the_others(sessions: sessionmaker[Session]) -> None:
-    from tests.support import FakeClock, ScriptedExecutor, make_loop
+def test_a_run_whose_spec_cannot_be_loaded_fails_and_the_others_go_on(
+    sessions: sessionmaker[Session],
+) -> None:
+    """Every run ends: a run whose DAG version no longer parses cannot decide anything,
+    so it fails at once, its tasks skipped with the reason (it used to stay `running`
+    for ever); the other DAG's run is not held back."""
+    from tests.support import FakeClock, ScriptedExecutor, make_loop, task_states
 
     clock = FakeClock()
     register(sessions, manifest("good", chain("a", "b")), clock.now)
@@ -173,7 +178,17 @@ def test_one_corrupt_run_does_not_stop_the_others(sessions: sessionmaker[Session
         assert not report.errors  # isolated inside the phase, not a failed phase
     with sessions() as session:
         assert [r.state for r in runs(session, "good")] == ["success"]
-        assert [r.state for r in runs(session, "bad")] == ["running"]
+        assert [r.state for r in runs(session, "bad")] == ["failed"]
+        assert task_states(session, "bad") == {"a": "skipped"}
+        reason = ti_row(session, "bad", "a").reason
+        version = session.execute(
+            text("SELECT id FROM dag_version WHERE spec_hash = 'corrupt'")
+        ).scalar_one()
+    assert reason == (
+        f"the run's DAG version cannot be loaded (dag_version {version}: spec.tasks: must be"
+        " a list (e.g. [a, b]), got 'not a list'); the run cannot go on: apply a valid"
+        " manifest and trigger a new run"
+    )
 
 
 def test_a_try_whose_spec_cannot_be_loaded_fails_and_the_batch_starts(
@@ -270,3 +285,33 @@ def test_the_loop_retries_a_deadlock_and_skips_a_busy_lock(
     report = TickReport()
     assert loop._transaction("test", broken, "default", report) == "default"
     assert report.errors == ["test: a bug"]
+
+
+def test_a_requeued_try_ends_in_task_try(sessions: sessionmaker[Session]) -> None:
+    """A try requeued after the queued timeout is over: its task_try row ends (state
+    `scheduled`, as its instance, with the reason); the next queueing is a new try."""
+    from sluice.db.models import TaskTry
+    from sluice.scheduler.critical import queue_schedulable_task_instances
+
+    register(sessions, manifest("rq", chain("a")))
+    trigger(sessions, "rq", T0)
+    with sessions() as session:
+        session.execute(text("UPDATE dag_run SET state = 'running'"))
+        session.execute(update(TaskInstance).values(state=TaskState.SCHEDULED))
+        queue_schedulable_task_instances(session, T0, job_id=None, max_tis=10)
+        session.commit()
+    later = T0 + timedelta(minutes=11)
+    with sessions() as session:
+        assert requeue_stuck_tasks(session, later, queued_timeout=600, max_requeues=2) == 1
+        queue_schedulable_task_instances(session, later, job_id=None, max_tis=10)
+        session.commit()
+        tries = session.execute(
+            select(TaskTry.try_number, TaskTry.state, TaskTry.end_date, TaskTry.reason).order_by(
+                TaskTry.try_number
+            )
+        ).all()
+    assert [tuple(t[:3]) for t in tries] == [(1, "scheduled", later), (2, "queued", None)]
+    assert tries[0].reason == (
+        "requeued: queued for over 600s (requeue 1 of at most 2); "
+        "check that scheduler replicas are running"
+    )

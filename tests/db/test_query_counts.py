@@ -152,3 +152,64 @@ def test_alerts_are_looked_for_after_a_failure_and_otherwise_once_per_interval(
     with count_queries(engine) as statements:
         loop.tick()
     assert sum("RETURNING id, payload" in s for s in statements) == 1  # once per tick interval
+
+
+def test_depends_on_past_costs_the_same_for_one_task_or_many(
+    sessions: sessionmaker[Session], engine: Engine
+) -> None:
+    """A run whose dependsOnPast (and waitForDownstream) tasks all become ready: their
+    previous instances are checked in one statement, however many there are."""
+    specs = SpecCache()
+    counts = []
+    for name, width in (("p1", 1), ("p20", 20)):
+        tasks: list[dict[str, object]] = []
+        for i in range(width):
+            tasks += [
+                {"name": f"t{i}", "dependsOnPast": True},
+                {"name": f"w{i}", "waitForDownstream": True},
+                {"name": f"c{i}", "dependsOn": [f"w{i}"]},
+            ]
+        register(sessions, manifest(name, tasks, maxActiveRuns=2, maxActiveTasks=10_000))
+        for hour in range(2):
+            trigger(sessions, name, T0 + timedelta(hours=hour))
+        with sessions() as session:
+            # The first run is done; the second has just started, all its roots to decide.
+            session.execute(
+                text(
+                    "UPDATE dag_run SET state = 'running', start_date = :t WHERE dag_id = :d;"
+                    "UPDATE task_instance SET state = 'success', needs_eval = false"
+                    " WHERE dag_id = :d AND logical_date = :t"
+                ),
+                {"d": name, "t": T0},
+            )
+            session.commit()
+        with count_queries(engine) as statements:
+            _examine(sessions, specs)
+        counts.append(len(statements))
+        with sessions() as session:
+            scheduled = session.execute(
+                text(
+                    "SELECT count(*) FROM task_instance WHERE dag_id = :d AND state = 'scheduled'"
+                ),
+                {"d": name},
+            ).scalar_one()
+        assert scheduled == 2 * width  # every t and w of the second run: their past allows
+    assert counts[0] == counts[1]
+
+
+def test_starting_runs_costs_two_statements_for_one_dag_or_ten(
+    sessions: sessionmaker[Session], engine: Engine
+) -> None:
+    """Phase 1's start: one statement locks the DAGs that can start a run, one starts them."""
+    from sluice.scheduler.runs import start_queued_runs
+
+    counts = []
+    for names in (["s0"], [f"s{i}" for i in range(1, 11)]):
+        for name in names:
+            register(sessions, manifest(name, [{"name": "a"}]))
+            trigger(sessions, name, T0)
+        with count_queries(engine) as statements, sessions() as session:
+            assert start_queued_runs(session, T0, 10) == len(names)
+            session.commit()
+        counts.append(len(statements))
+    assert counts == [2, 2]

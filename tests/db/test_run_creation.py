@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sluice.db.dags import SpecCache, set_paused
 from sluice.db.models import DagRun
 from sluice.scheduler.runs import create_due_runs, start_queued_runs
+from sluice.scheduler.triggers import trigger_run
 from sluice.spec.states import RunState
 from tests.support import (
     T0,
@@ -280,4 +281,83 @@ def test_the_reason_reaches_the_dag_object_s_status(sessions: sessionmaker[Sessi
     assert message.splitlines()[-1].startswith(
         "The current version 1 is broken: DAG 'obj' version 1 (dag_version.id 1) cannot be "
         "loaded: spec.tasks: must be a list"
+    )
+
+
+def test_dags_at_their_limit_do_not_starve_the_others(sessions: sessionmaker[Session]) -> None:
+    """The first ten DAGs (alphabetically) have backlogs at their limit, five from manual
+    runs at maxActiveRuns and five from backfills at the backfill's own limit; the forty
+    others each have one queued run. The others start, oldest queued run first."""
+    from sluice.scheduler.backfill import create_backfill
+
+    daily = {"schedule": "@daily", "startDate": "2026-11-01T00:00:00Z"}
+    names = [f"d{i:02d}" for i in range(50)]
+    for name in names:
+        register(sessions, manifest(name, chain("a"), maxActiveRuns=1, **daily))
+    with sessions() as session:
+        for name in names[:5]:  # manual backlogs at maxActiveRuns
+            for hour in range(6):
+                trigger_run(session, SpecCache(), name, T0, logical_date=T0 + timedelta(hours=hour))
+        for name in names[5:10]:  # backfill backlogs at the backfill's limit
+            create_backfill(
+                session, SpecCache(), name, T0 - timedelta(days=6), T0 - timedelta(days=1), T0
+            )
+        session.execute(
+            text(
+                "UPDATE dag_run SET state = 'running' WHERE id IN"
+                " (SELECT min(id) FROM dag_run GROUP BY dag_id)"
+            )
+        )
+        # The others' runs, queued later, newest name first: fairness is not the alphabet.
+        for minutes, name in enumerate(reversed(names[10:]), start=1):
+            trigger_run(session, SpecCache(), name, T0 + timedelta(minutes=minutes))
+        session.commit()
+    started: list[list[str]] = []
+    for _ in range(4):  # ten DAGs a call, as the loop's phase 1 takes them
+        with sessions() as session:
+            before = _running_dags(session)
+            assert start_queued_runs(session, T0 + timedelta(hours=1), 10) == 10
+            session.commit()
+            started.append(sorted(_running_dags(session) - before))
+    assert started[0] == sorted(names[40:])  # the oldest queued runs first
+    assert sorted(itertools.chain.from_iterable(started)) == names[10:]
+    with sessions() as session:
+        assert start_queued_runs(session, T0 + timedelta(hours=1), 10) == 0
+        for name in names[:10]:  # still one run each: their limits hold
+            assert [r.state for r in runs(session, name)].count(RunState.RUNNING) == 1
+
+
+def test_a_backfill_at_its_limit_does_not_hold_back_the_dags_own_runs(
+    sessions: sessionmaker[Session],
+) -> None:
+    from sluice.scheduler.backfill import create_backfill
+
+    register(
+        sessions, manifest("bd", chain("a"), schedule="@daily", startDate="2026-11-01T00:00:00Z")
+    )
+    with sessions() as session:
+        create_backfill(
+            session,
+            SpecCache(),
+            "bd",
+            T0 - timedelta(days=4),
+            T0 - timedelta(days=1),
+            T0,
+            max_active_runs=1,
+        )
+        session.commit()
+        assert start_queued_runs(session, T0, 10) == 1  # the backfill's limit
+        session.commit()
+        trigger_run(session, SpecCache(), "bd", T0)
+        session.commit()
+        assert start_queued_runs(session, T0, 10) == 1  # the manual run, under maxActiveRuns
+        session.commit()
+        states = {(r.run_type, r.state) for r in runs(session, "bd")}
+    assert ("manual", RunState.RUNNING) in states
+    assert [s for t, s in states if t == "backfill"].count(RunState.RUNNING) == 1
+
+
+def _running_dags(session: Session) -> set[str]:
+    return set(
+        session.execute(select(DagRun.dag_id).where(DagRun.state == RunState.RUNNING)).scalars()
     )

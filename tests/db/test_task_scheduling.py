@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from datetime import timedelta
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.models import TaskInstance, TaskTry
@@ -319,3 +319,102 @@ def _instances(session: Session, dag_id: str) -> list[TaskInstance]:
             .order_by(TaskInstance.logical_date)
         ).scalars()
     )
+
+
+def test_one_statement_decides_every_kind_of_past(sessions: sessionmaker[Session]) -> None:
+    """`past.allowed_by_past` over instances with different pasts at once: no previous
+    instance, a previous success, a previous failure, and waitForDownstream with the
+    previous instance's child done or not."""
+    from sluice.scheduler.past import allowed_by_past
+
+    tasks = [
+        {"name": "ok", "dependsOnPast": True},
+        {"name": "bad", "dependsOnPast": True},
+        {"name": "new", "dependsOnPast": True},
+        {"name": "w-done", "waitForDownstream": True},
+        {"name": "w-done-child", "dependsOn": ["w-done"]},
+        {"name": "w-open", "waitForDownstream": True},
+        {"name": "w-open-child", "dependsOn": ["w-open"]},
+    ]
+    register(sessions, manifest("past", tasks))
+    trigger(sessions, "past", T0)
+    trigger(sessions, "past", T0 + timedelta(hours=1))
+    with sessions() as session:
+        session.execute(
+            text(
+                "UPDATE task_instance SET state = CASE task_id WHEN 'bad' THEN 'failed'"
+                " WHEN 'w-open-child' THEN 'running' ELSE 'success' END"
+                " WHERE logical_date = :t;"
+                # `new` was added to the DAG after the first run: it has no past.
+                "DELETE FROM task_instance WHERE task_id = 'new' AND logical_date = :t"
+            ),
+            {"t": T0},
+        )
+        second = dict(
+            session.execute(
+                text("SELECT task_id, id FROM task_instance WHERE logical_date > :t"), {"t": T0}
+            ).all()
+        )
+        waiting_on_past = ["ok", "bad", "new", "w-done", "w-open"]
+        allowed = allowed_by_past(session, [second[name] for name in waiting_on_past])
+    assert {name for name in waiting_on_past if second[name] in allowed} == {"ok", "new", "w-done"}
+
+
+def test_a_run_timeout_ends_the_open_tries_too(sessions: sessionmaker[Session]) -> None:
+    """The running and the queued try of a timed-out run end in task_try as their
+    instances do: skipped, at the timeout, with the reason."""
+    from sluice.db.dags import SpecCache
+    from sluice.scheduler.critical import queue_schedulable_task_instances
+    from sluice.scheduler.dispatch import claim_task_starts
+    from sluice.scheduler.examine import examine_running_runs
+
+    register(sessions, manifest("tt", [{"name": "a"}, {"name": "b"}], dagrunTimeout="10m"))
+    trigger(sessions, "tt", T0)
+    specs = SpecCache()
+    with sessions() as session:
+        session.execute(text("UPDATE dag_run SET state = 'running', start_date = :t"), {"t": T0})
+        examine_running_runs(session, specs, T0, 10)
+        assert len(queue_schedulable_task_instances(session, T0, job_id=None, max_tis=10).queued)
+        session.commit()
+    with sessions() as session:
+        (launch,) = claim_task_starts(
+            session, specs, T0, job_id=None, executor_name="x", limit=1
+        )  # one try running, the other still queued
+        session.commit()
+    later = T0 + timedelta(minutes=11)
+    with sessions() as session:
+        stats = examine_running_runs(session, specs, later, 10)
+        session.commit()
+        assert stats.finished_runs == {runs(session, "tt")[0].id: RunState.FAILED}
+        tries = {
+            row.task_id: (row.state, row.end_date, row.reason)
+            for row in session.execute(
+                select(TaskInstance.task_id, TaskTry.state, TaskTry.end_date, TaskTry.reason).join(
+                    TaskTry, TaskTry.task_instance_id == TaskInstance.id
+                )
+            )
+        }
+    assert launch.task_id in tries
+    assert tries == dict.fromkeys(("a", "b"), (TaskState.SKIPPED, later, "dagrun timeout"))
+
+
+def test_a_task_held_back_by_a_failed_past_runs_once_the_past_is_rerun(
+    sessions: sessionmaker[Session],
+) -> None:
+    """As in Airflow, a failed past holds the next run's task until that past succeeds:
+    here a backfill with rerun-failed re-runs it, and the waiting task is woken."""
+    from sluice.db.dags import SpecCache
+    from sluice.scheduler.backfill import create_backfill
+
+    clock = _two_hourly_intervals_ago(sessions, "dpr", [{"name": "t", "dependsOnPast": True}])
+    executor = ScriptedExecutor({"t": [F]})
+    loop = make_loop(sessions, executor, clock)
+    run_until_idle(loop)
+    with sessions() as session:
+        assert [r.state for r in runs(session, "dpr")] == [RunState.FAILED, RunState.RUNNING]
+        create_backfill(session, SpecCache(), "dpr", T0, T0, clock.now, rerun_failed=True)
+        session.commit()
+    executor.outcomes.clear()
+    run_until_idle(loop)
+    with sessions() as session:
+        assert [r.state for r in runs(session, "dpr")] == [RunState.SUCCESS] * 2

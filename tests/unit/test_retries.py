@@ -5,7 +5,8 @@ Airflow 2.10: without backoff the wait is `retry_delay`; with backoff it is
 capped at one day and then at `max_retry_delay` if set. `max_retry_delay`
 only applies with backoff.
 
-Tests whose docstring starts with "BUG" or "AIRFLOW DEVIATION" fail on purpose today.
+Two tests pin what this table once found wrong (fixed in 3f1ad04): maxRetryDelay
+capping delays without backoff, and delays past try 41 jumping to the cap.
 """
 
 from __future__ import annotations
@@ -46,11 +47,11 @@ def test_without_backoff(
 
 
 def test_without_backoff_max_delay_does_not_apply() -> None:
-    """AIRFLOW DEVIATION: maxRetryDelay caps only exponential backoff.
+    """maxRetryDelay caps only exponential backoff, as in Airflow.
 
     Airflow 2.10 (`TaskInstance.next_retry_datetime`) applies `max_retry_delay`
     inside `if retry_exponential_backoff:`; a plain retryDelay of 2h with
-    maxRetryDelay 1h waits 2h. Sluice waits 1h.
+    maxRetryDelay 1h waits 2h (Sluice once waited 1h).
     """
     assert retry_delay(1, 2 * H, exponential=False, max_delay=1 * H) == 2 * H
 
@@ -120,12 +121,13 @@ def test_backoff_is_monotonic_and_capped(max_delay: timedelta | None) -> None:
 def test_backoff_past_the_overflow_shortcut(
     try_number: int, base: timedelta, max_delay: timedelta | None, expected: timedelta
 ) -> None:
-    """BUG: past try 41 the delay jumps straight to the cap, whatever base * 2**n is.
+    """Past try 41 the delay is still base * 2**n up to the cap, whatever the base.
 
-    `retry_delay` returns the cap once `try_number - 1 > 40`, assuming
-    `2**40 * base` already exceeds it; that holds for base >= 1s and the default
-    cap, but not for a zero or sub-second base (durations like "0s" or "250us"
-    are valid) or a large maxRetryDelay. retryDelay 0s with backoff waits 0
-    for tries 1..41 and then one day from try 42.
+    `retry_delay` once returned the cap as soon as `try_number - 1 > 40`,
+    assuming `2**40 * base` exceeds it; that holds for base >= 1s and the
+    default cap, but not for a zero or sub-second base (durations like "0s" or
+    "250us" are valid) or a large maxRetryDelay: retryDelay 0s with backoff
+    waited 0 for tries 1..41 and then one day from try 42. The shortcut now
+    depends on the base and the cap.
     """
     assert retry_delay(try_number, base, exponential=True, max_delay=max_delay) == expected

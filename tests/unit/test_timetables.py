@@ -1,12 +1,15 @@
 """Timetables: cron (with presets), @once and manual-only, against Airflow 2.10's semantics.
 
 `simulate` plays the scheduler's run-creation loop (`scheduler/runs.py`,
-`_create_runs_for_dag`, without maxActiveRuns): the DAG's next run is computed
-when it is synced, then every run whose `run_after` has passed is created,
-skipping to the latest interval first when catchup is off.
+`create_due_runs` and `_due_runs`, without maxActiveRuns): the DAG's next run is
+computed when it is synced, then every run whose `run_after` has passed is
+created, skipping to the latest interval first when catchup is off.
 
-Tests whose docstring starts with "BUG" or "AIRFLOW DEVIATION" fail on purpose
-today: they state Airflow's behaviour, which the timetable does not give yet.
+Four tests pin what these tables once found wrong (fixed in 3f1ad04): a daily
+02:30 ran twice on the autumn fall-back day and at 03:00 instead of 03:30 on the
+spring-forward day, a schedule change did not realign to the new cron, and a
+later startDate was ignored once runs existed. Each docstring says what Airflow
+does, which is what the test asserts.
 """
 
 from __future__ import annotations
@@ -515,12 +518,12 @@ def test_end_date_against_next_logical_date(end: datetime, expected: datetime | 
 
 
 def test_schedule_change_realigns_to_new_cron() -> None:
-    """AIRFLOW DEVIATION: after a schedule change the next run starts on a tick of the new cron.
+    """After a schedule change the next run starts on a tick of the new cron, as in Airflow.
 
     Airflow: start = align_to_prev(last interval end). The DAG ran hourly (last
-    interval ended 2026-12-01T05:00Z) and is now daily: Airflow's next interval is
-    [2026-12-01T00:00, 2026-12-02T00:00). Sluice starts the interval at 05:00, a
-    time that is not a tick of `0 0 * * *`.
+    interval ended 2026-12-01T05:00Z) and is now daily: the next interval is
+    [2026-12-01T00:00, 2026-12-02T00:00), not one starting at 05:00 (a time that
+    is not a tick of `0 0 * * *`, where Sluice once started it).
     """
     tt = timetable_for("@daily", "UTC")
     last = RunInfo(U(2026, 12, 1, 4), U(2026, 12, 1, 4), U(2026, 12, 1, 5), U(2026, 12, 1, 5))
@@ -531,12 +534,12 @@ def test_schedule_change_realigns_to_new_cron() -> None:
 
 
 def test_start_date_moved_later_is_respected_after_earlier_runs() -> None:
-    """AIRFLOW DEVIATION: a startDate moved past the last run is honoured (catchup on).
+    """A startDate moved past the last run is honoured (catchup on), as in Airflow.
 
     Airflow: start = max(aligned last end, align_to_next(start_date)). The DAG
-    ran daily up to 2026-12-02 and its startDate is moved to 2026-12-10: Airflow's
-    next run is 2026-12-10, Sluice's is 2026-12-02 (it ignores startDate once a
-    run exists and backfills 12-02 .. 12-09).
+    ran daily up to 2026-12-02 and its startDate is moved to 2026-12-10: the next
+    run is 2026-12-10 (Sluice once ignored startDate after the first run and
+    caught up 12-02 .. 12-09).
     """
     tt = timetable_for("@daily", "UTC")
     last = RunInfo(U(2026, 12, 1), U(2026, 12, 1), U(2026, 12, 2), U(2026, 12, 2))
@@ -802,10 +805,11 @@ def test_berlin_spring_forward_one_run_per_local_day(path: str) -> None:
 
 @PATHS
 def test_berlin_spring_forward_utc_instants(path: str) -> None:
-    """AIRFLOW DEVIATION: the missing 02:30 on 2026-03-29 should run at 03:30 CEST (01:30Z).
+    """The missing 02:30 on 2026-03-29 runs at 03:30 CEST (01:30Z), as in Airflow.
 
-    croniter 7 (given an aware datetime) moves it to 03:00 CEST = 01:00Z instead,
-    so the intervals around it are 23h30m and 23h30m instead of Airflow's 24h and 23h.
+    croniter 7 given an aware datetime moves it to 03:00 CEST = 01:00Z, which
+    would make the intervals around it 23h30m and 23h30m instead of Airflow's
+    24h and 23h; the timetable works in wall-clock time to avoid that.
     """
     runs = _berlin_runs(path, U(2026, 3, 27), U(2026, 3, 30, 12))
     assert [r.logical_date for r in runs] == [
@@ -824,13 +828,12 @@ def test_berlin_spring_forward_utc_instants(path: str) -> None:
 
 @PATHS
 def test_berlin_fall_back_one_run_per_local_day(path: str) -> None:
-    """BUG: 02:30 happens twice on 2026-10-25 and Sluice schedules a run at each.
+    """02:30 happens twice on 2026-10-25; the DAG still runs once that day, as in Airflow.
 
-    Expected (Airflow): one run per local day, logical dates 10-23 00:30Z, 10-24
-    00:30Z, 10-25 00:30Z (first 02:30, CEST), 10-26 01:30Z, 10-27 01:30Z; the
-    interval starting 10-25 is 25 hours long.
-    Actual: an extra run at 10-25 01:30Z (the second 02:30, CET), and a
-    one-hour interval [10-25 00:30Z, 10-25 01:30Z).
+    Airflow: one run per local day, logical dates 10-23 00:30Z, 10-24 00:30Z,
+    10-25 00:30Z (the first 02:30, CEST), 10-26 01:30Z, 10-27 01:30Z; the
+    interval starting 10-25 is 25 hours long. (Sluice once added a run at
+    10-25 01:30Z, the second 02:30, with a one-hour interval before it.)
     """
     runs = _berlin_runs(path, U(2026, 10, 23), U(2026, 10, 27, 12))
     assert_contiguous(runs)

@@ -63,9 +63,10 @@ _OCCUPYING = ", ".join(f"'{state.value}'" for state in sorted(OCCUPYING_TASK_STA
 
 # One read under that lock: slots in use per pool and tasks in flight per DAG (the
 # rows with `candidate` false), then the scheduled instances by priority weight,
-# logical date and id (`candidate` true), leaving out pools with no room left and
-# DAGs at maxActiveTasks, so a full pool or a busy DAG never starves the rest; locked
-# SKIP LOCKED so two replicas never queue one twice.
+# logical date and id (`candidate` true), leaving out pools with no room left (or no
+# row: `pools.py` fails their tasks after a wait), DAGs at maxActiveTasks, and paused
+# or deleted DAGs, so a full pool or a busy DAG never starves the rest; locked SKIP
+# LOCKED so two replicas never queue one twice.
 _READ = Prepared(
     f"""
     WITH pools AS (
@@ -88,7 +89,7 @@ _READ = Prepared(
         SELECT ti.id, ti.dag_id, ti.pool, ti.pool_slots, d.max_active_tasks,
                ti.priority_weight, ti.logical_date
         FROM task_instance ti JOIN dag d ON d.dag_id = ti.dag_id
-        WHERE ti.state = 'scheduled' AND NOT d.is_paused
+        WHERE ti.state = 'scheduled' AND NOT d.is_paused AND d.is_active
           AND ti.pool IN (SELECT name FROM open_pools)
           AND ti.dag_id NOT IN (SELECT dag_id FROM busy_dags)
         ORDER BY ti.priority_weight DESC, ti.logical_date, ti.id

@@ -17,11 +17,12 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache
 from sluice.db.prepared import Prepared
-from sluice.scheduler import past
+from sluice.scheduler import endings, past
 from sluice.scheduler.isolation import batch_or_each
 from sluice.scheduler.transitions import Settled, propagate
 from sluice.spec.models import TriggerRule
@@ -73,7 +74,11 @@ def examine_running_runs(
 def _examine(
     session: Session, specs: SpecCache, runs: list[Row[Any]], now: datetime, stats: ExamineStats
 ) -> None:
-    live = [run for run in runs if not _time_out(session, specs, run, now, stats)]
+    ending = _runs_to_end(session, specs, runs, now)
+    if ending:
+        endings.end_runs(session, ending, now)
+        stats.finished_runs.update(dict.fromkeys(ending, RunState.FAILED))
+    live = [run for run in runs if run.id not in ending]
     run_ids = [run.id for run in live]
     done: Counter[int] = Counter()  # tasks_done moved in this transaction, per run
     due = [run.id for run in live if run.due_retry]
@@ -92,8 +97,9 @@ def _examine(
 # Take runs to examine, with whether each has a retry due; runs with work come first.
 # Work is changed counters, a due retry, or all tasks done, found through partial
 # indexes, so a tick costs the same however many runs sit idle. With :quiet, runs
-# without work fill the rest of the batch (the round-robin that catches timeouts,
-# which the loop asks for once per tick interval). One statement locks the runs
+# without work fill the rest of the batch (the round-robin that catches timeouts and
+# deleted DAGs, which the loop asks for once per tick interval); a deleted DAG's runs
+# are taken even while it is paused, to end them. One statement locks the runs
 # (SKIP LOCKED, least recently examined first) and sends them to the back of the
 # queue, a run that then fails to be examined included.
 _TAKE = Prepared(
@@ -106,8 +112,8 @@ _TAKE = Prepared(
         UNION
         SELECT id FROM dag_run WHERE state = 'running' AND tasks_done >= tasks_total
     ), picked AS (
-        SELECT r.id FROM dag_run r JOIN dag d ON d.dag_id = r.dag_id
-        WHERE r.state = 'running' AND NOT d.is_paused
+        SELECT r.id, d.is_active FROM dag_run r JOIN dag d ON d.dag_id = r.dag_id
+        WHERE r.state = 'running' AND (NOT d.is_paused OR NOT d.is_active)
           AND (:quiet OR r.id IN (SELECT id FROM work))
         ORDER BY r.id IN (SELECT id FROM work) DESC,
                  r.last_scheduling_decision ASC NULLS FIRST, r.id
@@ -116,7 +122,8 @@ _TAKE = Prepared(
     )
     UPDATE dag_run r SET last_scheduling_decision = :now
     FROM picked WHERE r.id = picked.id
-    RETURNING r.id, r.dag_version_id, r.start_date, r.tasks_total, r.tasks_done,
+    RETURNING r.id, r.dag_id, r.dag_version_id, r.start_date, r.tasks_total, r.tasks_done,
+        picked.is_active,
         EXISTS (SELECT FROM task_instance t
                 WHERE t.dag_run_id = r.id AND t.state = 'up_for_retry'
                   AND t.next_retry_at <= :now) AS due_retry
@@ -155,32 +162,29 @@ def follow_up(session: Session, moved: Sequence[Row[Any]], now: datetime) -> Exa
 _MAX_SETTLE_ROUNDS = 32
 
 
-def _time_out(
-    session: Session, specs: SpecCache, run: Row[Any], now: datetime, stats: ExamineStats
-) -> bool:
-    """Fail a run past its dagrunTimeout; its unfinished tasks are skipped (as in Airflow)."""
-    timeout = specs.get(session, run.dag_version_id).spec.dagrun_timeout
-    if timeout is None or run.start_date is None or now < run.start_date + timeout:
-        return False
-    unfinished = [s.value for s in TaskState if s not in TERMINAL_TASK_STATES]
-    _TIME_OUT(session, {"run": run.id, "now": now, "unfinished": unfinished})
-    stats.finished_runs[run.id] = RunState.FAILED
-    return True
-
-
-_TIME_OUT = Prepared(
-    """
-    WITH skipped AS (
-        UPDATE task_instance SET state = 'skipped', end_date = :now,
-            reason = 'dagrun timeout', needs_eval = false
-        WHERE dag_run_id = :run AND state = ANY(:unfinished)
-        RETURNING id
-    )
-    UPDATE dag_run SET state = 'failed', end_date = :now,
-        tasks_done = tasks_done + (SELECT count(*) FROM skipped)
-    WHERE id = :run
-    """
-)
+def _runs_to_end(
+    session: Session, specs: SpecCache, runs: list[Row[Any]], now: datetime
+) -> dict[int, str]:
+    """The runs that must end now, with the reason: past their dagrunTimeout (as in
+    Airflow, the run fails and its unfinished tasks are skipped), of a deleted DAG
+    (what phase 1 has not ended already), or with a DAG version that cannot be loaded
+    (nothing in them can be decided; versions never change, so waiting would not help,
+    and every run must end)."""
+    ending: dict[int, str] = {}
+    for run in runs:
+        if not run.is_active:
+            ending[run.id] = endings.deleted_dag(run.dag_id)
+            continue
+        try:
+            timeout = specs.get(session, run.dag_version_id).spec.dagrun_timeout
+        except DBAPIError:
+            raise  # the database, not the spec: the loop's error policy applies
+        except Exception as exc:
+            ending[run.id] = endings.unloadable(run.dag_version_id, exc)
+            continue
+        if timeout is not None and run.start_date is not None and now >= run.start_date + timeout:
+            ending[run.id] = "dagrun timeout"
+    return ending
 
 
 # Task instances whose upstream counters moved since they were last looked at.
@@ -225,19 +229,29 @@ def _evaluate_ready(
         rows = _READY(session, {"runs": run_ids}).all()
     if not rows:
         return False
+    verdicts = {
+        row.id: evaluate(
+            TriggerRule(row.trigger_rule),
+            UpstreamCounts(
+                total=len(row.upstream_task_ids),
+                success=row.n_success,
+                failed=row.n_failed,
+                skipped=row.n_skipped,
+                upstream_failed=row.n_upstream_failed,
+            ),
+        )
+        for row in rows
+    }
+    # Every ready task that depends on its past, checked in one statement.
+    allowed = past.allowed_by_past(
+        session, [row.id for row in rows if row.depends_on_past and verdicts[row.id] is Verdict.RUN]
+    )
     decided: dict[int, TaskState | None] = {}  # None: waits, only needs_eval cleared
     settled: list[Settled] = []
     for row in rows:
-        counts = UpstreamCounts(
-            total=len(row.upstream_task_ids),
-            success=row.n_success,
-            failed=row.n_failed,
-            skipped=row.n_skipped,
-            upstream_failed=row.n_upstream_failed,
-        )
-        verdict = evaluate(TriggerRule(row.trigger_rule), counts)
+        verdict = verdicts[row.id]
         if verdict is Verdict.RUN:
-            if row.depends_on_past and not past.previous_allows(session, row.id):
+            if row.depends_on_past and row.id not in allowed:
                 # Waits with `needs_eval` cleared (its run is not busy meanwhile): the
                 # previous run's instance settling wakes it (`past.wake_next_runs`).
                 decided[row.id] = None

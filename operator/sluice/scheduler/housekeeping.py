@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy import insert, or_, select, tuple_, update
+from sqlalchemy import insert, or_, select, text, tuple_, update
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache
@@ -26,7 +26,9 @@ from sluice.db.models import DagRun, SchedulerJob, TaskInstance
 from sluice.db.prepared import Prepared
 from sluice.executors.base import Executor, Inspection, TaskEvent
 from sluice.logs import first_line
+from sluice.scheduler import pools
 from sluice.scheduler.results import Applied, apply_task_events
+from sluice.scheduler.transitions import lock_runs_of
 from sluice.spec.states import TaskState
 
 log = structlog.get_logger("sluice.scheduler")
@@ -405,22 +407,41 @@ def requeue_stuck_tasks(
 
     Task rows only, no run lock: nothing here settles a task. The stale try's
     outbox row, if any, can no longer claim the instance, because the
-    dispatcher's compare-and-set expects `queued` and that try number.
+    dispatcher's compare-and-set expects `queued` and that try number. The try
+    ends in `task_try` as `scheduled`, with the reason; the next queueing is a
+    new try.
     """
-    result = session.execute(
-        update(TaskInstance)
-        .where(
-            TaskInstance.state == TaskState.QUEUED,
-            TaskInstance.queued_at < now - timedelta(seconds=queued_timeout),
-            TaskInstance.requeue_count < max_requeues,
-        )
-        .values(
-            state=TaskState.SCHEDULED,
-            requeue_count=TaskInstance.requeue_count + 1,
-            queued_by_job_id=None,
-        )
+    return int(
+        session.execute(
+            _REQUEUE,
+            {
+                "now": now,
+                "before": now - timedelta(seconds=queued_timeout),
+                "max_requeues": max_requeues,
+                "reason": f"requeued: queued for over {queued_timeout:g}s",
+                "fix": "check that scheduler replicas are running",
+            },
+        ).scalar_one()
     )
-    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+_REQUEUE = text(
+    """
+    WITH requeued AS (
+        UPDATE task_instance SET state = 'scheduled', requeue_count = requeue_count + 1,
+            queued_by_job_id = NULL
+        WHERE state = 'queued' AND queued_at < :before AND requeue_count < :max_requeues
+        RETURNING id, try_number, requeue_count
+    ), tries AS (
+        UPDATE task_try tt SET state = 'scheduled', end_date = :now,
+            reason = :reason || ' (requeue ' || r.requeue_count || ' of at most '
+                     || CAST(:max_requeues AS text) || '); ' || :fix
+        FROM requeued r
+        WHERE tt.task_instance_id = r.id AND tt.try_number = r.try_number
+    )
+    SELECT count(*) FROM requeued
+    """
+)
 
 
 def fail_stuck_tasks(
@@ -432,7 +453,11 @@ def fail_stuck_tasks(
     max_requeues: int,
     limit: int = 100,
 ) -> list[Applied]:
-    """Tries still stuck after `max_requeues` requeues fail, through the guarded report path."""
+    """Tries still stuck after `max_requeues` requeues fail, through the guarded report path;
+    so do tasks that waited as long on a pool that does not exist (`pools`), without retries.
+
+    Every run concerned is locked first, in one lock order.
+    """
     stuck = session.execute(
         select(TaskInstance.id, TaskInstance.try_number, TaskInstance.requeue_count)
         .where(
@@ -453,4 +478,7 @@ def fail_stuck_tasks(
         )
         for row in stuck
     ]
-    return apply_task_events(session, events, specs, now)
+    waiting = pools.waiting_on_missing_pools(session, now, wait=queued_timeout, limit=limit)
+    lock_runs_of(session, [row.id for row in stuck] + [w.ti_id for w in waiting])
+    failed = apply_task_events(session, events, specs, now)
+    return failed + pools.fail_waiting(session, specs, waiting, now)

@@ -17,16 +17,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import select, text
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache
-from sluice.db.models import TaskInstance
+from sluice.db.prepared import Prepared
 from sluice.scheduler.transitions import lock_runs
 from sluice.spec.states import TaskState
 
 # What the next run's instance waits for.
 OK = (TaskState.SUCCESS, TaskState.SKIPPED)
+_OK = ", ".join(f"'{state.value}'" for state in OK)  # as SQL literals
 
 
 def has_waiters(specs: SpecCache, session: Session, version_id: int) -> bool:
@@ -39,41 +40,39 @@ def has_waiters(specs: SpecCache, session: Session, version_id: int) -> bool:
         return True
 
 
-def previous_allows(session: Session, ti_id: int) -> bool:
-    me = session.execute(
-        select(
-            TaskInstance.dag_id,
-            TaskInstance.task_id,
-            TaskInstance.logical_date,
-            TaskInstance.wait_for_downstream,
-        ).where(TaskInstance.id == ti_id)
-    ).one()
-    previous = session.execute(
-        select(TaskInstance.state, TaskInstance.dag_run_id, TaskInstance.downstream_task_ids)
-        .where(
-            TaskInstance.dag_id == me.dag_id,
-            TaskInstance.task_id == me.task_id,
-            TaskInstance.logical_date < me.logical_date,
-        )
-        .order_by(TaskInstance.logical_date.desc())
-        .limit(1)
-    ).first()
-    if previous is None:
-        return True
-    if previous.state not in OK:
-        return False
-    if not me.wait_for_downstream or not previous.downstream_task_ids:
-        return True
-    blocking = session.execute(
-        select(TaskInstance.id)
-        .where(
-            TaskInstance.dag_run_id == previous.dag_run_id,
-            TaskInstance.task_id.in_(previous.downstream_task_ids),
-            TaskInstance.state.not_in(OK),
-        )
-        .limit(1)
-    ).first()
-    return blocking is None
+# Of these instances, the ones whose past lets them run, in one statement: the same task's
+# instance in the previous run by logical date (none: allowed) has succeeded or been
+# skipped, and, with waitForDownstream, so have that instance's direct downstream tasks.
+_ALLOWED = Prepared(
+    f"""
+    SELECT me.id
+    FROM task_instance me
+    LEFT JOIN LATERAL (
+        SELECT p.state, p.dag_run_id, p.downstream_task_ids
+        FROM task_instance p
+        WHERE p.dag_id = me.dag_id AND p.task_id = me.task_id
+          AND p.logical_date < me.logical_date
+        ORDER BY p.logical_date DESC
+        LIMIT 1
+    ) prev ON true
+    WHERE me.id = ANY(:ids)
+      AND (prev.state IS NULL
+           OR (prev.state IN ({_OK})
+               AND (NOT me.wait_for_downstream
+                    OR NOT EXISTS (
+                        SELECT FROM task_instance c
+                        WHERE c.dag_run_id = prev.dag_run_id
+                          AND c.task_id = ANY(prev.downstream_task_ids)
+                          AND c.state NOT IN ({_OK})))))
+    """
+)
+
+
+def allowed_by_past(session: Session, ti_ids: Sequence[int]) -> set[int]:
+    """The instances among `ti_ids` (dependsOnPast ones) whose previous run lets them run."""
+    if not ti_ids:
+        return set()
+    return set(_ALLOWED(session, {"ids": list(ti_ids)}).scalars())
 
 
 # The waiting instances of the next run (by logical date) of each of these runs.

@@ -16,14 +16,15 @@ from datetime import datetime
 from typing import Any, cast
 
 import structlog
-from sqlalchemy import Row, Table, and_, func, select, update
+from sqlalchemy import Row, Table, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache, StoredSpecError, set_next_run
-from sluice.db.models import Backfill, Dag, DagRun
+from sluice.db.models import Dag, DagRun
 from sluice.db.prepared import Prepared
 from sluice.logs import first_line
+from sluice.scheduler import endings
 from sluice.spec.compiled import CompiledDag
 from sluice.spec.states import ACTIVE_RUN_STATES, RunState, RunType
 from sluice.spec.timetables import RunInfo
@@ -287,61 +288,103 @@ def _stored_next_run(dag: Dag) -> RunInfo | None:
     )
 
 
-def start_queued_runs(session: Session, now: datetime, limit: int) -> int:
-    """Promote queued runs to running, oldest logical date first, within maxActiveRuns.
-
-    The DAG row is locked first (SKIP LOCKED) so two replicas never both count
-    the same DAG's running runs and overshoot its limit.
+# The DAGs phase 1 acts on, DAG rows locked SKIP LOCKED (so two replicas never both count
+# one DAG's running runs), found from the queued runs alone (a tick's cost does not grow
+# with the number of DAGs or of finished runs). First, deleted DAGs (`is_active` false)
+# with a queued run: their runs end. Then DAGs that can start a queued run: unpaused,
+# with a queued run whose group (the DAG's own runs, or one backfill's) is under its
+# limit (maxActiveRuns, or the backfill's), oldest queued run first, so DAGs at their
+# limit with a backlog never take the turn of those that can start.
+_DAGS_TO_ACT_ON = Prepared(
     """
-    dag_ids = (
-        session.execute(
-            select(Dag.dag_id)
-            .where(
-                Dag.is_paused.is_(False),
-                select(DagRun.id)
-                .where(DagRun.dag_id == Dag.dag_id, DagRun.state == RunState.QUEUED)
-                .exists(),
-            )
-            .order_by(Dag.dag_id)
-            .limit(limit)
-            .with_for_update(skip_locked=True)
-        )
-        .scalars()
-        .all()
+    WITH waiting AS (
+        SELECT dag_id, backfill_id, min(id) AS oldest
+        FROM dag_run WHERE state = 'queued'
+        GROUP BY dag_id, backfill_id
+    ), candidates AS (
+        SELECT w.dag_id, min(w.oldest) AS oldest
+        FROM waiting w
+        JOIN dag d ON d.dag_id = w.dag_id
+        LEFT JOIN backfill b ON b.id = w.backfill_id
+        WHERE NOT d.is_active
+           OR (NOT d.is_paused
+               AND (SELECT count(*) FROM dag_run r
+                    WHERE r.dag_id = w.dag_id AND r.state = 'running'
+                      AND r.backfill_id IS NOT DISTINCT FROM w.backfill_id)
+                   < COALESCE(b.max_active_runs, d.max_active_runs))
+        GROUP BY w.dag_id
     )
+    SELECT d.dag_id, d.is_active
+    FROM dag d JOIN candidates c ON c.dag_id = d.dag_id
+    WHERE NOT (d.is_active AND d.is_paused)  -- checked again on the row as locked
+    ORDER BY d.is_active, c.oldest, d.dag_id
+    LIMIT :limit
+    FOR UPDATE OF d SKIP LOCKED
+    """
+)
+
+# In the locked DAGs, each group's queued runs by logical date fill the room its running
+# runs leave under its limit. A fresh snapshot (READ COMMITTED) after the lock above, so
+# the running runs counted are the ones there are.
+_START = Prepared(
+    """
+    WITH ranked AS (
+        SELECT r.id, r.state,
+               row_number() OVER (
+                   PARTITION BY r.dag_id, r.backfill_id
+                   ORDER BY r.state = 'running' DESC, r.logical_date, r.id) AS rank,
+               COALESCE(b.max_active_runs, d.max_active_runs) AS cap
+        FROM dag_run r
+        JOIN dag d ON d.dag_id = r.dag_id
+        LEFT JOIN backfill b ON b.id = r.backfill_id
+        WHERE r.dag_id = ANY(:dags) AND r.state IN ('queued', 'running')
+    )
+    UPDATE dag_run SET state = 'running', start_date = :now
+    FROM ranked
+    WHERE dag_run.id = ranked.id AND ranked.state = 'queued' AND ranked.rank <= ranked.cap
+      AND dag_run.state = 'queued'
+    """
+)
+
+# The queued and running runs of these (locked, deleted) DAGs, SKIP LOCKED: a run busy
+# now (a report being applied) is ended on a later pass.
+_RUNS_OF = Prepared(
+    """
+    SELECT id, dag_id FROM dag_run
+    WHERE dag_id = ANY(:dags) AND state IN ('queued', 'running')
+    ORDER BY id
+    FOR UPDATE SKIP LOCKED
+    """
+)
+
+
+def start_queued_runs(session: Session, now: datetime, limit: int) -> int:
+    """Promote queued runs to running within their limits; two statements.
+
+    Up to `limit` DAGs that can start a run are taken, oldest queued run first
+    (a DAG at maxActiveRuns, or whose backfill is at its limit, is not taken, so
+    a backlog never starves other DAGs); in each, queued runs start oldest
+    logical date first, up to the DAG's maxActiveRuns (a backfill's runs up to
+    the backfill's own limit). Deleted DAGs with a queued run are taken first,
+    and their runs end instead (`end_runs_of_deleted_dags`).
+    """
+    dags = _DAGS_TO_ACT_ON(session, {"limit": limit}).all()
+    end_runs_of_deleted_dags(session, [d.dag_id for d in dags if not d.is_active], now)
+    startable = [d.dag_id for d in dags if d.is_active]
+    if not startable:
+        return 0
+    return int(_START(session, {"dags": startable, "now": now}).rowcount)
+
+
+def end_runs_of_deleted_dags(session: Session, dag_ids: Sequence[str], now: datetime) -> int:
+    """A deleted DAG's runs end: its queued runs never start, its running runs stop (they
+    fail, their unfinished tasks skipped with the reason, as a timed-out run's are; a
+    deleted DAG with running runs only is left to examine). The caller holds the DAG
+    rows' locks. Returns how many runs ended."""
     if not dag_ids:
         return 0
-    # Each active run's rank among its DAG's (or backfill's) active runs, and that group's limit.
-    group = func.coalesce(DagRun.backfill_id, 0)
-    ranked = (
-        select(
-            DagRun.id,
-            DagRun.state,
-            func.row_number()
-            .over(
-                partition_by=(DagRun.dag_id, group),
-                order_by=(
-                    (DagRun.state == RunState.RUNNING).desc(),
-                    DagRun.logical_date,
-                    DagRun.id,
-                ),
-            )
-            .label("rank"),
-            func.coalesce(Backfill.max_active_runs, Dag.max_active_runs).label("cap"),
-        )
-        .join(Dag, Dag.dag_id == DagRun.dag_id)
-        .outerjoin(Backfill, Backfill.id == DagRun.backfill_id)
-        .where(DagRun.dag_id.in_(dag_ids), DagRun.state.in_(ACTIVE_RUN_STATES))
-        .subquery()
-    )
-    to_start = (
-        select(ranked.c.id)
-        .where(ranked.c.state == RunState.QUEUED, ranked.c.rank <= ranked.c.cap)
-        .scalar_subquery()
-    )
-    result = session.execute(
-        update(DagRun)
-        .where(and_(DagRun.id.in_(to_start), DagRun.state == RunState.QUEUED))
-        .values(state=RunState.RUNNING, start_date=now)
-    )
-    return int(result.rowcount)  # type: ignore[attr-defined]
+    runs = _RUNS_OF(session, {"dags": list(dag_ids)}).all()
+    endings.end_runs(session, {run.id: endings.deleted_dag(run.dag_id) for run in runs}, now)
+    if runs:
+        log.warning("runs of deleted DAGs ended", dags=sorted(dag_ids), runs=len(runs))
+    return len(runs)

@@ -1,0 +1,150 @@
+"""Deleting a Pool or a DAG stops the work that needs it, and every run still ends.
+
+A task whose pool does not exist waits up to `queued_timeout` (the pool may be on
+its way: a DAG and its Pool applied together), then fails with the reason. A
+deleted DAG's queued runs never start and its running runs stop: they fail,
+their unfinished tasks skipped with the reason, as a timed-out run's are.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import insert, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from sluice.db.models import SlotPool, TaskInstance, TaskTry
+from sluice.handlers.objects import PoolSpec
+from sluice.handlers.store import deactivate_dag, delete_pool, upsert_pool
+from sluice.spec.states import RunState, TaskState
+from tests.support import (
+    FakeClock,
+    ScriptedExecutor,
+    chain,
+    make_loop,
+    manifest,
+    register,
+    runs,
+    task_states,
+    ti_row,
+    trigger,
+)
+
+QUEUED_TIMEOUT = 60.0
+
+
+def _pool(sessions: sessionmaker[Session], name: str, slots: int) -> None:
+    with sessions() as session:
+        session.execute(insert(SlotPool).values(name=name, slots=slots, description=""))
+        session.commit()
+
+
+def _tick_for(loop: object, clock: FakeClock, seconds: float) -> None:
+    """Tick once a second for `seconds` of fake time."""
+    for _ in range(int(seconds)):
+        clock.advance(seconds=1)
+        report = loop.tick()  # type: ignore[attr-defined]
+        assert not report.errors, report.errors
+
+
+def test_tasks_of_a_deleted_pool_fail_with_the_reason_and_the_run_ends(
+    sessions: sessionmaker[Session],
+) -> None:
+    clock = FakeClock()
+    _pool(sessions, "gpu", 1)
+    tasks = [
+        {"name": "first", "pool": "gpu", "priorityWeight": 2},
+        {"name": "second", "pool": "gpu"},
+    ]
+    register(sessions, manifest("gp", tasks), clock.now)
+    trigger(sessions, "gp", clock.now)
+    executor = ScriptedExecutor()
+    executor.hold.add("first")
+    loop = make_loop(sessions, executor, clock, queued_timeout=QUEUED_TIMEOUT)
+    _tick_for(loop, clock, 2)  # `first` holds the pool's one slot; `second` waits for it
+    with sessions() as session:
+        assert delete_pool(session, "gpu")
+        session.commit()
+    _tick_for(loop, clock, QUEUED_TIMEOUT / 2)
+    with sessions() as session:
+        assert task_states(session, "gp") == {"first": "running", "second": "scheduled"}
+    _tick_for(loop, clock, QUEUED_TIMEOUT)
+    executor.hold.clear()  # the try that was running before the delete ends as it would
+    _tick_for(loop, clock, 2)
+    with sessions() as session:
+        assert task_states(session, "gp") == {"first": "success", "second": "failed"}
+        (run,) = runs(session, "gp")
+        assert run.state == RunState.FAILED
+        second = ti_row(session, "gp", "second")
+        reason = (
+            "pool 'gpu' does not exist (named by the task's `pool` field): create a Pool"
+            " named 'gpu' or set the task's `pool` to an existing one, then run the task again"
+        )
+        assert second.reason == reason
+        try_row = session.execute(
+            select(TaskTry).where(TaskTry.task_instance_id == second.id)
+        ).scalar_one()
+        assert (try_row.try_number, try_row.state, try_row.reason) == (1, "failed", reason)
+    assert [launch.task_id for launch in executor.started] == ["first"]
+
+
+def test_a_pool_created_within_the_wait_lets_its_tasks_run(
+    sessions: sessionmaker[Session],
+) -> None:
+    clock = FakeClock()
+    register(sessions, manifest("late", [{"name": "a", "pool": "later"}]), clock.now)
+    trigger(sessions, "late", clock.now)
+    loop = make_loop(sessions, ScriptedExecutor(), clock, queued_timeout=QUEUED_TIMEOUT)
+    _tick_for(loop, clock, QUEUED_TIMEOUT - 5)
+    with sessions() as session:
+        assert task_states(session, "late") == {"a": "scheduled"}
+        upsert_pool(session, PoolSpec(name="later", slots=1, description=""))
+        session.commit()
+    _tick_for(loop, clock, 3)
+    with sessions() as session:
+        assert task_states(session, "late") == {"a": "success"}
+
+
+def _reason(dag_id: str) -> str:
+    return (
+        f"DAG {dag_id!r} was deleted (dag.is_active is false), so its runs end:"
+        " apply the DAG again and trigger a new run"
+    )
+
+
+def test_a_deleted_dag_starts_nothing_and_its_runs_end_with_the_reason(
+    sessions: sessionmaker[Session],
+) -> None:
+    """`gone` has a running run and two queued ones (phase 1 ends them all); `going`
+    has a running run only (examine ends it)."""
+    clock = FakeClock()
+    register(sessions, manifest("gone", chain("a", "b"), maxActiveRuns=1), clock.now)
+    register(sessions, manifest("going", chain("a", "b")), clock.now)
+    for minutes in range(3):
+        trigger(sessions, "gone", clock.now + timedelta(minutes=minutes))
+    trigger(sessions, "going", clock.now)
+    executor = ScriptedExecutor()
+    executor.hold.add("a")
+    loop = make_loop(sessions, executor, clock)
+    _tick_for(loop, clock, 2)  # the first runs run `a`; `gone`'s others wait their turn
+    with sessions() as session:
+        for dag_id in ("gone", "going"):  # what deleting the DAG object does
+            assert deactivate_dag(session, dag_id, None)
+        session.commit()
+    _tick_for(loop, clock, 6)  # runs end at once; the running tries are fenced at a heartbeat
+    with sessions() as session:
+        for dag_id, count in (("gone", 3), ("going", 1)):
+            assert [r.state for r in runs(session, dag_id)] == [RunState.FAILED] * count
+            instances = session.execute(
+                select(TaskInstance.state, TaskInstance.reason).where(TaskInstance.dag_id == dag_id)
+            ).all()
+            assert set(instances) == {(TaskState.SKIPPED, _reason(dag_id))}
+            (running_try,) = session.execute(
+                select(TaskTry)
+                .join(TaskInstance, TaskInstance.id == TaskTry.task_instance_id)
+                .where(TaskInstance.dag_id == dag_id)
+            ).scalars()
+            assert (running_try.state, running_try.reason) == (TaskState.SKIPPED, _reason(dag_id))
+    # Only the first runs' `a` ever started, and both are killed.
+    assert sorted(executor.killed) == sorted(launch.key for launch in executor.started)
+    assert [launch.task_id for launch in executor.started] == ["a", "a"]
