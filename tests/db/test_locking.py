@@ -185,9 +185,9 @@ def test_a_run_whose_spec_cannot_be_loaded_fails_and_the_others_go_on(
             text("SELECT id FROM dag_version WHERE spec_hash = 'corrupt'")
         ).scalar_one()
     assert reason == (
-        f"the run's DAG version cannot be loaded (dag_version {version}: spec.tasks: must be"
-        " a list (e.g. [a, b]), got 'not a list'); the run cannot go on: apply a valid"
-        " manifest and trigger a new run"
+        f"DAG 'bad' version 99 (dag_version.id {version}) cannot be loaded: spec.tasks: must be"
+        " a list (e.g. [a, b]), got 'not a list'; apply the DAG's manifest again to store a"
+        " valid version; this run cannot go on: trigger a new run once it is"
     )
 
 

@@ -20,6 +20,7 @@ from datetime import datetime
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
+from sluice.db.dags import StoredSpecError
 from sluice.db.prepared import Prepared
 from sluice.logs import first_line
 from sluice.spec.states import TERMINAL_TASK_STATES, TaskState
@@ -85,6 +86,9 @@ def unloadable(version_id: int, exc: Exception) -> str:
         issues = translate_errors(exc.errors())
         more = len(issues) - 1
         problem = f"spec.{issues[0]}" + (f", and {more} more" if more > 0 else "")
+    elif isinstance(exc, StoredSpecError):
+        # It names the DAG, the version and the spec's problem already.
+        return f"{first_line(exc)}; this run cannot go on: trigger a new run once it is"
     else:
         problem = first_line(exc)
     return (
