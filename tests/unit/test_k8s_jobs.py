@@ -257,6 +257,16 @@ def test_job_deadline_evictions_and_a_complete_job_without_its_pod() -> None:
     assert (done.phase, done.state) == ("ended", TaskState.SUCCESS)
 
 
+def test_a_try_killed_by_its_pods_deletion_is_left_to_the_zombie_sweep() -> None:
+    pod = pod_obj(terminated(143, "Error"), phase="Running")
+    pod["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:05Z"
+    lost = verdict(job_obj(), pod)
+    assert lost.phase == "lost"
+    assert lost.evidence["pod_deleting_since"] == "2026-12-01T00:00:05Z"
+    pod["status"]["containerStatuses"][0]["state"] = terminated(0)
+    assert verdict(job_obj(), pod).state == TaskState.SUCCESS  # it had finished: that stands
+
+
 def test_a_failed_job_whose_pod_vanished_is_left_to_the_zombie_sweep() -> None:
     lost = verdict(job_obj(("Failed", "BackoffLimitExceeded")), None)
     assert lost.phase == "lost"

@@ -13,8 +13,9 @@ transient (a registry hiccup, a Secret applied late, an autoscaler adding a
 node), so they fail only once the try has waited `pod_start_timeout`.
 
 A try whose Job failed without its main container ending (the pod was
-deleted, the node vanished) is not judged here: the zombie sweep decides it
-from both signals, a stale heartbeat and the pod gone (invariant 7).
+deleted, the node vanished), or whose main container was stopped because its
+pod was being deleted, is not judged here: the zombie sweep decides it from
+both signals, a stale heartbeat and the pod gone (invariant 7).
 """
 
 from __future__ import annotations
@@ -85,6 +86,11 @@ def judge(
     terminated = (main or {}).get("state", {}).get("terminated")
     if terminated is not None:
         code = int(terminated.get("exitCode", 0))
+        if code != 0 and (pod or {}).get("metadata", {}).get("deletionTimestamp"):
+            # Killed because someone deleted its pod (kubectl delete, an eviction): its exit
+            # code says how it was stopped, not how the task went. The zombie sweep decides,
+            # on both signals, with the deletion in the evidence.
+            return Verdict("lost", evidence=evidence)
         return _ended(code, terminated, skip_on_exit_code, evidence)
     if _condition(job, "Complete") is not None:
         return Verdict("ended", TaskState.SUCCESS, 0, evidence=evidence)
