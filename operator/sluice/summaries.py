@@ -1,9 +1,12 @@
 """What happened: DAGs, runs and their tasks read back from the database, for people and scripts.
 
-`sluice standalone --output json` and `sluice dags test --output json` print
-`{"runs": [{"dag", "run_id", "run_type", "logical_date", "state",
-"tasks": [{"task", "state", "try_number", "start", "end"}]}]}`; `sluice dags
-list --output json` prints `{"dags": [{"dag", "namespace", "version",
+`sluice standalone --output json`, `sluice dags test --output json` and
+`sluice dags runs DAG --output json` print `{"runs": [{"dag", "run_id",
+"run_type", "logical_date", "state", "tasks": [{"task", "state", "try_number",
+"start", "end", "external_id", "reason", "evidence"}]}]}` (`external_id`: the
+try's Job name with the Job executor; `reason`: why it failed, was skipped or
+was retried; `evidence`: what a zombie verdict saw); `sluice dags list
+--output json` prints `{"dags": [{"dag", "namespace", "version",
 "schedule", "paused", "active", "next_run_after", "broken_reason",
 "broken_at"}]}`.
 """
@@ -110,6 +113,9 @@ class TaskSummary:
     try_number: int
     start: str | None
     end: str | None
+    external_id: str | None = None
+    reason: str | None = None
+    evidence: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -132,10 +138,26 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
-def read_runs(session: Session, run_ids: list[int] | None = None) -> list[RunSummary]:
+def read_runs(
+    session: Session,
+    run_ids: list[int] | None = None,
+    *,
+    dag_id: str | None = None,
+    run_id: str | None = None,
+    limit: int | None = None,
+) -> list[RunSummary]:
+    """Runs (all, these ids, or one DAG's: the latest `limit` by logical date) and their tasks."""
     query = select(DagRun).order_by(DagRun.dag_id, DagRun.logical_date, DagRun.id)
     if run_ids is not None:
         query = query.where(DagRun.id.in_(run_ids))
+    if dag_id is not None:
+        query = query.where(DagRun.dag_id == dag_id)
+    if run_id is not None:
+        query = query.where(DagRun.run_id == run_id)
+    if limit is not None:
+        latest = query.order_by(None).order_by(DagRun.logical_date.desc(), DagRun.id.desc())
+        query = select(DagRun).where(DagRun.id.in_(select(latest.limit(limit).subquery().c.id)))
+        query = query.order_by(DagRun.logical_date, DagRun.id)
     runs = list(session.execute(query).scalars())
     tasks: dict[int, list[TaskSummary]] = defaultdict(list)
     if runs:
@@ -146,7 +168,14 @@ def read_runs(session: Session, run_ids: list[int] | None = None) -> list[RunSum
         ).scalars():
             tasks[ti.dag_run_id].append(
                 TaskSummary(
-                    ti.task_id, ti.state, ti.try_number, _iso(ti.start_date), _iso(ti.end_date)
+                    ti.task_id,
+                    ti.state,
+                    ti.try_number,
+                    _iso(ti.start_date),
+                    _iso(ti.end_date),
+                    ti.external_id,
+                    ti.reason,
+                    ti.evidence,
                 )
             )
     return [
@@ -209,3 +238,15 @@ def tasks_table(run: RunSummary) -> Table:
     for t in run.tasks:
         table.add_row(t.task, _styled(t.state), str(t.try_number), t.start or "-", t.end or "-")
     return table
+
+
+def task_detail_lines(run: RunSummary) -> list[str]:
+    """One line per task that ran or has a reason: its latest try's external id (its Job
+    with the Job executor) and why it failed, was skipped or retried. Long, so not a column."""
+    lines = []
+    for t in run.tasks:
+        if t.external_id is None and t.reason is None:
+            continue
+        where = f" ({t.external_id})" if t.external_id else ""
+        lines.append(f"{t.task} try {t.try_number}{where}: {t.state}: {t.reason or '-'}")
+    return lines

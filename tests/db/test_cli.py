@@ -761,3 +761,52 @@ def test_dags_list_needs_a_database_url() -> None:
     result = sluice("dags", "list")
     assert result.exit_code == 2
     assert "SLUICE_DATABASE_URL" in result.stderr
+
+
+# --- dags runs ------------------------------------------------------------------------------
+
+
+def test_dags_runs_shows_each_tasks_job_and_reason(
+    db_url: str, sessions: sessionmaker[Session]
+) -> None:
+    """What a user reads after a try failed: its external id (a Job name) and the reason."""
+    from sluice.db.models import TaskInstance
+
+    with sessions() as session:
+        sync_dag(session, manifest("shown", [{"name": "a"}, {"name": "b"}]), datetime.now(UTC))
+        session.commit()
+    assert (
+        sluice("dags", "trigger", "shown", "--run-id", "r1", "--database-url", db_url).exit_code
+        == 0
+    )
+    with sessions() as session:
+        (a,) = session.execute(select(TaskInstance).where(TaskInstance.task_id == "a")).scalars()
+        a.state, a.try_number, a.external_id = "failed", 1, "shown-a-1-0123456789"
+        a.reason = "ImagePullBackOff for 300s (pod start timeout 300s): Back-off pulling image"
+        a.evidence = {"pod_phase": "Pending"}
+        session.commit()
+
+    listed = sluice("dags", "runs", "shown", "--database-url", db_url)
+    assert listed.exit_code == 0, listed.output
+    assert "r1" in listed.stdout
+    detail = sluice("dags", "runs", "shown", "--run", "r1", "--database-url", db_url)
+    assert detail.exit_code == 0, detail.output
+    assert (
+        "a try 1 (shown-a-1-0123456789): failed: ImagePullBackOff for 300s (pod start timeout"
+        " 300s): Back-off pulling image" in detail.stdout.splitlines()
+    )
+    data = json.loads(
+        sluice(
+            "dags", "runs", "shown", "--run", "r1", "--output", "json", "--database-url", db_url
+        ).stdout
+    )
+    (run,) = data["runs"]
+    tasks = {t["task"]: t for t in run["tasks"]}
+    assert tasks["a"]["external_id"] == "shown-a-1-0123456789"
+    assert tasks["a"]["reason"].startswith("ImagePullBackOff")
+    assert tasks["a"]["evidence"] == {"pod_phase": "Pending"}
+    assert tasks["b"]["reason"] is None
+
+    missing = sluice("dags", "runs", "shown", "--run", "nope", "--database-url", db_url)
+    assert missing.exit_code == 2
+    assert "has no run 'nope'" in missing.stderr

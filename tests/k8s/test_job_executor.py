@@ -13,6 +13,11 @@ import os
 import secrets
 import signal
 import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -294,6 +299,61 @@ def test_start_failures_fail_with_the_reason_after_the_pod_start_timeout(fleet: 
     assert "Insufficient cpu" in too_big.reason
     # A try that could not start has its Job deleted: it must not start later.
     wait_for("the failed tries' Jobs deleted", lambda: not fleet.jobs(), timeout=60)
+    # The reason is what `sluice dags runs` shows, with the try's Job.
+    with fleet.sessions() as session:
+        run_id = session.execute(
+            select(DagRun.run_id).where(DagRun.dag_id == "too-big")
+        ).scalar_one()
+    shown = subprocess.run(
+        [str(Path(sys.executable).with_name("sluice")), "dags", "runs", "too-big",
+         "--run", run_id, "--database-url", fleet.db_url],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert f"t try 1 ({too_big.external_id}): failed: Unschedulable" in shown, shown
+
+
+def test_an_execution_timeout_ends_the_job_and_fails_the_try(fleet: Fleet) -> None:
+    fleet.add_dag("slow", _one_task_dag("slow", "sleep 300", executionTimeout="5s"))
+    fleet.start("a")
+    assert fleet.wait_run("slow", ("success", "failed")) == "failed"
+    ti = fleet.tis("slow")["t"]
+    assert ti.reason is not None
+    assert ti.reason.startswith("execution timeout: still running after 5s"), ti.reason
+    (job,) = fleet.jobs()
+    assert job["spec"]["activeDeadlineSeconds"] == 5
+
+
+def test_the_task_api_refuses_forged_expired_and_other_tries_tokens(fleet: Fleet) -> None:
+    """On the cluster's own network: the replica's task API, as a task pod reaches it."""
+    from sluice.api.tokens import TrySigner, load_keys
+
+    script = 'if [ "$SLUICE_TRY_NUMBER" = 1 ]; then sleep 600; fi'
+    fleet.add_dag("tokens", _one_task_dag("tokens", script))
+    fleet.start("a")
+    ti = fleet.wait_task(
+        "tokens", "t", lambda t: t.state == "running" and _heartbeats(fleet, t), "a heartbeat"
+    )
+    host, port = fleet.task_api
+    url = f"http://{host}:{port}/v1/tries/{ti.id}/1/heartbeat"
+    signer = TrySigner(load_keys(fleet.keys))
+    forger = TrySigner([secrets.token_bytes(32)])
+    expired = TrySigner(load_keys(fleet.keys), clock=lambda: time.time() - 7200)
+
+    def post(token: str) -> int:
+        request = urllib.request.Request(
+            url, method="POST", headers={"Authorization": f"Bearer {token}"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)
+
+    assert post(signer.issue(ti.id, 1, 600)) == 204
+    assert post(forger.issue(ti.id, 1, 600)) == 401
+    assert post(expired.issue(ti.id, 1, 600)) == 401
+    assert post(signer.issue(ti.id, 2, 600)) == 403  # a valid token of another try
+    assert post(signer.issue(ti.id + 1, 1, 600)) == 403
 
 
 def test_a_deleted_pod_is_a_zombie_on_both_signals_and_is_retried(fleet: Fleet) -> None:

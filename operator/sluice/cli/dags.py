@@ -29,10 +29,14 @@ from sluice.summaries import (
     dags_table,
     read_dags,
     read_runs,
+    runs_table,
+    task_detail_lines,
     tasks_table,
 )
 
-app = typer.Typer(help="Check, try out, trigger, list and pause DAGs.", no_args_is_help=True)
+app = typer.Typer(
+    help="Check, try out, trigger, list and pause DAGs, and show their runs.", no_args_is_help=True
+)
 
 Output = Annotated[str, typer.Option("--output", "-o", help="table or json")]
 
@@ -187,6 +191,39 @@ def list_dags(output: Output = "table", database_url: DatabaseUrl = None) -> Non
     Console().print(dags_table(dags))
     for line in broken_lines(dags):
         print(line)
+
+
+@app.command()
+def runs(
+    dag: Annotated[str, typer.Argument(help="DAG name")],
+    run: Annotated[
+        str | None, typer.Option("--run", help="one run id: its tasks, Jobs and reasons")
+    ] = None,
+    last: Annotated[int, typer.Option(help="how many of the latest runs")] = 10,
+    output: Output = "table",
+    database_url: DatabaseUrl = None,
+) -> None:
+    """A DAG's latest runs; with --run, that run's tasks with each try's Job and the reason
+    it failed, was skipped or retried (with --output json, the zombie evidence too)."""
+    _check_output(output)
+    if last < 1:
+        fail(f"--last must be at least 1 (got {last})")
+    engine = make_engine(_database(database_url))
+    with session_factory(engine)() as session:
+        found = read_runs(session, dag_id=dag, run_id=run, limit=None if run else last)
+    engine.dispose()
+    if run is not None and not found:
+        fail(f"DAG {dag!r} has no run {run!r}; list its runs with `sluice dags runs {dag}`")
+    if output == "json":
+        print(json.dumps(as_json(found), indent=2))
+        return
+    console = Console()
+    if run is not None:
+        console.print(tasks_table(found[0]))
+        for line in task_detail_lines(found[0]):
+            print(line)
+        return
+    console.print(runs_table(found))
 
 
 @app.command()
