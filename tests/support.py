@@ -221,3 +221,21 @@ def count_queries(engine: Engine) -> Iterator[list[str]]:
         yield statements
     finally:
         event.remove(engine, "before_cursor_execute", record)
+
+
+def record_kill_minus_one(monkeypatch: Any) -> list[tuple[int, int]]:
+    """Make `os.kill(pid <= 0, ...)` record the call instead of sending it: as root, the
+    sidecar's `kill(-1)` would signal every process on the machine. Returns the record."""
+    import os
+
+    calls: list[tuple[int, int]] = []
+    real = os.kill
+
+    def guarded(pid: int, sig: int) -> None:
+        if pid <= 0:
+            calls.append((pid, sig))
+            return
+        real(pid, sig)
+
+    monkeypatch.setattr(os, "kill", guarded)
+    return calls

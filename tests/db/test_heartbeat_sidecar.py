@@ -25,23 +25,14 @@ from sluice.api.sidecar import HeartbeatLoop
 from sluice.api.tokens import TrySigner
 from sluice.cli import app
 from tests.db.test_task_api import heartbeat_at, running_tasks
+from tests.support import record_kill_minus_one
 
 KEY = b"sidecar-test-key-0123456789abcdef012345"
 
 
 @pytest.fixture(autouse=True)
 def kill_minus_one(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
-    calls: list[tuple[int, int]] = []
-    real = os.kill
-
-    def guarded(pid: int, sig: int) -> None:
-        if pid <= 0:
-            calls.append((pid, sig))
-            return
-        real(pid, sig)
-
-    monkeypatch.setattr(os, "kill", guarded)
-    return calls
+    return record_kill_minus_one(monkeypatch)
 
 
 @pytest.fixture

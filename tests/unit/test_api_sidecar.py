@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import threading
@@ -15,6 +14,7 @@ from typer.testing import CliRunner
 from sluice.api import protocol, sidecar
 from sluice.api.sidecar import HeartbeatLoop, Next, Reply, next_step
 from sluice.cli import app
+from tests.support import record_kill_minus_one
 
 OK = Reply(204)
 NOT_RUNNING = Reply(409, {"reason": "not_running", "state": "success", "try_number": 2})
@@ -22,18 +22,7 @@ NOT_RUNNING = Reply(409, {"reason": "not_running", "state": "success", "try_numb
 
 @pytest.fixture(autouse=True)
 def kill_minus_one(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
-    """`kill(-1)` here would signal every process of this user: record it instead."""
-    calls: list[tuple[int, int]] = []
-    real = os.kill
-
-    def guarded(pid: int, sig: int) -> None:
-        if pid <= 0:
-            calls.append((pid, sig))
-            return
-        real(pid, sig)
-
-    monkeypatch.setattr(os, "kill", guarded)
-    return calls
+    return record_kill_minus_one(monkeypatch)
 
 
 class Script:

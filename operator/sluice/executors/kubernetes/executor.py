@@ -24,7 +24,7 @@
 from __future__ import annotations
 
 import json
-import threading
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -38,7 +38,7 @@ from kubernetes.client.exceptions import ApiException
 from sluice.executors.base import Inspection, TaskEvent, TaskLaunch
 from sluice.executors.kubernetes import names
 from sluice.executors.kubernetes.manifest import JobSettings, PodTemplateError, build_job
-from sluice.executors.kubernetes.outcome import judge
+from sluice.executors.kubernetes.outcome import Verdict, judge
 from sluice.executors.kubernetes.watch import TryCache
 from sluice.spec.states import TaskState
 
@@ -98,7 +98,7 @@ class ApiCounts:
 def api_client_factory(settings: KubernetesSettings) -> Callable[[], client.ApiClient]:
     """A function that makes a new ApiClient per call (one per thread: they are not shared)."""
     configuration = client.Configuration()
-    if settings.kubeconfig is None and config.incluster_config.SERVICE_HOST_ENV_NAME in _environ():
+    if settings.kubeconfig is None and config.incluster_config.SERVICE_HOST_ENV_NAME in os.environ:
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     else:
         config.load_kube_config(  # type: ignore[no-untyped-call]
@@ -107,12 +107,6 @@ def api_client_factory(settings: KubernetesSettings) -> Callable[[], client.ApiC
             client_configuration=configuration,
         )
     return lambda: client.ApiClient(configuration)
-
-
-def _environ() -> dict[str, str]:
-    import os
-
-    return dict(os.environ)
 
 
 class KubernetesExecutor:
@@ -140,7 +134,6 @@ class KubernetesExecutor:
         self._tries: dict[Key, _Try] = {}
         self._events: list[TaskEvent] = []
         self._to_delete: dict[str, str] = {}  # Job name -> why
-        self._lock = threading.Lock()
         self.api = ApiCounts()
         self.cache.start()
         if not self.cache.wait_synced(sync_timeout):
@@ -276,7 +269,7 @@ class KubernetesExecutor:
                 self._to_delete[entry.job_name] = verdict.reason or ""
         return events
 
-    def _judge(self, entry: _Try, now: datetime) -> Any:
+    def _judge(self, entry: _Try, now: datetime) -> Verdict:
         job = self.cache.job(entry.job_name)
         return judge(
             job,
