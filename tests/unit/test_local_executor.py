@@ -421,3 +421,81 @@ def test_shutdown_hands_tries_over_alive_and_another_executor_adopts_them(
     other.adopt(try_.key, external_id, elapsed=0.1, timeout=None, skip_on_exit_code=frozenset())
     (event,) = wait_for_events(other)
     assert (event.key, event.state, event.exit_code) == (try_.key, TaskState.FAILED, 3)
+
+
+# --- finding a try from its claim (issue 11, defect 5) ------------------------------------
+
+
+def test_the_external_id_is_known_before_the_start_and_names_the_try(
+    executor: LocalExecutor,
+) -> None:
+    try_ = launch("sleep 0.2", ti_id=8, try_number=3)
+    planned = executor.planned_external_id(try_)
+    assert planned.startswith("local:")
+    assert planned.endswith(":try:8:3")
+    executor.start([try_])
+    assert executor.external_ids() == {try_.key: planned}
+    wait_for_events(executor)
+
+
+def test_inspect_finds_a_try_through_its_pid_file(
+    executor: LocalExecutor, tmp_path: Path, clock: FakeClock, reaper: list[int]
+) -> None:
+    """Another executor with only the planned id (what the claim recorded) sees the try
+    alive, adopts it, and reports its end; once ended, inspect reads the result."""
+    shell_pid = tmp_path / "shell.pid"
+    try_ = launch(f"echo $$ > {shell_pid}; sleep 1; exit 4", ti_id=9)
+    planned = executor.planned_external_id(try_)
+    executor.start([try_])
+    reaper.append(read_pid(shell_pid))
+    pid_file = json.loads(executor.pid_path(try_.key).read_text())
+    (wrapper_pid,) = [e.pid for e in executor._running.values()]  # type: ignore[attr-defined]
+    assert pid_file["pid"] == wrapper_pid
+    executor.shutdown()  # the replica "dies": nobody watches the try any more
+    other = LocalExecutor(tmp_path / "logs", clock=clock)
+    seen = other.inspect(try_.key, planned)
+    assert seen.state == "alive"
+    assert seen.evidence["pid"] == wrapper_pid
+    other.adopt(try_.key, planned, elapsed=0.1, timeout=None, skip_on_exit_code=frozenset())
+    (event,) = wait_for_events(other)
+    assert (event.key, event.state, event.exit_code) == (try_.key, TaskState.FAILED, 4)
+    after = other.inspect(try_.key, planned)
+    assert (after.state, after.exit_code) == ("gone", 4)
+
+
+def test_a_claimed_try_that_never_started_is_gone_and_says_so(executor: LocalExecutor) -> None:
+    try_ = launch("true", ti_id=10)
+    seen = executor.inspect(try_.key, executor.planned_external_id(try_))
+    assert seen.state == "gone"
+    assert seen.exit_code is None
+    assert seen.evidence["started"] is False
+
+
+def test_another_view_cannot_vouch_but_reads_a_recorded_result(
+    executor: LocalExecutor,
+) -> None:
+    """A try of another machine or PID namespace is "unknown", unless it left a result."""
+    running = launch("sleep 5", ti_id=11)
+    elsewhere = "local:other-host/4026531836:try:11:1"
+    assert executor.inspect(running.key, elsewhere).state == "unknown"
+    done = launch("exit 0", ti_id=12)
+    run_one(executor, done)
+    seen = executor.inspect(done.key, "local:other-host/4026531836:try:12:1")
+    assert (seen.state, seen.exit_code) == ("gone", 0)
+
+
+def test_ids_written_before_planned_ids_are_still_understood(
+    executor: LocalExecutor, tmp_path: Path, reaper: list[int]
+) -> None:
+    import socket
+
+    shell_pid = tmp_path / "shell.pid"
+    try_ = launch(f"echo $$ > {shell_pid}; sleep 5", ti_id=13)
+    executor.start([try_])
+    reaper.append(read_pid(shell_pid))
+    (entry,) = executor._running.values()  # type: ignore[attr-defined]
+    legacy = f"local:{socket.gethostname()}:{entry.pid}:{entry.start_time}"
+    assert executor.inspect(try_.key, legacy).state == "alive"
+    assert executor.inspect(try_.key, f"local:{socket.gethostname()}:{entry.pid}:1").state == (
+        "gone"
+    )

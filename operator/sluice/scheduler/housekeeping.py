@@ -295,7 +295,7 @@ def plan_stale_tries(
         if seen.state == "gone" and (seen.exit_code is not None or seen.failed):
             plan.events.append(_ended_while_unwatched(key, seen, skip_codes, owner))
             continue
-        verdict = _verdict(owner == job_id, row.external_id, seen.state)
+        verdict = _verdict(owner == job_id, row.external_id, seen)
         _zombie(plan, row, now, job_id, threshold, owner, live_jobs, seen, verdict)
     return plan
 
@@ -352,10 +352,12 @@ def _zombie(
     }
 
 
-def _verdict(own: bool, external_id: str | None, seen: str) -> str:
+def _verdict(own: bool, external_id: str | None, seen: Inspection) -> str:
     if external_id is None:
         return "the try was claimed but never reported started (its replica died first)"
-    if seen == "gone":
+    if seen.state == "gone" and seen.evidence.get("started") is False:
+        return "the try was claimed but its process never started (its replica died first)"
+    if seen.state == "gone":
         return "the process is gone and left no result"
     if own:
         return "the owning scheduler's executor has no process for this try"
