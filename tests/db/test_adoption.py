@@ -19,7 +19,7 @@ from pathlib import Path
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
-from sluice.db.models import SchedulerJob
+from sluice.db.models import SchedulerJob, TaskTry
 from sluice.executors.local import LocalExecutor
 from sluice.executors.taskrun import VIEW
 from sluice.scheduler.loop import SchedulerLoop
@@ -222,4 +222,16 @@ def test_a_try_claimed_by_a_replica_that_died_before_starting_it_is_a_zombie(
         )
     _tick_until(b, clock, sessions, TaskState.SUCCESS)
     with sessions() as session:
-        assert ti_row(session, "adopt", "t").try_number == 2
+        ti = ti_row(session, "adopt", "t")
+        assert ti.try_number == 2
+        assert ti.evidence is None  # the instance describes its current try
+        first = session.get(TaskTry, (ti.id, 1))
+        assert first is not None
+        # The retried zombie's verdict is kept with its try (migration 0007).
+        assert first.state == TaskState.FAILED
+        assert first.reason is not None
+        assert first.reason.startswith("zombie: ")
+        assert first.evidence is not None
+        assert first.evidence["executor_says"] == "gone"
+        assert first.evidence["threshold_seconds"] == FAST["zombie_threshold"]
+        assert first.evidence["last_heartbeat"]
