@@ -155,7 +155,15 @@ def _replica_a_claims(
         sessions,
         manifest(
             "adopt",
-            [{"name": "t", "command": ["sh", "-c"], "args": [script], "retries": 1}],
+            [
+                {
+                    "name": "t",
+                    "command": ["sh", "-c"],
+                    "args": [script],
+                    "retries": 1,
+                    "retryDelay": "0s",
+                }
+            ],
         ),
         clock.now,
     )

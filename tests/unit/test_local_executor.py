@@ -8,6 +8,7 @@ timeout, kill, shutdown) takes its whole process group with it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -499,3 +500,67 @@ def test_ids_written_before_planned_ids_are_still_understood(
     assert executor.inspect(try_.key, f"local:{socket.gethostname()}:{entry.pid}:1").state == (
         "gone"
     )
+
+
+# --- leases: a try nobody vouches for stops itself (ADR 0015) ------------------------------
+
+
+def test_a_try_whose_lease_is_not_renewed_stops_itself_and_says_why(
+    tmp_path: Path, clock: FakeClock, reaper: list[int]
+) -> None:
+    ex = LocalExecutor(tmp_path / "logs", clock=clock, lease=1.0)
+    shell_pid = tmp_path / "shell.pid"
+    try_ = launch(f"echo $$ > {shell_pid}; sleep 30", ti_id=20)
+    ex.start([try_])
+    pid = read_pid(shell_pid)
+    reaper.append(pid)
+    assert wait_gone(pid)  # within the lease and a half-second check
+    (event,) = wait_for_events(ex)
+    assert event.state == TaskState.FAILED
+    assert event.reason == "lease expired: no heartbeat recorded for 1s"
+    seen = LocalExecutor(tmp_path / "logs", clock=clock, lease=1.0).inspect(
+        try_.key, ex.planned_external_id(try_)
+    )
+    assert (seen.state, seen.exit_code) == ("gone", -signal.SIGKILL)
+    assert seen.reason == "lease expired: no heartbeat recorded for 1s"
+
+
+def test_recorded_heartbeats_keep_a_leased_try_running(
+    tmp_path: Path, clock: FakeClock, reaper: list[int]
+) -> None:
+    ex = LocalExecutor(tmp_path / "logs", clock=clock, lease=1.0)
+    try_ = launch("sleep 2.5; exit 0", ti_id=21)
+    ex.start([try_])
+    deadline = time.monotonic() + BOUND
+    events: list[TaskEvent] = []
+    while not events:
+        ex.heartbeats_recorded([try_.key], time.monotonic())
+        events = ex.poll()
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert events[0].state == TaskState.SUCCESS
+
+
+def test_a_try_started_long_after_its_claim_does_not_run(tmp_path: Path, clock: FakeClock) -> None:
+    """Its replica paused between the claim and the start: a retry may run by now."""
+    ex = LocalExecutor(tmp_path / "logs", clock=clock, lease=1.0)
+    marker = tmp_path / "ran"
+    try_ = launch(f"touch {marker}", ti_id=22)
+    late = dataclasses.replace(try_, claimed_at=time.monotonic() - 5)
+    ex.start([late])
+    (event,) = wait_for_events(ex)
+    assert event.state == TaskState.FAILED
+    assert event.reason == "lease expired before the start: no heartbeat recorded for 1s"
+    assert not marker.exists()
+
+
+def test_a_try_out_of_sight_is_unknown_until_its_lease_must_have_run_out(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    ex = LocalExecutor(tmp_path / "logs", clock=clock, lease=12.0)
+    seen = ex.inspect((30, 1), "local:other-host/4026531836:try:30:1")
+    assert seen.state == "unknown"
+    assert seen.stops_within == 15.0
+    never = ex.inspect((31, 1), ex.planned_external_id(launch("true", ti_id=31)))
+    assert never.state == "gone"
+    assert never.stops_within == 15.0  # its replica may still start it, until then

@@ -39,7 +39,13 @@ def scheduler(
     dags: Annotated[
         Path | None, typer.Option(help="sync the DAG manifests in this directory at start")
     ] = None,
-    log_dir: Annotated[Path, typer.Option(help="task logs (local executor)")] = Path("sluice-logs"),
+    log_dir: Annotated[
+        Path,
+        typer.Option(
+            help="task logs, and each try's pid, result and lease files (local executor;"
+            " the replicas of one machine share it, to adopt each other's tries)"
+        ),
+    ] = Path("sluice-logs"),
     migrate: Annotated[bool, typer.Option(help="run `db upgrade` first")] = True,
     tick_interval: Annotated[float, typer.Option()] = _defaults.tick_interval,
     runs_created_per_tick: Annotated[int, typer.Option()] = _defaults.runs_created_per_tick,
@@ -119,7 +125,10 @@ def scheduler(
     chosen: Executor
     signer = None
     if executor == "local":
-        chosen = LocalExecutor(log_dir)
+        # A local try stops itself once no replica has recorded its heartbeat for this
+        # long: longer than a live replica of its machine takes to adopt it (ADR 0015).
+        lease = 2 * max(zombie_threshold, scheduler_dead_after) + zombie_check_interval
+        chosen = LocalExecutor(log_dir, lease=lease)
     elif executor == "noop":
         chosen = NoopExecutor()
     elif executor == "kubernetes":

@@ -17,6 +17,14 @@ through them any replica with the same view tells whether the try still runs,
 adopts it, and reads how it ended (`inspect`, `adopt`); the pid's start time
 guards against a reused pid. A replica with another view (another machine or
 PID namespace) can read a recorded result, and otherwise says "unknown".
+
+With a lease (`sluice scheduler` always sets one, ADR 0015), a try stops itself
+once no replica has recorded its heartbeat for `lease` seconds: the replica
+that owns it renews the lease after each heartbeat the database took, an
+adopter from the moment it adopts. So a try that nobody can see (its replica
+paused or dead, on another machine or PID namespace) is gone once its
+heartbeat is older than the lease, and `inspect` says so (`stops_within`): a
+zombie verdict waits that long, and a retry never runs beside it.
 """
 
 from __future__ import annotations
@@ -36,11 +44,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from sluice.executors.base import Inspection, TaskEvent, TaskLaunch
-from sluice.executors.taskrun import VIEW, proc_start_time, proc_stat, write_json
+from sluice.executors.taskrun import VIEW, proc_start_time, proc_stat, write_json, write_lease
 from sluice.spec.states import TaskState
 
 KILL_GRACE_SECONDS = 5.0
 HOSTNAME = socket.gethostname()
+# Past its lease, a try's wrapper notices within half a second and kills it at once; a
+# replica that cannot see the try waits this much longer than the lease before a verdict.
+LEASE_MARGIN_SECONDS = 3.0
 
 
 @dataclass
@@ -62,10 +73,17 @@ class LocalExecutor:
     name = "local"
     pods_heartbeat = False  # the scheduler heartbeats the tries it runs
 
-    def __init__(self, log_dir: Path, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        lease: float | None = None,
+    ) -> None:
         self.log_dir = log_dir
         self.results_dir = log_dir / ".results"
         self._clock = clock
+        self.lease = lease
         self._running: dict[tuple[int, int], _Running] = {}
         self._finished: list[TaskEvent] = []
 
@@ -78,6 +96,14 @@ class LocalExecutor:
 
     def pid_path(self, key: tuple[int, int]) -> Path:
         return self.results_dir / f"{key[0]}-{key[1]}.pid"
+
+    def lease_path(self, key: tuple[int, int]) -> Path:
+        return self.results_dir / f"{key[0]}-{key[1]}.lease"
+
+    @property
+    def stops_within(self) -> float | None:
+        """How long after its last recorded heartbeat a try of ours is sure to be gone."""
+        return None if self.lease is None else self.lease + LEASE_MARGIN_SECONDS
 
     # -- starting -------------------------------------------------------------------
 
@@ -114,8 +140,14 @@ class LocalExecutor:
             str(result),
             "--pid-file",
             str(pid_file),
-            "--",
         ]
+        if self.lease is not None:
+            lease = self.lease_path(launch.key)
+            # From the claim on: a try started long after it (its replica paused between
+            # the two) finds its lease already spent and does not run.
+            write_lease(lease, launch.claimed_at or time.monotonic())
+            wrapper += ["--lease", str(lease), "--lease-seconds", f"{self.lease:g}"]
+        wrapper.append("--")
         process = subprocess.Popen(
             [*wrapper, *launch.command, *launch.args],
             stdin=subprocess.DEVNULL,
@@ -182,10 +214,16 @@ class LocalExecutor:
         return -signal.SIGKILL  # an adopted try that vanished without a result was killed
 
     def _recorded_exit(self, key: tuple[int, int]) -> int | None:
+        return self._recorded(key)[0]
+
+    def _recorded(self, key: tuple[int, int]) -> tuple[int | None, str | None]:
+        """The exit code the wrapper recorded, and why it stopped the try if it did."""
         try:
-            return int(json.loads(self.result_path(key).read_text())["exit_code"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+            found = json.loads(self.result_path(key).read_text())
+            reason = found.get("reason")
+            return int(found["exit_code"]), reason if isinstance(reason, str) else None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None, None
 
     def _enforce_timeout(self, entry: _Running, now: float) -> None:
         if entry.timeout is None:
@@ -212,14 +250,24 @@ class LocalExecutor:
             return TaskEvent(ti_id, try_number, TaskState.SUCCESS, 0)
         if code in entry.skip_on_exit_code:
             return TaskEvent(ti_id, try_number, TaskState.SKIPPED, code, f"exit code {code}")
+        stopped = self._recorded(key=entry.key)[1]
         reason = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-        return TaskEvent(ti_id, try_number, TaskState.FAILED, code, reason)
+        return TaskEvent(ti_id, try_number, TaskState.FAILED, code, stopped or reason)
 
     def alive(self) -> list[tuple[int, int]]:
         return list(self._running)
 
     def external_ids(self) -> dict[tuple[int, int], str]:
         return {key: entry.external_id for key, entry in self._running.items()}
+
+    def heartbeats_recorded(self, keys: Sequence[tuple[int, int]], at: float) -> None:
+        """Renew the leases of these tries (ours; the database took their heartbeats)."""
+        if self.lease is None:
+            return
+        for key in keys:
+            if key in self._running and self.lease_path(key).exists():
+                with contextlib.suppress(OSError):
+                    write_lease(self.lease_path(key), at)
 
     # -- other replicas' tries ------------------------------------------------------
 
@@ -245,14 +293,19 @@ class LocalExecutor:
             evidence["pid"] = pid
             if _alive(pid, start_time):
                 return Inspection(state="alive", evidence=evidence)
-        code = self._recorded_exit(key)
+        code, reason = self._recorded(key)
         if code is not None:
-            return Inspection(state="gone", exit_code=code, evidence=evidence)
+            return Inspection(state="gone", exit_code=code, reason=reason, evidence=evidence)
         if view != VIEW:
-            return Inspection(state="unknown", evidence=evidence)
+            # It may run where we cannot see; with a lease, not for long.
+            return Inspection(state="unknown", evidence=evidence, stops_within=self.stops_within)
         if pid is None:
-            evidence["started"] = False  # no pid file: the wrapper never ran
+            # No pid file: the wrapper never ran. Its replica may still start it (paused
+            # between the claim and the start); the lease, counted from the claim, says
+            # until when it could.
+            evidence["started"] = False
             evidence["pid_file"] = str(self.pid_path(key))
+            return Inspection(state="gone", evidence=evidence, stops_within=self.stops_within)
         return Inspection(state="gone", evidence=evidence)
 
     def _read_pid_file(self, key: tuple[int, int]) -> tuple[int, str | None] | None:
