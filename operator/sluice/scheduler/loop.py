@@ -284,11 +284,13 @@ class SchedulerLoop:
         started = 0
         for _ in range(self.config.critical_batches_per_tick):
             launches, alerts = self._transaction("dispatch", claim, nothing, report)
+            # Delivered at once after the commit that took them off the outbox (at most
+            # once): not after the starts, which may take long, or never come.
+            for alert in alerts:
+                log.warning("alert: task try failed", **alert)
             # Started only after the claim committed: at most one start per try.
             if launches:
                 self._start(launches, report)
-            for alert in alerts:
-                log.warning("alert: task try failed", **alert)
             if len(alerts) >= batch:
                 self._alerts_due = True  # more may wait: look again next tick
             started += len(launches)
