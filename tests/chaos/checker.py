@@ -105,7 +105,8 @@ class Checker:
                 for r in conn.execute(
                     text(
                         "SELECT t.task_instance_id, t.try_number, t.state, t.reason, t.evidence,"
-                        " i.dag_id, r.run_id, i.task_id "
+                        " i.dag_id, r.run_id, i.task_id, t.scheduler_job_id, t.start_date,"
+                        " t.end_date "
                         "FROM task_try t JOIN task_instance i ON i.id = t.task_instance_id"
                         " JOIN dag_run r ON r.id = i.dag_run_id"
                     )

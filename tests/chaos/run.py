@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                     "faults": [vars(f) for f in run.faults],
                     "exits": run.exits,
                     "zombies": checker.zombies,
+                    "tries": checker.tries,
                     "limits": limits,
                     "paths": paths,
                     "violations": results,

@@ -20,6 +20,9 @@ import yaml
 POOL = "chaos"
 POOL_SLOTS = 2
 WIDE_MAX_ACTIVE_TASKS = 3
+# The faults start once the replicas are up, which takes up to a minute on a busy
+# machine: the minutely DAGs run that much longer, so that they run under the faults.
+BOOT = timedelta(minutes=1)
 FRAGILE = "chaos-fragile"
 
 _LOG_LINE = (
@@ -74,7 +77,7 @@ def manifests(now: datetime, fault_window: timedelta, event_log: Path) -> list[d
     minutely = [
         _task(f"step-{i}", 1, **({"dependsOn": [f"step-{i - 1}"]} if i else {})) for i in range(3)
     ]
-    long_running = [_task("long", 12)]
+    long_running = [_task("long-a", 12), _task("long-b", 12)]
     wide = [_task(f"part-{i}", 3) for i in range(6)]
     fragile = [_task("first", 1), _task("second", 1, dependsOn=["first"])]
     specs: list[tuple[str, dict[str, Any]]] = [
@@ -103,17 +106,20 @@ def manifests(now: datetime, fault_window: timedelta, event_log: Path) -> list[d
             {
                 "schedule": "* * * * *",
                 "startDate": minute - timedelta(minutes=2),
-                "endDate": minute + fault_window,
+                "endDate": minute + BOOT + fault_window,
                 "catchup": True,
                 "maxActiveRuns": 3,
                 "tasks": minutely,
             },
         ),
         (
+            # Minutely 12 s tries, two runs at a time: whichever replica a fault hits
+            # almost always has a try that outlives it (adopted, or stopped by its lease).
             "chaos-long",
             {
-                "schedule": "@hourly",
-                "startDate": hour - timedelta(hours=max(2, hours // 3)),
+                "schedule": "* * * * *",
+                "startDate": minute - timedelta(minutes=3),
+                "endDate": minute + BOOT + fault_window,
                 "catchup": True,
                 "maxActiveRuns": 2,
                 "tasks": long_running,
@@ -125,7 +131,7 @@ def manifests(now: datetime, fault_window: timedelta, event_log: Path) -> list[d
             {
                 "schedule": "* * * * *",
                 "startDate": minute - timedelta(minutes=4),
-                "endDate": minute + fault_window,
+                "endDate": minute + BOOT + fault_window,
                 "catchup": True,
                 "maxActiveRuns": 2,
                 "maxActiveTasks": WIDE_MAX_ACTIVE_TASKS,
