@@ -112,6 +112,9 @@ class ScriptedExecutor:
     def adopt(self, key: tuple[int, int], external_id: str, **_: object) -> None:
         self.adopted.append(key)
 
+    def heartbeats_recorded(self, keys: Sequence[tuple[int, int]], at: float) -> None:
+        pass
+
     def release(self, key: tuple[int, int]) -> None:
         self.released.append(key)
         self.running.pop(key, None)

@@ -2,7 +2,11 @@
 
 Every task is a shell script that appends JSON lines (start, a heartbeat every
 half second, end) to the shared event log, with its (dag, run, task, try), its
-own pid and its scheduler's pid. The checker replays that log.
+own pid and PID namespace, and its scheduler's pid. The checker replays that
+log. The workload asks for more than the limits allow, so that they bind: the
+`chaos` pool (2 slots) is wanted by `chaos-fanout` and `chaos-flaky`, and
+`chaos-wide` (6 parallel tasks, 2 active runs) by `maxActiveTasks: 3`.
+`chaos-fragile` is the DAG whose stored spec the harness makes unloadable.
 """
 
 from __future__ import annotations
@@ -15,11 +19,16 @@ import yaml
 
 POOL = "chaos"
 POOL_SLOTS = 2
+WIDE_MAX_ACTIVE_TASKS = 3
+# The faults start once the replicas are up, which takes up to a minute on a busy
+# machine: the minutely DAGs run that much longer, so that they run under the faults.
+BOOT = timedelta(minutes=1)
+FRAGILE = "chaos-fragile"
 
 _LOG_LINE = (
     'printf \'{"event":"%s","dag":"%s","run":"%s","task":"%s","try":%s,'
-    '"pid":%s,"scheduler":%s,"t":%s}\\n\' "$1" "$SLUICE_DAG" "$SLUICE_RUN_ID" '
-    '"$SLUICE_TASK" "$SLUICE_TRY_NUMBER" $$ "${SLUICE_SCHEDULER_PID:-0}" '
+    '"pid":%s,"ns":"%s","scheduler":%s,"t":%s}\\n\' "$1" "$SLUICE_DAG" "$SLUICE_RUN_ID" '
+    '"$SLUICE_TASK" "$SLUICE_TRY_NUMBER" $$ "$ns" "${SLUICE_SCHEDULER_PID:-0}" '
     '"$(date +%s.%N)" >> "$CHAOS_LOG"'
 )
 
@@ -28,7 +37,7 @@ def task_script(seconds: float, *, fail_first_try: bool = False) -> str:
     beats = max(1, int(seconds / 0.5))
     fail = 'if [ "$SLUICE_TRY_NUMBER" = 1 ]; then log end; exit 1; fi; ' if fail_first_try else ""
     return (
-        f"log() {{ {_LOG_LINE}; }}; log start; {fail}"
+        f"ns=$(readlink /proc/$$/ns/pid); log() {{ {_LOG_LINE}; }}; log start; {fail}"
         f"i=0; while [ $i -lt {beats} ]; do sleep 0.5; log heartbeat; i=$((i+1)); done; "
         "log end"
     )
@@ -68,7 +77,9 @@ def manifests(now: datetime, fault_window: timedelta, event_log: Path) -> list[d
     minutely = [
         _task(f"step-{i}", 1, **({"dependsOn": [f"step-{i - 1}"]} if i else {})) for i in range(3)
     ]
-    long_running = [_task("long", 12)]
+    long_running = [_task("long-a", 12), _task("long-b", 12)]
+    wide = [_task(f"part-{i}", 3) for i in range(6)]
+    fragile = [_task("first", 1), _task("second", 1, dependsOn=["first"])]
     specs: list[tuple[str, dict[str, Any]]] = [
         (
             "chaos-fanout",
@@ -95,20 +106,46 @@ def manifests(now: datetime, fault_window: timedelta, event_log: Path) -> list[d
             {
                 "schedule": "* * * * *",
                 "startDate": minute - timedelta(minutes=2),
-                "endDate": minute + fault_window,
+                "endDate": minute + BOOT + fault_window,
                 "catchup": True,
                 "maxActiveRuns": 3,
                 "tasks": minutely,
             },
         ),
         (
+            # Minutely 12 s tries, two runs at a time: whichever replica a fault hits
+            # almost always has a try that outlives it (adopted, or stopped by its lease).
             "chaos-long",
             {
-                "schedule": "@hourly",
-                "startDate": hour - timedelta(hours=max(2, hours // 3)),
+                "schedule": "* * * * *",
+                "startDate": minute - timedelta(minutes=3),
+                "endDate": minute + BOOT + fault_window,
                 "catchup": True,
                 "maxActiveRuns": 2,
                 "tasks": long_running,
+            },
+        ),
+        (
+            # Minutely with a backlog, so maxActiveTasks binds through a soak too.
+            "chaos-wide",
+            {
+                "schedule": "* * * * *",
+                "startDate": minute - timedelta(minutes=4),
+                "endDate": minute + BOOT + fault_window,
+                "catchup": True,
+                "maxActiveRuns": 2,
+                "maxActiveTasks": WIDE_MAX_ACTIVE_TASKS,
+                "tasks": wide,
+            },
+        ),
+        (
+            FRAGILE,
+            {
+                "schedule": "@hourly",
+                "startDate": hour - timedelta(hours=hours),
+                "catchup": True,
+                "maxActiveRuns": 2,
+                "tasks": fragile,
             },
         ),
     ]

@@ -80,6 +80,9 @@ class TimedExecutor:
     def adopt(self, key: tuple[int, int], external_id: str, **_: object) -> None:
         raise AssertionError("no replica dies in this test, so nothing is adopted")
 
+    def heartbeats_recorded(self, keys: Sequence[tuple[int, int]], at: float) -> None:
+        pass
+
     def release(self, key: tuple[int, int]) -> None:
         self.running.pop(key, None)
 

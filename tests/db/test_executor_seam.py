@@ -257,3 +257,60 @@ def test_a_heartbeat_from_the_pod_keeps_it_out_of_the_sweep(
     with sessions() as session:
         assert ti_row(session, "seam", "t").state == TaskState.RUNNING
     assert timedelta(seconds=25) > timedelta(seconds=FAST["zombie_threshold"])
+
+
+class _Died(BaseException):
+    """The replica's process ends here (a SIGKILL): nothing after it in the tick runs."""
+
+
+class DiesAtStart(ScriptedExecutor):
+    name = "dies"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dies = False
+
+    def start(self, launches: Sequence[TaskLaunch]) -> None:
+        if self.dies:
+            raise _Died
+        super().start(launches)
+
+
+def test_alerts_claimed_with_a_start_are_delivered_before_the_start(
+    sessions: sessionmaker[Session],
+) -> None:
+    """A replica that dies in `executor.start()` has delivered the alerts it took off the
+    outbox in the same transaction as the claim (the chaos harness's kill between claim and
+    start lost them: invariant 8)."""
+    import structlog.testing
+
+    clock = FakeClock()
+    register(
+        sessions,
+        manifest(
+            "seam",
+            [{"name": "a"}, {"name": "b", "dependsOn": ["a"], "triggerRule": "all_done"}],
+        ),
+        clock.now,
+    )
+    trigger(sessions, "seam", clock.now)
+    executor = DiesAtStart()
+    executor.outcomes = {"a": [TaskState.FAILED]}
+    loop = make_loop(sessions, executor, clock)
+    with structlog.testing.capture_logs() as logs:
+        loop.tick()  # a starts and fails: its alert is in the outbox, b is scheduled
+    with sessions() as session:
+        assert ti_row(session, "seam", "a").state == TaskState.FAILED
+    assert not any(e["event"] == "alert: task try failed" for e in logs)  # not delivered yet
+    executor.dies = True  # b and the alert are claimed in one transaction, then b starts
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(3):
+            try:
+                loop.tick()
+            except _Died:
+                break
+        else:
+            raise AssertionError("b was never started")
+    with sessions() as session:
+        failed = ti_row(session, "seam", "a").id
+    assert [e["ti_id"] for e in logs if e["event"] == "alert: task try failed"] == [failed]

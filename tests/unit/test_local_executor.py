@@ -8,6 +8,7 @@ timeout, kill, shutdown) takes its whole process group with it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -421,3 +422,145 @@ def test_shutdown_hands_tries_over_alive_and_another_executor_adopts_them(
     other.adopt(try_.key, external_id, elapsed=0.1, timeout=None, skip_on_exit_code=frozenset())
     (event,) = wait_for_events(other)
     assert (event.key, event.state, event.exit_code) == (try_.key, TaskState.FAILED, 3)
+
+
+# --- finding a try from its claim (issue 11, defect 5) ------------------------------------
+
+
+def test_the_external_id_is_known_before_the_start_and_names_the_try(
+    executor: LocalExecutor,
+) -> None:
+    try_ = launch("sleep 0.2", ti_id=8, try_number=3)
+    planned = executor.planned_external_id(try_)
+    assert planned.startswith("local:")
+    assert planned.endswith(":try:8:3")
+    executor.start([try_])
+    assert executor.external_ids() == {try_.key: planned}
+    wait_for_events(executor)
+
+
+def test_inspect_finds_a_try_through_its_pid_file(
+    executor: LocalExecutor, tmp_path: Path, clock: FakeClock, reaper: list[int]
+) -> None:
+    """Another executor with only the planned id (what the claim recorded) sees the try
+    alive, adopts it, and reports its end; once ended, inspect reads the result."""
+    shell_pid = tmp_path / "shell.pid"
+    try_ = launch(f"echo $$ > {shell_pid}; sleep 1; exit 4", ti_id=9)
+    planned = executor.planned_external_id(try_)
+    executor.start([try_])
+    reaper.append(read_pid(shell_pid))
+    pid_file = json.loads(executor.pid_path(try_.key).read_text())
+    (wrapper_pid,) = [e.pid for e in executor._running.values()]  # type: ignore[attr-defined]
+    assert pid_file["pid"] == wrapper_pid
+    executor.shutdown()  # the replica "dies": nobody watches the try any more
+    other = LocalExecutor(tmp_path / "logs", clock=clock)
+    seen = other.inspect(try_.key, planned)
+    assert seen.state == "alive"
+    assert seen.evidence["pid"] == wrapper_pid
+    other.adopt(try_.key, planned, elapsed=0.1, timeout=None, skip_on_exit_code=frozenset())
+    (event,) = wait_for_events(other)
+    assert (event.key, event.state, event.exit_code) == (try_.key, TaskState.FAILED, 4)
+    after = other.inspect(try_.key, planned)
+    assert (after.state, after.exit_code) == ("gone", 4)
+
+
+def test_a_claimed_try_that_never_started_is_gone_and_says_so(executor: LocalExecutor) -> None:
+    try_ = launch("true", ti_id=10)
+    seen = executor.inspect(try_.key, executor.planned_external_id(try_))
+    assert seen.state == "gone"
+    assert seen.exit_code is None
+    assert seen.evidence["started"] is False
+
+
+def test_another_view_cannot_vouch_but_reads_a_recorded_result(
+    executor: LocalExecutor,
+) -> None:
+    """A try of another machine or PID namespace is "unknown", unless it left a result."""
+    running = launch("sleep 5", ti_id=11)
+    elsewhere = "local:other-host/4026531836:try:11:1"
+    assert executor.inspect(running.key, elsewhere).state == "unknown"
+    done = launch("exit 0", ti_id=12)
+    run_one(executor, done)
+    seen = executor.inspect(done.key, "local:other-host/4026531836:try:12:1")
+    assert (seen.state, seen.exit_code) == ("gone", 0)
+
+
+def test_ids_written_before_planned_ids_are_still_understood(
+    executor: LocalExecutor, tmp_path: Path, reaper: list[int]
+) -> None:
+    import socket
+
+    shell_pid = tmp_path / "shell.pid"
+    try_ = launch(f"echo $$ > {shell_pid}; sleep 5", ti_id=13)
+    executor.start([try_])
+    reaper.append(read_pid(shell_pid))
+    (entry,) = executor._running.values()  # type: ignore[attr-defined]
+    legacy = f"local:{socket.gethostname()}:{entry.pid}:{entry.start_time}"
+    assert executor.inspect(try_.key, legacy).state == "alive"
+    assert executor.inspect(try_.key, f"local:{socket.gethostname()}:{entry.pid}:1").state == (
+        "gone"
+    )
+
+
+# --- leases: a try nobody vouches for stops itself (ADR 0015) ------------------------------
+
+
+def test_a_try_whose_lease_is_not_renewed_stops_itself_and_says_why(
+    tmp_path: Path, clock: FakeClock, reaper: list[int]
+) -> None:
+    ex = LocalExecutor(tmp_path / "logs", clock=clock, lease=1.0)
+    shell_pid = tmp_path / "shell.pid"
+    try_ = launch(f"echo $$ > {shell_pid}; sleep 30", ti_id=20)
+    ex.start([try_])
+    pid = read_pid(shell_pid)
+    reaper.append(pid)
+    assert wait_gone(pid)  # within the lease and a half-second check
+    (event,) = wait_for_events(ex)
+    assert event.state == TaskState.FAILED
+    assert event.reason == "lease expired: no heartbeat recorded for 1s"
+    seen = LocalExecutor(tmp_path / "logs", clock=clock, lease=1.0).inspect(
+        try_.key, ex.planned_external_id(try_)
+    )
+    assert (seen.state, seen.exit_code) == ("gone", -signal.SIGKILL)
+    assert seen.reason == "lease expired: no heartbeat recorded for 1s"
+
+
+def test_recorded_heartbeats_keep_a_leased_try_running(
+    tmp_path: Path, clock: FakeClock, reaper: list[int]
+) -> None:
+    ex = LocalExecutor(tmp_path / "logs", clock=clock, lease=1.0)
+    try_ = launch("sleep 2.5; exit 0", ti_id=21)
+    ex.start([try_])
+    deadline = time.monotonic() + BOUND
+    events: list[TaskEvent] = []
+    while not events:
+        ex.heartbeats_recorded([try_.key], time.monotonic())
+        events = ex.poll()
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert events[0].state == TaskState.SUCCESS
+
+
+def test_a_try_started_long_after_its_claim_does_not_run(tmp_path: Path, clock: FakeClock) -> None:
+    """Its replica paused between the claim and the start: a retry may run by now."""
+    ex = LocalExecutor(tmp_path / "logs", clock=clock, lease=1.0)
+    marker = tmp_path / "ran"
+    try_ = launch(f"touch {marker}", ti_id=22)
+    late = dataclasses.replace(try_, claimed_at=time.monotonic() - 5)
+    ex.start([late])
+    (event,) = wait_for_events(ex)
+    assert event.state == TaskState.FAILED
+    assert event.reason == "lease expired before the start: no heartbeat recorded for 1s"
+    assert not marker.exists()
+
+
+def test_a_try_out_of_sight_is_unknown_until_its_lease_must_have_run_out(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    ex = LocalExecutor(tmp_path / "logs", clock=clock, lease=12.0)
+    seen = ex.inspect((30, 1), "local:other-host/4026531836:try:30:1")
+    assert seen.state == "unknown"
+    assert seen.stops_within == 15.0
+    never = ex.inspect((31, 1), ex.planned_external_id(launch("true", ti_id=31)))
+    assert never.state == "gone"
+    assert never.stops_within == 15.0  # its replica may still start it, until then

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from sqlalchemy import Engine
 
-from sluice.api.server import TaskApi
+from sluice.api.server import TaskApi, utcnow
 from sluice.api.tokens import KeysError, TrySigner, load_keys
 from sluice.cli.common import fail
 from sluice.executors.kubernetes import KubernetesExecutor, KubernetesSettings
@@ -140,8 +142,13 @@ def make_executor(settings: KubernetesSettings, signer: TrySigner | None) -> Kub
         fail(f"the kubernetes executor cannot reach the cluster: {exc}")
 
 
-def start_task_api(engine: Engine, signer: TrySigner, listen: tuple[str, int]) -> TaskApi:
-    api = TaskApi(engine, signer, listen[0], listen[1], reuse_port=True)
+def start_task_api(
+    engine: Engine,
+    signer: TrySigner,
+    listen: tuple[str, int],
+    clock: Callable[[], datetime] | None = None,
+) -> TaskApi:
+    api = TaskApi(engine, signer, listen[0], listen[1], reuse_port=True, clock=clock or utcnow)
     try:
         api.start()
     except OSError as exc:

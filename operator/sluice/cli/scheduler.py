@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import signal
+import time
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
+import structlog
 import typer
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.cli import kubernetes as k8s
 from sluice.cli.common import DatabaseUrl, fail, load_manifests
 from sluice.config import ConfigError, require_database_url
+from sluice.db.clock import DatabaseClock
 from sluice.db.dags import DagNameTaken, sync_dag
 from sluice.db.engine import make_engine, session_factory
 from sluice.db.migrate import upgrade
@@ -19,11 +25,12 @@ from sluice.db.wakeups import Waker
 from sluice.executors.base import Executor
 from sluice.executors.local import LocalExecutor
 from sluice.executors.noop import NoopExecutor
-from sluice.logs import configure_logging
+from sluice.logs import configure_logging, first_line
 from sluice.scheduler.config import SchedulerConfig
 from sluice.scheduler.loop import SchedulerLoop, utcnow
 
 _defaults = SchedulerConfig()
+log = structlog.get_logger("sluice.scheduler")
 
 
 def scheduler(
@@ -32,7 +39,13 @@ def scheduler(
     dags: Annotated[
         Path | None, typer.Option(help="sync the DAG manifests in this directory at start")
     ] = None,
-    log_dir: Annotated[Path, typer.Option(help="task logs (local executor)")] = Path("sluice-logs"),
+    log_dir: Annotated[
+        Path,
+        typer.Option(
+            help="task logs, and each try's pid, result and lease files (local executor;"
+            " the replicas of one machine share it, to adopt each other's tries)"
+        ),
+    ] = Path("sluice-logs"),
     migrate: Annotated[bool, typer.Option(help="run `db upgrade` first")] = True,
     tick_interval: Annotated[float, typer.Option()] = _defaults.tick_interval,
     runs_created_per_tick: Annotated[int, typer.Option()] = _defaults.runs_created_per_tick,
@@ -51,6 +64,9 @@ def scheduler(
     ] = _defaults.heartbeat_kill_threshold,
     heartbeat_interval: Annotated[float, typer.Option()] = _defaults.heartbeat_interval,
     scheduler_dead_after: Annotated[float, typer.Option()] = _defaults.scheduler_dead_after,
+    zombie_check_interval: Annotated[
+        float, typer.Option(help="how often a replica looks for stale tries (seconds)")
+    ] = _defaults.zombie_check_interval,
     prepared_statements: Annotated[
         bool,
         typer.Option(
@@ -88,6 +104,7 @@ def scheduler(
     for name, seconds in (
         ("--tick-interval", tick_interval),
         ("--heartbeat-interval", heartbeat_interval),
+        ("--zombie-check-interval", zombie_check_interval),
     ):
         if seconds <= 0:
             fail(f"{name} must be more than 0 seconds (got {seconds})")
@@ -108,7 +125,10 @@ def scheduler(
     chosen: Executor
     signer = None
     if executor == "local":
-        chosen = LocalExecutor(log_dir)
+        # A local try stops itself once no replica has recorded its heartbeat for this
+        # long: longer than a live replica of its machine takes to adopt it (ADR 0015).
+        lease = 2 * max(zombie_threshold, scheduler_dead_after) + zombie_check_interval
+        chosen = LocalExecutor(log_dir, lease=lease)
     elif executor == "noop":
         chosen = NoopExecutor()
     elif executor == "kubernetes":
@@ -138,14 +158,8 @@ def scheduler(
         scheduler_dead_after=scheduler_dead_after,
         zombie_threshold=zombie_threshold,
         heartbeat_kill_threshold=heartbeat_kill_threshold,
+        zombie_check_interval=zombie_check_interval,
     )
-    if migrate:
-        upgrade(url)
-    engine = make_engine(url, prepare_statements=prepared_statements)
-    sessions = session_factory(engine)
-    task_api = None if signer is None else k8s.start_task_api(engine, signer, listen)
-    if dags is not None:
-        _sync_manifests(sessions, dags)
     stopping = {"now": False}
 
     def request_stop(signum: int, frame: object) -> None:
@@ -153,17 +167,74 @@ def scheduler(
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    loop = SchedulerLoop(sessions, chosen, config, waker=Waker(engine))
+
+    def stopped() -> bool:
+        return stopping["now"]
+
+    # A Postgres restart or outage while the replica starts is waited out, as the loop
+    # waits it out later: it is no reason to exit (invariant 6).
+    if migrate and not until_reachable("db upgrade", lambda: upgrade(url), stopped):
+        return
+    engine = make_engine(url, prepare_statements=prepared_statements)
+    sessions = session_factory(engine)
+    # Every timestamp the replicas compare comes from the database's clock, never from
+    # this machine's wall clock (which may be off, or jump).
+    clock = DatabaseClock(engine, fallback=utcnow)
+    task_api = None if signer is None else k8s.start_task_api(engine, signer, listen, clock)
+    loop: SchedulerLoop | None = None
     try:
-        loop.run(lambda: stopping["now"])
+        if dags is not None and not until_reachable(
+            "syncing --dags", lambda: _sync_manifests(sessions, dags, clock()), stopped
+        ):
+            return
+        waker = Waker(engine)
+
+        def register() -> None:
+            nonlocal loop
+            loop = SchedulerLoop(sessions, chosen, config, clock=clock, waker=waker)
+
+        if not until_reachable("registering the replica", register, stopped):
+            return
+        assert loop is not None
+        loop.run(stopped)
     finally:
-        loop.close()
+        if loop is not None:
+            loop.close()
         if task_api is not None:
             task_api.stop()
         engine.dispose()
 
 
-def _sync_manifests(sessions: sessionmaker[Session], dags: Path) -> None:
+def until_reachable(
+    what: str,
+    work: Callable[[], object],
+    stopped: Callable[[], bool],
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    """Run `work`, again after a growing pause (0.5 s to 5 s) while the database cannot be
+    reached; False if asked to stop first. Any other error is raised."""
+    pause = 0.5
+    while not stopped():
+        try:
+            work()
+            return True
+        except OperationalError as exc:
+            log.warning(
+                "database unreachable while starting; trying again",
+                step=what,
+                error=first_line(exc),
+                retry_in=pause,
+            )
+        for _ in range(round(pause / 0.1)):
+            if stopped():
+                break
+            sleep(0.1)
+        pause = min(pause * 2, 5.0)
+    return False
+
+
+def _sync_manifests(sessions: sessionmaker[Session], dags: Path, now: datetime) -> None:
     """Every manifest in `dags`, in one transaction: all of them, or none if one may not be
     written (a namespace's DAG of the same name is never taken over or reset)."""
     manifests = load_manifests([dags])
@@ -171,7 +242,7 @@ def _sync_manifests(sessions: sessionmaker[Session], dags: Path) -> None:
     with sessions() as session:
         for manifest in manifests:
             try:
-                sync_dag(session, manifest, utcnow())
+                sync_dag(session, manifest, now)
             except DagNameTaken as exc:
                 taken.append(f"{exc}, or leave it out of --dags {dags}")
         if taken:

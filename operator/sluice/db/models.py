@@ -265,6 +265,8 @@ class TaskTry(Base):
     external_id: Mapped[str | None] = mapped_column(Text)
     exit_code: Mapped[int | None] = mapped_column(Integer)
     reason: Mapped[str | None] = mapped_column(Text)
+    # A zombie verdict's evidence (migration 0007), kept here for every try.
+    evidence: Mapped[dict[str, Any] | None] = mapped_column(JSONB(none_as_null=True))
 
 
 class SlotPool(Base):

@@ -37,6 +37,9 @@ class TaskLaunch:
     skip_on_exit_code: frozenset[int]
     resources: dict[str, dict[str, str]] = field(default_factory=dict)
     pod_template: dict[str, Any] | None = None
+    # This machine's time.monotonic() just before the claim's transaction: a local try's
+    # lease starts then, so one started long after its claim does not run (ADR 0015).
+    claimed_at: float | None = None
 
     @property
     def key(self) -> tuple[int, int]:
@@ -85,6 +88,11 @@ class Inspection:
     - "unknown": this executor cannot see it (another machine's process).
     - "unreachable": this executor could see it but cannot now (its watches
       lost the API server): ask again later, never judge a try on this.
+
+    `stops_within`: when the try may still run (or still start) where this
+    executor cannot see, it stops by itself at most this many seconds after the
+    last heartbeat the database recorded for it (a local try's lease, ADR 0015);
+    no zombie verdict before then. None: no such bound.
     """
 
     state: Literal["alive", "gone", "unknown", "unreachable"]
@@ -93,6 +101,7 @@ class Inspection:
     failed: bool = False
     running: bool = True
     evidence: dict[str, Any] = field(default_factory=dict)
+    stops_within: float | None = None
 
 
 class Executor(Protocol):
@@ -115,6 +124,10 @@ class Executor(Protocol):
 
     def external_ids(self) -> dict[tuple[int, int], str]:
         """How to find each running try again from another replica (pid, pod name...)."""
+
+    def heartbeats_recorded(self, keys: Sequence[tuple[int, int]], at: float) -> None:
+        """The database took these tries' heartbeats, stamped no earlier than `at` (this
+        machine's time.monotonic()), and this replica still owns them (local leases)."""
 
     def inspect(self, key: tuple[int, int], external_id: str | None) -> Inspection:
         """Whether a try, maybe started by another replica, still runs ("unknown" if unsure)."""

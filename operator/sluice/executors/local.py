@@ -7,10 +7,24 @@ context in the environment (SLUICE_DAG, SLUICE_RUN_ID, SLUICE_LOGICAL_DATE,
 skipped, anything else failed). On `executionTimeout` the whole group gets
 SIGTERM, then SIGKILL after a grace period.
 
-Like a pod, a try outlives the replica that started it. Its external id
-(`local:HOST:PID:STARTTIME`) and the wrapper's result file let any replica on
-the same machine tell whether it is still running, adopt it, and read how it
-ended (`inspect`, `adopt`); the start time guards against a reused pid.
+Like a pod, a try outlives the replica that started it. Its external id names
+the try, not a process (`local:VIEW:try:TI:TRY`, where VIEW is the machine and
+the PID namespace), so the claim records it before the process exists
+(`planned_external_id`): a replica killed between the claim and its first
+heartbeat leaves a try that can still be found. The wrapper writes a pid file
+keyed by the try before the command starts, and a result file when it ends;
+through them any replica with the same view tells whether the try still runs,
+adopts it, and reads how it ended (`inspect`, `adopt`); the pid's start time
+guards against a reused pid. A replica with another view (another machine or
+PID namespace) can read a recorded result, and otherwise says "unknown".
+
+With a lease (`sluice scheduler` always sets one, ADR 0015), a try stops itself
+once no replica has recorded its heartbeat for `lease` seconds: the replica
+that owns it renews the lease after each heartbeat the database took, an
+adopter from the moment it adopts. So a try that nobody can see (its replica
+paused or dead, on another machine or PID namespace) is gone once its
+heartbeat is older than the lease, and `inspect` says so (`stops_within`): a
+zombie verdict waits that long, and a retry never runs beside it.
 """
 
 from __future__ import annotations
@@ -27,19 +41,24 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from sluice.executors.base import Inspection, TaskEvent, TaskLaunch
+from sluice.executors.taskrun import VIEW, proc_start_time, proc_stat, write_json, write_lease
 from sluice.spec.states import TaskState
 
 KILL_GRACE_SECONDS = 5.0
 HOSTNAME = socket.gethostname()
+# Past its lease, a try's wrapper notices within half a second and kills it at once; a
+# replica that cannot see the try waits this much longer than the lease before a verdict.
+LEASE_MARGIN_SECONDS = 3.0
 
 
 @dataclass
 class _Running:
     key: tuple[int, int]
     pid: int
+    start_time: str | None  # the pid's start time, to tell it from a reused pid
     external_id: str
     started: float
     timeout: float | None
@@ -54,10 +73,17 @@ class LocalExecutor:
     name = "local"
     pods_heartbeat = False  # the scheduler heartbeats the tries it runs
 
-    def __init__(self, log_dir: Path, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        lease: float | None = None,
+    ) -> None:
         self.log_dir = log_dir
         self.results_dir = log_dir / ".results"
         self._clock = clock
+        self.lease = lease
         self._running: dict[tuple[int, int], _Running] = {}
         self._finished: list[TaskEvent] = []
 
@@ -68,10 +94,22 @@ class LocalExecutor:
     def result_path(self, key: tuple[int, int]) -> Path:
         return self.results_dir / f"{key[0]}-{key[1]}.json"
 
+    def pid_path(self, key: tuple[int, int]) -> Path:
+        return self.results_dir / f"{key[0]}-{key[1]}.pid"
+
+    def lease_path(self, key: tuple[int, int]) -> Path:
+        return self.results_dir / f"{key[0]}-{key[1]}.lease"
+
+    @property
+    def stops_within(self) -> float | None:
+        """How long after its last recorded heartbeat a try of ours is sure to be gone."""
+        return None if self.lease is None else self.lease + LEASE_MARGIN_SECONDS
+
     # -- starting -------------------------------------------------------------------
 
-    def planned_external_id(self, launch: TaskLaunch) -> str | None:
-        return None  # known once the process runs
+    def planned_external_id(self, launch: TaskLaunch) -> str:
+        """Known before the process exists: the claim records it (see `inspect`)."""
+        return external_id_for(launch.key)
 
     def start(self, launches: Sequence[TaskLaunch]) -> None:
         self.results_dir.mkdir(parents=True, exist_ok=True)
@@ -91,8 +129,25 @@ class LocalExecutor:
         path.parent.mkdir(parents=True, exist_ok=True)
         result = self.result_path(launch.key)
         result.unlink(missing_ok=True)
+        pid_file = self.pid_path(launch.key)
+        pid_file.unlink(missing_ok=True)
         log = path.open("ab")
-        wrapper = [sys.executable, "-m", "sluice.executors.taskrun", "--result", str(result), "--"]
+        wrapper = [
+            sys.executable,
+            "-m",
+            "sluice.executors.taskrun",
+            "--result",
+            str(result),
+            "--pid-file",
+            str(pid_file),
+        ]
+        if self.lease is not None:
+            lease = self.lease_path(launch.key)
+            # From the claim on: a try started long after it (its replica paused between
+            # the two) finds its lease already spent and does not run.
+            write_lease(lease, launch.claimed_at or time.monotonic())
+            wrapper += ["--lease", str(lease), "--lease-seconds", f"{self.lease:g}"]
+        wrapper.append("--")
         process = subprocess.Popen(
             [*wrapper, *launch.command, *launch.args],
             stdin=subprocess.DEVNULL,
@@ -106,11 +161,16 @@ class LocalExecutor:
             },
             start_new_session=True,
         )
+        start_time = proc_start_time(process.pid)
+        # The wrapper writes the same file before it runs the command (this replica may die
+        # first); written here too, it is there as soon as the process is.
+        write_json(pid_file, {"pid": process.pid, "start": start_time, "view": VIEW})
         timeout = launch.execution_timeout.total_seconds() if launch.execution_timeout else None
         self._running[launch.key] = _Running(
             key=launch.key,
             pid=process.pid,
-            external_id=_external_id(process.pid),
+            start_time=start_time,
+            external_id=external_id_for(launch.key),
             started=self._clock(),
             timeout=timeout,
             skip_on_exit_code=launch.skip_on_exit_code,
@@ -144,7 +204,7 @@ class LocalExecutor:
             code = entry.process.poll()
             if code is None:
                 return None
-        elif _alive(entry.pid, entry.external_id):
+        elif _alive(entry.pid, entry.start_time):
             return None
         recorded = self._recorded_exit(entry.key)
         if recorded is not None:
@@ -154,10 +214,16 @@ class LocalExecutor:
         return -signal.SIGKILL  # an adopted try that vanished without a result was killed
 
     def _recorded_exit(self, key: tuple[int, int]) -> int | None:
+        return self._recorded(key)[0]
+
+    def _recorded(self, key: tuple[int, int]) -> tuple[int | None, str | None]:
+        """The exit code the wrapper recorded, and why it stopped the try if it did."""
         try:
-            return int(json.loads(self.result_path(key).read_text())["exit_code"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+            found = json.loads(self.result_path(key).read_text())
+            reason = found.get("reason")
+            return int(found["exit_code"]), reason if isinstance(reason, str) else None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None, None
 
     def _enforce_timeout(self, entry: _Running, now: float) -> None:
         if entry.timeout is None:
@@ -184,8 +250,9 @@ class LocalExecutor:
             return TaskEvent(ti_id, try_number, TaskState.SUCCESS, 0)
         if code in entry.skip_on_exit_code:
             return TaskEvent(ti_id, try_number, TaskState.SKIPPED, code, f"exit code {code}")
+        stopped = self._recorded(key=entry.key)[1]
         reason = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-        return TaskEvent(ti_id, try_number, TaskState.FAILED, code, reason)
+        return TaskEvent(ti_id, try_number, TaskState.FAILED, code, stopped or reason)
 
     def alive(self) -> list[tuple[int, int]]:
         return list(self._running)
@@ -193,17 +260,62 @@ class LocalExecutor:
     def external_ids(self) -> dict[tuple[int, int], str]:
         return {key: entry.external_id for key, entry in self._running.items()}
 
+    def heartbeats_recorded(self, keys: Sequence[tuple[int, int]], at: float) -> None:
+        """Renew the leases of these tries (ours; the database took their heartbeats)."""
+        if self.lease is None:
+            return
+        for key in keys:
+            if key in self._running and self.lease_path(key).exists():
+                with contextlib.suppress(OSError):
+                    write_lease(self.lease_path(key), at)
+
     # -- other replicas' tries ------------------------------------------------------
 
     def inspect(self, key: tuple[int, int], external_id: str | None) -> Inspection:
-        """Is a try (possibly started by another replica) still running here?"""
-        if external_id is None or not external_id.startswith(f"local:{HOSTNAME}:"):
-            return Inspection(state="unknown")
-        pid = int(external_id.split(":")[2])
-        if _alive(pid, external_id):
-            return Inspection(state="alive")
-        code = self._recorded_exit(key)
-        return Inspection(state="gone", exit_code=code)
+        """Is a try (possibly started by another replica) still running here?
+
+        With this executor's view (machine and PID namespace): "alive" while its
+        wrapper runs, else "gone" with the recorded exit code if there is one; a
+        try whose wrapper never wrote its pid file was claimed but never started.
+        With another view, only a recorded result can be read ("gone"); otherwise
+        "unknown": nobody here can vouch for it.
+        """
+        where = _parse_external_id(external_id)
+        if where is None:
+            return Inspection(state="unknown", evidence={"external_id": external_id})
+        view, pid, start_time = where
+        if pid is None and view == VIEW:
+            found = self._read_pid_file(key)
+            if found is not None:
+                pid, start_time = found
+        evidence: dict[str, Any] = {"view": view, "our_view": VIEW}
+        if view == VIEW and pid is not None:
+            evidence["pid"] = pid
+            if _alive(pid, start_time):
+                return Inspection(state="alive", evidence=evidence)
+        code, reason = self._recorded(key)
+        if code is not None:
+            return Inspection(state="gone", exit_code=code, reason=reason, evidence=evidence)
+        if view != VIEW:
+            # It may run where we cannot see; with a lease, not for long.
+            return Inspection(state="unknown", evidence=evidence, stops_within=self.stops_within)
+        if pid is None:
+            # No pid file: the wrapper never ran. Its replica may still start it (paused
+            # between the claim and the start); the lease, counted from the claim, says
+            # until when it could.
+            evidence["started"] = False
+            evidence["pid_file"] = str(self.pid_path(key))
+            return Inspection(state="gone", evidence=evidence, stops_within=self.stops_within)
+        return Inspection(state="gone", evidence=evidence)
+
+    def _read_pid_file(self, key: tuple[int, int]) -> tuple[int, str | None] | None:
+        try:
+            found = json.loads(self.pid_path(key).read_text())
+            if found.get("view", VIEW) != VIEW:
+                return None
+            return int(found["pid"]), found.get("start")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
 
     def adopt(
         self,
@@ -217,10 +329,19 @@ class LocalExecutor:
         """Watch a live try another replica started (it is not our child)."""
         if key in self._running:
             return
-        pid = int(external_id.split(":")[2])
+        where = _parse_external_id(external_id)
+        if where is None:
+            raise ValueError(f"not a local try's external id: {external_id!r}")
+        _, pid, start_time = where
+        if pid is None:
+            found = self._read_pid_file(key)
+            if found is None:
+                raise ValueError(f"try {key} has no pid file ({self.pid_path(key)})")
+            pid, start_time = found
         self._running[key] = _Running(
             key=key,
             pid=pid,
+            start_time=start_time,
             external_id=external_id,
             started=self._clock() - elapsed,
             timeout=timeout,
@@ -272,27 +393,35 @@ def _cannot_start(argv: list[str]) -> str | None:
     return None if found else f"could not start {program!r}: not found or not executable"
 
 
-def _proc_stat(pid: int) -> list[str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+def external_id_for(key: tuple[int, int]) -> str:
+    """A local try's external id: this executor's view and the try (not a pid)."""
+    return f"local:{VIEW}:try:{key[0]}:{key[1]}"
+
+
+def _parse_external_id(external_id: str | None) -> tuple[str, int | None, str | None] | None:
+    """(view, pid, pid start time) of a local try's external id; the pid is None when the
+    id names the try (`local:VIEW:try:TI:TRY`: the pid file says). Ids written before
+    that (`local:HOST:PID:STARTTIME`) name a pid of their host. None: not a local id."""
+    if external_id is None or not external_id.startswith("local:"):
         return None
-    # The command name (field 2) may contain spaces; the fields after it are fixed.
-    return raw[raw.rindex(")") + 2 :].split()
+    parts = external_id.split(":")
+    try:
+        if len(parts) == 5 and parts[2] == "try":
+            return parts[1], None, None
+        if len(parts) == 4:
+            view = VIEW if parts[1] == HOSTNAME else parts[1]
+            return view, int(parts[2]), parts[3]
+    except ValueError:
+        return None
+    return None
 
 
-def _external_id(pid: int) -> str:
-    fields = _proc_stat(pid)
-    start = fields[19] if fields else "0"
-    return f"local:{HOSTNAME}:{pid}:{start}"
-
-
-def _alive(pid: int, external_id: str) -> bool:
+def _alive(pid: int, start_time: str | None) -> bool:
     """The process exists, is not a zombie, and is the one we started (not a reused pid)."""
-    fields = _proc_stat(pid)
+    fields = proc_stat(pid)
     if fields is None or fields[0] in ("Z", "X"):
         return False
-    return external_id.endswith(f":{fields[19]}")
+    return start_time is None or fields[19] == start_time
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

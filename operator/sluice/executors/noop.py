@@ -48,6 +48,9 @@ class NoopExecutor:
     ) -> None:
         """Nothing runs, so there is nothing to adopt."""
 
+    def heartbeats_recorded(self, keys: Sequence[tuple[int, int]], at: float) -> None:
+        """Nothing to renew: nothing runs."""
+
     def release(self, key: tuple[int, int]) -> None:
         self._started = [t for t in self._started if t.key != key]
 

@@ -33,7 +33,7 @@ _QUEUE = Prepared(
         UPDATE task_instance SET
             state = :queued, try_number = try_number + 1, queued_at = :now,
             queued_by_job_id = :job_id, start_date = NULL, end_date = NULL,
-            exit_code = NULL, reason = NULL, last_heartbeat_at = NULL
+            exit_code = NULL, reason = NULL, evidence = NULL, last_heartbeat_at = NULL
         WHERE id = ANY(:ids) AND state = :scheduled
         RETURNING id, try_number
     ), tries AS (

@@ -295,7 +295,9 @@ def plan_stale_tries(
         if seen.state == "gone" and (seen.exit_code is not None or seen.failed):
             plan.events.append(_ended_while_unwatched(key, seen, skip_codes, owner))
             continue
-        verdict = _verdict(owner == job_id, row.external_id, seen.state)
+        if seen.stops_within is not None and stale_for < seen.stops_within:
+            continue  # it may still run (or start) out of sight, but stops itself by then
+        verdict = _verdict(owner == job_id, row.external_id, seen)
         _zombie(plan, row, now, job_id, threshold, owner, live_jobs, seen, verdict)
     return plan
 
@@ -349,17 +351,27 @@ def _zombie(
         "executor_says": seen.state,
         "verdict": verdict,
         **({"seen": seen.evidence} if seen.evidence else {}),
+        **({"stops_within_seconds": seen.stops_within} if seen.stops_within is not None else {}),
     }
 
 
-def _verdict(own: bool, external_id: str | None, seen: str) -> str:
+def _verdict(own: bool, external_id: str | None, seen: Inspection) -> str:
     if external_id is None:
         return "the try was claimed but never reported started (its replica died first)"
-    if seen == "gone":
+    lease = (
+        f"; it stops itself {seen.stops_within:g}s after its last heartbeat"
+        if seen.stops_within is not None
+        else ""
+    )
+    if seen.state == "gone" and seen.evidence.get("started") is False:
+        return "the try was claimed but its process never started (its replica died first)" + lease
+    if seen.state == "gone":
         return "the process is gone and left no result"
     if own:
         return "the owning scheduler's executor has no process for this try"
-    return "the owning scheduler stopped heartbeating and the try cannot be checked from here"
+    return (
+        "the owning scheduler stopped heartbeating and the try cannot be checked from here" + lease
+    )
 
 
 def _ended_while_unwatched(

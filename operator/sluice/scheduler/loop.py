@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -123,6 +123,7 @@ class SchedulerLoop:
         self._last_runs_phase = self._last_quiet_examine
         self._runs_backlog = True  # phase 1 runs on the first tick
         self._heard = False  # the idle wait was woken by a notification
+        self._tick_monotonic = time.monotonic()
 
     # -- the tick -----------------------------------------------------------------
 
@@ -157,6 +158,9 @@ class SchedulerLoop:
     def _tick(self) -> TickReport:
         report = TickReport()
         cfg = self.config
+        # This machine's monotonic time with the tick's `now`: what a try adopted with `now`
+        # as its heartbeat has its local lease renewed to (`heartbeats_recorded`).
+        self._tick_monotonic = time.monotonic()
         now = self.clock()
 
         # Phase 1: runs.
@@ -261,26 +265,32 @@ class SchedulerLoop:
             self._last_alert_look = started_at
 
         def claim(session: Session) -> tuple[list[TaskLaunch], list[dict[str, Any]]]:
+            claimed_at = time.monotonic()  # no later than the claim: a local try's lease
             now = self.clock()
-            launches = claim_task_starts(
-                session,
-                self.specs,
-                now,
-                job_id=self.job_id,
-                executor_name=self.executor.name,
-                limit=batch,
-                planned_id=self.executor.planned_external_id,
-            )
+            launches = [
+                replace(launch, claimed_at=claimed_at)
+                for launch in claim_task_starts(
+                    session,
+                    self.specs,
+                    now,
+                    job_id=self.job_id,
+                    executor_name=self.executor.name,
+                    limit=batch,
+                    planned_id=self.executor.planned_external_id,
+                )
+            ]
             return launches, claim_alerts(session, now, limit=batch) if alerts_wanted else []
 
         started = 0
         for _ in range(self.config.critical_batches_per_tick):
             launches, alerts = self._transaction("dispatch", claim, nothing, report)
+            # Delivered at once after the commit that took them off the outbox (at most
+            # once): not after the starts, which may take long, or never come.
+            for alert in alerts:
+                log.warning("alert: task try failed", **alert)
             # Started only after the claim committed: at most one start per try.
             if launches:
                 self._start(launches, report)
-            for alert in alerts:
-                log.warning("alert: task try failed", **alert)
             if len(alerts) >= batch:
                 self._alerts_due = True  # more may wait: look again next tick
             started += len(launches)
@@ -337,7 +347,11 @@ class SchedulerLoop:
         every = (now - self._last_try_heartbeat).total_seconds() >= self.config.heartbeat_interval
         beat = running if every else {k: v for k, v in running.items() if k not in self._beaten}
 
+        beat_at = time.monotonic()
+
         def apply(session: Session) -> tuple[list[Applied], housekeeping.Fence]:
+            nonlocal beat_at
+            beat_at = time.monotonic()  # no later than the heartbeats' timestamp
             now = self.clock()
             applied, _ = batch_or_each(
                 session,
@@ -362,6 +376,15 @@ class SchedulerLoop:
         else:
             self._beaten.update(beat)
         applied, fence = outcome
+        lost = set(fence.kill) | set(fence.release)
+        recorded = [key for key in beat if key not in lost]
+        if recorded:
+            self._executor_call(
+                "heartbeats_recorded",
+                lambda: self.executor.heartbeats_recorded(recorded, beat_at),
+                None,
+                report,
+            )
         for key in fence.kill:
             self._executor_call(
                 "kill",
@@ -503,6 +526,15 @@ class SchedulerLoop:
                     ti=adoption.key[0],
                     try_number=adoption.key[1],
                     from_job=adoption.previous_owner,
+                )
+            if taken:
+                # The adoption wrote `now` as their heartbeat: their leases count from then.
+                keys = [adoption.key for adoption in taken]
+                self._executor_call(
+                    "heartbeats_recorded",
+                    lambda: self.executor.heartbeats_recorded(keys, self._tick_monotonic),
+                    None,
+                    report,
                 )
 
     def _handle_stuck_queued(self, now: datetime, report: TickReport) -> None:

@@ -70,7 +70,8 @@ _SETTLE = Prepared(
         WHERE dag_run.id = p.id
     )
     UPDATE task_try tt SET
-        state = v.try_state, end_date = :now, exit_code = v.exit_code, reason = v.reason
+        state = v.try_state, end_date = :now, exit_code = v.exit_code, reason = v.reason,
+        evidence = CAST(v.evidence AS jsonb)
     FROM settled JOIN v ON v.id = settled.id AND v.try_number = settled.try_number
     WHERE tt.task_instance_id = settled.id AND tt.try_number = settled.try_number
     """

@@ -338,6 +338,9 @@ class KubernetesExecutor:
             skip_on_exit_code=skip_on_exit_code,
         )
 
+    def heartbeats_recorded(self, keys: Sequence[tuple[int, int]], at: float) -> None:
+        """Nothing to renew: pods heartbeat themselves."""
+
     def release(self, key: Key) -> None:
         self._tries.pop(key, None)
 
