@@ -34,7 +34,7 @@ FAST = [
     "--zombie-threshold", "8",
     "--heartbeat-kill-threshold", "20",
     "--scheduler-dead-after", "6",
-    "--pod-start-timeout", "25",
+    "--pod-start-timeout", "45",
     "--task-image-pull-policy", "IfNotPresent",
 ]  # fmt: skip
 
