@@ -6,6 +6,7 @@ import signal
 from pathlib import Path
 from typing import Annotated
 
+import structlog
 import typer
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -17,6 +18,7 @@ from sluice.db.engine import make_engine, session_factory
 from sluice.db.migrate import upgrade
 from sluice.db.wakeups import Waker
 from sluice.executors.base import Executor
+from sluice.executors.kubernetes import KubernetesExecutor
 from sluice.executors.local import LocalExecutor
 from sluice.executors.noop import NoopExecutor
 from sluice.logs import configure_logging
@@ -24,6 +26,7 @@ from sluice.scheduler.config import SchedulerConfig
 from sluice.scheduler.loop import SchedulerLoop, utcnow
 
 _defaults = SchedulerConfig()
+log = structlog.get_logger("sluice.scheduler")
 
 
 def scheduler(
@@ -158,6 +161,13 @@ def scheduler(
         loop.run(lambda: stopping["now"])
     finally:
         loop.close()
+        if isinstance(chosen, KubernetesExecutor):
+            # What this replica cost the API server (the benchmark reads it: bench/k8s.py).
+            log.info(
+                "kubernetes executor stopped",
+                api_requests=chosen.request_counts(),
+                **chosen.cache.stats(),
+            )
         if task_api is not None:
             task_api.stop()
         engine.dispose()
