@@ -82,7 +82,7 @@ TEMPLATE = "sluice_k8s_bench_template"
 START = "2024-01-01T00:00:00Z"
 REPO = Path(__file__).resolve().parent.parent
 KUBEPODS_CPU = Path("/sys/fs/cgroup/cpuacct/kubepods/cpuacct.usage")
-PROGRESS_EVERY = 15.0
+PROGRESS_EVERY = 60.0
 
 
 def cluster_env() -> dict[str, str]:
@@ -255,12 +255,13 @@ def component_pids() -> dict[str, int]:
 
 
 def _own_cpu(pid: int) -> float:
-    """utime + stime + cutime + cstime of one process (not its live children)."""
+    """utime + stime of one process: its own CPU, not its children's (a shim's children
+    are runc and the containers' processes, counted in the kubepods cgroup)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return 0.0
-    return sum(int(x) for x in fields[11:15]) / CLK_TCK
+    return sum(int(x) for x in fields[11:13]) / CLK_TCK
 
 
 def _shim_pids() -> list[int]:
@@ -286,9 +287,9 @@ class ClusterMeter:
     """CPU seconds of each part over a window, from /proc and the kubepods cgroup.
 
     containerd's shims re-parent to PID 1, so their CPU is reaped by no process
-    we measure: a thread samples them every second (a lower bound: the last
-    second of a shim that exits is missed; the machine's busy time catches it
-    under "other").
+    we measure: a thread samples their own CPU every second (a lower bound: the
+    last second of a shim that exits is missed). runc, which the shims run, and
+    the kernel's own work are in the machine's busy time only: "other".
     """
 
     def __init__(self, replica_pids: list[int], postgres_pid: int) -> None:
@@ -412,9 +413,11 @@ def start_replicas(
     node_ip: str,
     keys: Path,
     log_dir: Path,
+    sidecar: bool = True,
 ) -> tuple[list[subprocess.Popen[bytes]], list[Path]]:
     """`sluice scheduler --executor kubernetes` replicas, sharing the task API's address
-    (SO_REUSEPORT, as replicas behind one Service)."""
+    (SO_REUSEPORT, as replicas behind one Service). Without `sidecar`, no task API: task
+    pods get no heartbeat sidecar, and the replicas heartbeat the tries they watch."""
     port = _free_port(node_ip)
     sluice = Path(sys.executable).with_name("sluice")
     procs, logs = [], []
@@ -426,9 +429,15 @@ def start_replicas(
             "--namespace", namespace,
             "--kubeconfig", str(kubeconfig),
             "--sluice-image", image,
-            "--task-api-listen", f"{node_ip}:{port}",
-            "--task-api-url", f"http://{node_ip}:{port}",
-            "--task-api-keys-file", str(keys),
+            *(
+                [
+                    "--task-api-listen", f"{node_ip}:{port}",
+                    "--task-api-url", f"http://{node_ip}:{port}",
+                    "--task-api-keys-file", str(keys),
+                ]
+                if sidecar
+                else []
+            ),
             "--task-image-pull-policy", "IfNotPresent",
             "--no-migrate",
             "--log-json",
@@ -592,7 +601,9 @@ def run_trial(
     console: Console,
 ) -> K8sTrial:
     loads = workloads(opts.shapes.split(","), opts.dags, opts.tasks)
-    namespace = f"{NS_PREFIX}{stamp.lower()}-r{replicas}-{trial}"
+    namespace = f"{NS_PREFIX}{stamp.lower()}-r{replicas}-{trial}" + (
+        "-nosidecar" if opts.no_sidecar else ""
+    )
     result = K8sTrial(
         shapes=opts.shapes.split(","),
         dags=opts.dags,
@@ -602,9 +613,10 @@ def run_trial(
         namespace=namespace,
         pool_slots=opts.pool_slots,
         tasks_total=sum(w.total_tasks for w in loads),
+        sidecar=not opts.no_sidecar,
     )
     result.foreign = wait_quiet(cluster, opts.quiet_for, opts.quiet_wait, console)
-    db_name = f"sluice_k8s_bench_r{replicas}_{trial}"
+    db_name = f"sluice_k8s_bench_r{replicas}_{trial}" + ("_nosidecar" if opts.no_sidecar else "")
     url = pg.create(db_name, TEMPLATE)
     engine = make_engine(url, application_name="sluice-bench-harness")
     log_dir = RESULTS / "logs"
@@ -629,6 +641,7 @@ def run_trial(
             node_ip=env["NODE_IP"],
             keys=keys,
             log_dir=log_dir,
+            sidecar=not opts.no_sidecar,
         )
         deadline = time.monotonic() + 120
         while _registered(engine) < replicas:
@@ -760,21 +773,32 @@ def main(argv: list[str] | None = None) -> int:
         "--pool-slots", type=int, default=40, help="the default pool: task pods at once"
     )
     parser.add_argument("--image", default=None, help="task image (default: the cluster's)")
-    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per trial")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per trial")
     parser.add_argument("--baseline", type=float, default=10.0, help="quiet window, seconds")
     parser.add_argument("--quiet-for", type=float, default=20.0)
     parser.add_argument("--quiet-wait", type=float, default=900.0)
+    parser.add_argument(
+        "--no-sidecar",
+        action="store_true",
+        help="A/B: no task API, so task pods run without the heartbeat sidecar",
+    )
     parser.add_argument("--keep-namespace", action="store_true", help="debugging: keep it")
-    parser.add_argument("--render", metavar="FILE.json", help="print a saved run's tables")
+    parser.add_argument(
+        "--render", nargs="+", metavar="FILE.json", help="print saved runs' tables (merged)"
+    )
     parser.add_argument("--markdown", action="store_true", help="with --render: as Markdown")
     opts = parser.parse_args(argv)
     console = Console(width=int(os.environ.get("COLUMNS", "200")))
     if opts.render:
-        saved = json.loads(Path(opts.render).read_text())
-        shown = [K8sTrial(**t) for t in saved["trials"]]
-        print(
-            f"`{saved['command']}` at {saved['commit']} ({saved['when']}, {saved['cores']} cores)"
-        )
+        shown = []
+        for path in opts.render:
+            saved = json.loads(Path(path).read_text())
+            shown += [K8sTrial(**t) for t in saved["trials"]]
+            done = "" if saved.get("complete", True) else ", interrupted"
+            print(
+                f"`{saved['command']}` at {saved['commit']} "
+                f"({saved['when']}, {saved['cores']} cores{done})"
+            )
         if opts.markdown:
             print(k8s_report.markdown(shown))
         else:

@@ -2,10 +2,13 @@
 
 - Latencies: per task, from the Job's and pod's own timestamps and the task
   instance's times in Postgres (`task_segments`). Kubernetes writes its
-  timestamps in whole seconds (RFC 3339, truncated), so a segment between two
-  of them is off by up to a second either way: its mean is sound, its p50 and
-  p95 are coarse. Segments with a Postgres time at one end are half that
-  coarse; `queued -> recorded end` has Postgres times at both ends (µs).
+  timestamps in whole seconds (RFC 3339, truncated), so each is taken as the
+  middle of its second (`k8s_time`): that makes every segment's mean sound,
+  where truncation alone would bias a segment from a Postgres time to a
+  Kubernetes one by half a second. A segment between two Kubernetes
+  timestamps is still off by up to a second either way in any one task, one
+  with a Postgres time at one end by up to half a second: p50 and p95 are
+  coarse. `queued -> recorded end` has Postgres times at both ends (µs).
 - API requests: `apiserver_request_total` from the API server's /metrics,
   before and after, by verb, resource and subresource (`parse_request_totals`,
   `diff_counts`); WATCH requests are left out everywhere. Sluice's own are
@@ -22,11 +25,12 @@ import re
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from bench.metrics import percentile
 
+HALF_SECOND = timedelta(seconds=0.5)
 MAIN = "main"
 SIDECAR = "sluice-heartbeat"
 
@@ -63,6 +67,12 @@ def parse_time(value: Any) -> datetime | None:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
 
+def k8s_time(value: Any) -> datetime | None:
+    """A Kubernetes timestamp, truncated to its second when written: the middle of it."""
+    when = parse_time(value)
+    return None if when is None else when + HALF_SECOND
+
+
 def _container(pod: Mapping[str, Any], name: str, init: bool = False) -> dict[str, Any]:
     key = "initContainerStatuses" if init else "containerStatuses"
     for status in (pod.get("status") or {}).get(key) or []:
@@ -77,15 +87,15 @@ def _started(status: Mapping[str, Any]) -> datetime | None:
     state = status.get("state") or {}
     for phase in ("running", "terminated"):
         if phase in state:
-            return parse_time(state[phase].get("startedAt"))
+            return k8s_time(state[phase].get("startedAt"))
     last = (status.get("lastState") or {}).get("terminated") or {}
-    return parse_time(last.get("startedAt"))
+    return k8s_time(last.get("startedAt"))
 
 
 def _condition_time(pod: Mapping[str, Any], kind: str) -> datetime | None:
     for condition in (pod.get("status") or {}).get("conditions") or []:
         if condition.get("type") == kind and condition.get("status") == "True":
-            return parse_time(condition.get("lastTransitionTime"))
+            return k8s_time(condition.get("lastTransitionTime"))
     return None
 
 
@@ -102,12 +112,12 @@ def task_times(
     terminated = (main.get("state") or {}).get("terminated") or {}
     return {
         "queued": queued,
-        "job_created": parse_time(((job or {}).get("metadata") or {}).get("creationTimestamp")),
-        "pod_created": parse_time((pod.get("metadata") or {}).get("creationTimestamp")),
+        "job_created": k8s_time(((job or {}).get("metadata") or {}).get("creationTimestamp")),
+        "pod_created": k8s_time((pod.get("metadata") or {}).get("creationTimestamp")),
         "pod_scheduled": _condition_time(pod, "PodScheduled"),
         "sidecar_started": _started(_container(pod, SIDECAR, init=True)),
         "main_started": _started(main),
-        "main_finished": parse_time(terminated.get("finishedAt")),
+        "main_finished": k8s_time(terminated.get("finishedAt")),
         "recorded_end": recorded_end,
     }
 
@@ -234,6 +244,9 @@ def sum_counts(many: Iterable[Mapping[str, int]]) -> dict[str, int]:
 # -- CPU ----------------------------------------------------------------------------------
 
 
+OTHER = "other (runc, kernel, shim time not sampled)"
+
+
 def cpu_rows(
     cpu: Mapping[str, float], busy_s: float, window_s: float, tasks: int
 ) -> list[tuple[str, float, float, float]]:
@@ -243,7 +256,7 @@ def cpu_rows(
     for part, seconds in sorted(cpu.items(), key=lambda kv: -kv[1]):
         rows.append(_cpu_row(part, seconds, window_s, tasks))
     rest = busy_s - sum(cpu.values())
-    rows.append(_cpu_row("other (kernel, unsampled)", rest, window_s, tasks))
+    rows.append(_cpu_row(OTHER, rest, window_s, tasks))
     rows.append(_cpu_row("machine busy (all CPUs)", busy_s, window_s, tasks))
     return rows
 
@@ -270,6 +283,7 @@ class K8sTrial:
     trial: int
     namespace: str
     pool_slots: int
+    sidecar: bool = True  # task pods ran the heartbeat sidecar (replicas served the task API)
     status: str = "ok"  # ok, failed, timed out
     errors: list[str] = field(default_factory=list)
     tasks_total: int = 0

@@ -23,7 +23,7 @@ def _f(value: float | None, digits: int = 0) -> str:
 
 
 def _name(t: K8sTrial) -> str:
-    return f"x{t.replicas} #{t.trial}"
+    return f"x{t.replicas} #{t.trial}" + ("" if t.sidecar else " no sidecar")
 
 
 def _spread(t: K8sTrial, segment: str, with_mean: bool = False) -> str:

@@ -66,17 +66,18 @@ def test_a_tasks_segments_come_from_its_job_pod_and_postgres_times() -> None:
     queued = T0 + timedelta(seconds=0.25)
     ended = T0 + timedelta(seconds=5.75)
     segments = task_segments(task_times(queued, ended, job, pod))
+    # Kubernetes' timestamps are whole seconds: each is taken as the middle of its second.
     assert segments == {
-        "queued -> Job created": 0.75,
+        "queued -> Job created": 1.25,
         "Job created -> pod created": 0.0,
         "pod created -> scheduled": 1.0,
         "scheduled -> sidecar started": 2.0,
         "sidecar started -> main started": 1.0,
         "main ran": 0.0,
-        "main ended -> recorded end": 0.75,
+        "main ended -> recorded end": 0.25,
         "Job created -> main running": 4.0,
-        "main running -> recorded end": 0.75,
-        "Job created -> recorded end": 4.75,
+        "main running -> recorded end": 0.25,
+        "Job created -> recorded end": 4.25,
         "queued -> recorded end (Postgres only)": 5.5,
     }
 
@@ -160,7 +161,7 @@ def test_cpu_rows_put_the_largest_first_and_the_rest_of_the_machine_last() -> No
     assert [r[0] for r in rows] == [
         "kubelet",
         "scheduler replicas",
-        "other (kernel, unsampled)",
+        "other (runc, kernel, shim time not sampled)",
         "machine busy (all CPUs)",
     ]
     assert rows[0] == ("kubelet", 30.0, 0.6, 30.0)
