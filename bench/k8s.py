@@ -654,7 +654,12 @@ def run_trial(
         time.sleep(1.0)  # every replica in its idle sleep
         # The idle cluster's own requests (leases, node status, ...), replicas included.
         quiet0 = cluster.request_totals()
+        busy0, clock0 = machine_busy()[0], time.monotonic()
         time.sleep(opts.baseline)
+        # Cores busy with the cluster idle: well above ~0.3 means something else ran.
+        result.foreign["busy_cores_before_t0"] = round(
+            (machine_busy()[0] - busy0) / CLK_TCK / (time.monotonic() - clock0), 2
+        )
         quiet1 = cluster.request_totals()
         quiet, quiet_reset = diff_counts(quiet0, quiet1)
         meter = ClusterMeter([p.pid for p in procs], pg.pid)
@@ -866,8 +871,26 @@ def main(argv: list[str] | None = None) -> int:
                 highlight=False,
             )
             started = time.monotonic()
+            # Saved first as interrupted: a bench killed meanwhile (hack/cluster-down.sh kills
+            # everything in the cluster's network namespace) still shows the trial it lost.
+            trials.append(
+                K8sTrial(
+                    shapes=opts.shapes.split(","),
+                    dags=opts.dags,
+                    tasks_per_dag=opts.tasks,
+                    replicas=replicas,
+                    trial=trial,
+                    namespace="",
+                    pool_slots=opts.pool_slots,
+                    sidecar=not opts.no_sidecar,
+                    status="interrupted",
+                    errors=["the benchmark process ended during this trial"],
+                    tasks_total=opts.dags * opts.tasks,
+                )
+            )
+            save(complete=False)
             result = run_trial(pg, cluster, opts, env, replicas, trial, stamp, console)
-            trials.append(result)
+            trials[-1] = result
             save(complete=False)
             console.print(
                 f"[{i}/{len(plan)}] {result.status}: {result.tasks_succeeded}/"

@@ -244,7 +244,7 @@ def sum_counts(many: Iterable[Mapping[str, int]]) -> dict[str, int]:
 # -- CPU ----------------------------------------------------------------------------------
 
 
-OTHER = "other (runc, kernel, shim time not sampled)"
+OTHER = "other (runc, kernel, shim time not sampled, other processes)"
 
 
 def cpu_rows(

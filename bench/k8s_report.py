@@ -81,7 +81,9 @@ def trials_rows(trials: list[K8sTrial]) -> tuple[list[str], list[list[str]]]:
         "sched CPU ms/task (core share per Job/s)",
         "Sluice API req/task (server / executor)",
         "all API req/task",
+        "tasks queued per replica",
         "pods elsewhere",
+        "cores busy before t0",
     ]
     rows = []
     for t in trials:
@@ -96,7 +98,9 @@ def trials_rows(trials: list[K8sTrial]) -> tuple[list[str], list[list[str]]]:
                 f"{_f(t.scheduler_ms_per_task, 1)} ({_f(t.scheduler_ms_per_task / 10, 1)}%)",
                 f"{_f(t.sluice_requests_per_task, 3)} / {_f(t.executor_requests_per_task, 3)}",
                 _f(t.cluster_requests_per_task, 1),
+                "/".join(str(n) for n in t.per_replica) or "-",
                 str(t.foreign.get("pods_created_elsewhere", "-")),
+                _f(t.foreign.get("busy_cores_before_t0"), 2),
             ]
         )
     return head, rows

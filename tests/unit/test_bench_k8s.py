@@ -161,7 +161,7 @@ def test_cpu_rows_put_the_largest_first_and_the_rest_of_the_machine_last() -> No
     assert [r[0] for r in rows] == [
         "kubelet",
         "scheduler replicas",
-        "other (runc, kernel, shim time not sampled)",
+        "other (runc, kernel, shim time not sampled, other processes)",
         "machine busy (all CPUs)",
     ]
     assert rows[0] == ("kubelet", 30.0, 0.6, 30.0)
@@ -216,6 +216,7 @@ def test_markdown_shows_every_trial_and_failures_as_such() -> None:
     failed = trial(replicas=3, status="timed out", errors=["timed out after 1800s"])
     text = markdown([trial(), failed])
     assert "| x1 #0 | ok | 1000/1000 | 200.0 | 5.00 |" in text
+    assert "| 20.0 (2.0%) | 1.002 / 1.002 | 3.9 | - | - | - |" in text
     assert "| x3 #0 | timed out: timed out after 1800s |" in text
     assert "**Where the CPU went**" in text
     assert "kubelet" in text
