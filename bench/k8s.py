@@ -527,11 +527,16 @@ def _wait_for_runs(
     total_tasks: int,
     timeout: float,
     console: Console,
+    look_around: Callable[[], None] = lambda: None,
 ) -> str | None:
-    """None once every run has ended; else why not (a timeout, a replica that exited)."""
+    """None once every run has ended; else why not (a timeout, a replica that exited).
+    `look_around` is called every ten seconds meanwhile."""
     started = time.monotonic()
-    last_said = started
+    last_said = last_look = started
     while True:
+        if time.monotonic() - last_look >= 10:
+            last_look = time.monotonic()
+            look_around()
         for i, proc in enumerate(procs):
             if proc.poll() is not None:
                 return f"replica {i} exited with {proc.returncode}"
@@ -667,9 +672,25 @@ def run_trial(
         api_t0 = time.monotonic()
         t0 = unpause_all(engine)
         console.print(f"  t0: {replicas} replica(s), namespace {namespace}", highlight=False)
+        seen: set[str] = set()
+
+        def look_around() -> None:
+            """Other namespaces while the trial runs: someone else loads the cluster."""
+            try:
+                seen.update(foreign_namespaces(cluster, namespace))
+            except Exception as exc:  # the API server restarting: the trial goes on
+                seen.add(f"(not listed: {type(exc).__name__})")
+
         problem = _wait_for_runs(
-            engine, procs, sum(w.dags for w in loads), result.tasks_total, opts.timeout, console
+            engine,
+            procs,
+            sum(w.dags for w in loads),
+            result.tasks_total,
+            opts.timeout,
+            console,
+            look_around,
         )
+        result.foreign["namespaces_during"] = sorted(seen)
         after = cluster.request_totals()
         result.api_window_s = round(time.monotonic() - api_t0, 2)
         cpu, busy, window, restarted = meter.read()

@@ -70,6 +70,14 @@ def errors_lines(trials: list[K8sTrial]) -> list[str]:
     return [f"{_name(t)}: {error}" for t in trials for error in t.errors]
 
 
+def _elsewhere(t: K8sTrial) -> str:
+    """Other namespaces seen while the trial ran ("-": not looked at), and the pods they
+    still had at its end that were created during it."""
+    during = t.foreign.get("namespaces_during")
+    count = "-" if during is None else str(len(during))
+    return f"{count} ({t.foreign.get('pods_created_elsewhere', '-')})"
+
+
 def trials_rows(trials: list[K8sTrial]) -> tuple[list[str], list[list[str]]]:
     head = [
         "replicas, trial",
@@ -82,7 +90,7 @@ def trials_rows(trials: list[K8sTrial]) -> tuple[list[str], list[list[str]]]:
         "Sluice API req/task (server / executor)",
         "all API req/task",
         "tasks queued per replica",
-        "pods elsewhere",
+        "other namespaces during (pods)",
         "cores busy before t0",
     ]
     rows = []
@@ -99,7 +107,7 @@ def trials_rows(trials: list[K8sTrial]) -> tuple[list[str], list[list[str]]]:
                 f"{_f(t.sluice_requests_per_task, 3)} / {_f(t.executor_requests_per_task, 3)}",
                 _f(t.cluster_requests_per_task, 1),
                 "/".join(str(n) for n in t.per_replica) or "-",
-                str(t.foreign.get("pods_created_elsewhere", "-")),
+                _elsewhere(t),
                 _f(t.foreign.get("busy_cores_before_t0"), 2),
             ]
         )

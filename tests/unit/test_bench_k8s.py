@@ -216,7 +216,7 @@ def test_markdown_shows_every_trial_and_failures_as_such() -> None:
     failed = trial(replicas=3, status="timed out", errors=["timed out after 1800s"])
     text = markdown([trial(), failed])
     assert "| x1 #0 | ok | 1000/1000 | 200.0 | 5.00 |" in text
-    assert "| 20.0 (2.0%) | 1.002 / 1.002 | 3.9 | - | - | - |" in text
+    assert "| 20.0 (2.0%) | 1.002 / 1.002 | 3.9 | - | - (-) | - |" in text
     assert "| x3 #0 | timed out: timed out after 1800s |" in text
     assert "**Where the CPU went**" in text
     assert "kubelet" in text
