@@ -5,12 +5,13 @@
 #                       about 35 min for 1 replica x 3 trials, ~50 min for the full plan on 2 cores)
 #   make bench-smoke    tiny workload, under a minute, figures printed, no timing asserted (CI)
 #   make bench-scale    the scheduler alone with 10,000 DAGs and 100,000 task instances
+#   make bench-k8s      the Job executor on the local cluster (hack/), 1 and 3 replicas
 # Extra arguments: make bench BENCH_ARGS="--shapes linear,grid --replicas 1"
 
 BENCH_ARGS ?=
 BENCH_PY := PYTHONPATH=. COLUMNS=$${COLUMNS:-220} $(BIN)/python -m bench.run
 
-.PHONY: bench bench-compare bench-smoke bench-scale bench-deps
+.PHONY: bench bench-compare bench-smoke bench-scale bench-deps bench-k8s
 
 $(BIN)/.bench-deps: $(BIN)/.installed
 	$(BIN)/pip install --quiet 'matplotlib>=3.8,<4'
@@ -29,3 +30,10 @@ bench-smoke: bench-deps
 
 bench-scale: bench-deps
 	$(BENCH_PY) --scale $(BENCH_ARGS)
+
+# The Job executor on the local cluster (issue 10; bench/README.md, "Job executor on the local
+# cluster"): 100 DAGs x 10 trivial tasks at 1 and 3 replicas, ~10 min per trial on 2 cores.
+# Runs inside the cluster's network namespace, where its API server and node answer.
+#   make bench-k8s BENCH_ARGS="--dags 4 --tasks 5 --replicas 1"   a small trial first
+bench-k8s: install
+	hack/in-cluster.sh env PYTHONPATH=. COLUMNS=$${COLUMNS:-220} $(BIN)/python -m bench.k8s $(BENCH_ARGS)

@@ -23,6 +23,7 @@ from sluice.db.engine import make_engine, session_factory
 from sluice.db.migrate import upgrade
 from sluice.db.wakeups import Waker
 from sluice.executors.base import Executor
+from sluice.executors.kubernetes import KubernetesExecutor
 from sluice.executors.local import LocalExecutor
 from sluice.executors.noop import NoopExecutor
 from sluice.logs import configure_logging, first_line
@@ -200,6 +201,13 @@ def scheduler(
     finally:
         if loop is not None:
             loop.close()
+        if isinstance(chosen, KubernetesExecutor):
+            # What this replica cost the API server (the benchmark reads it: bench/k8s.py).
+            log.info(
+                "kubernetes executor stopped",
+                api_requests=chosen.request_counts(),
+                **chosen.cache.stats(),
+            )
         if task_api is not None:
             task_api.stop()
         engine.dispose()

@@ -377,6 +377,16 @@ class KubernetesExecutor:
     def shutdown(self) -> None:
         self.cache.stop()
 
+    def request_counts(self) -> dict[str, int]:
+        """The API requests this executor made, by verb, watches excluded: its own
+        creates, gets and deletes, and the watches' LISTs (the first and every relist)."""
+        counts = dict(self.api.by_verb)
+        stats = self.cache.stats()
+        lists = stats["jobs_relists"] + stats["pods_relists"]
+        if lists:
+            counts["list"] = lists
+        return counts
+
 
 def _created(job: dict[str, Any] | None, fallback: datetime) -> datetime:
     stamp = (job or {}).get("metadata", {}).get("creationTimestamp")

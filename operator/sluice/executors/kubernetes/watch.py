@@ -50,6 +50,9 @@ class _Kind:
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self.by_name: dict[str, dict[str, Any]] = {}
+        # Pods only: the names of each Job's pods, so a try's pod is found without a scan
+        # (a namespace keeps every finished try's pod for ttlSecondsAfterFinished).
+        self.by_job: dict[str, set[str]] = {}
         self.synced = False
         self.resource_version: str | None = None
         self.relists = 0
@@ -90,13 +93,8 @@ class TryCache:
 
     def newest_pod(self, job_name: str) -> dict[str, Any] | None:
         with self._lock:
-            pods = [
-                p
-                for p in self._kinds["pods"].by_name.values()
-                if (p["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name")
-                == job_name
-                or (p["metadata"].get("labels") or {}).get("job-name") == job_name
-            ]
+            state = self._kinds["pods"]
+            pods = [state.by_name[name] for name in state.by_job.get(job_name, ())]
         return max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), default=None)
 
     def stats(self) -> dict[str, int]:
@@ -189,6 +187,7 @@ class TryCache:
         items = body.get("items") or []
         with self._lock:
             state.by_name = {}
+            state.by_job = {}
             for item in items:
                 self._store(state, item)
             state.resource_version = body["metadata"]["resourceVersion"]
@@ -231,7 +230,7 @@ class TryCache:
         version = (raw.get("metadata") or {}).get("resourceVersion")
         with self._lock:
             if kind == "DELETED":
-                state.by_name.pop(raw["metadata"]["name"], None)
+                self._forget(state, raw["metadata"]["name"])
             elif kind in ("ADDED", "MODIFIED"):
                 self._store(state, raw)
             if version:
@@ -245,7 +244,23 @@ class TryCache:
         old = state.by_name.get(name)
         if old is not None and _newer(old, obj):
             return  # an older copy (our create response after a watch event): keep the newer
+        if old is not None:
+            self._forget(state, name)
         state.by_name[name] = obj
+        job = _job_of(obj) if state.kind == "pods" else None
+        if job is not None:
+            state.by_job.setdefault(job, set()).add(name)
+
+    @staticmethod
+    def _forget(state: _Kind, name: str) -> None:
+        old = state.by_name.pop(name, None)
+        job = _job_of(old) if old is not None and state.kind == "pods" else None
+        if job is not None:
+            names = state.by_job.get(job)
+            if names is not None:
+                names.discard(name)
+                if not names:
+                    del state.by_job[job]
 
     def _gone(self, state: _Kind) -> None:
         log.info("watch history gone (410): relisting", kind=state.kind)
@@ -265,6 +280,13 @@ class TryCache:
     def _changed(self) -> None:
         if self._on_change is not None:
             self._on_change()
+
+
+def _job_of(pod: dict[str, Any]) -> str | None:
+    """The name of the Job a pod belongs to, from the Job controller's labels."""
+    labels = pod.get("metadata", {}).get("labels") or {}
+    job = labels.get("batch.kubernetes.io/job-name") or labels.get("job-name")
+    return str(job) if job else None
 
 
 def _newer(a: dict[str, Any], b: dict[str, Any]) -> bool:

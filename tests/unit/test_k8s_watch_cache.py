@@ -1,0 +1,62 @@
+"""The watch cache's pods by Job: a try's pod is found without scanning every cached pod."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sluice.executors.kubernetes.watch import TryCache
+
+
+def pod(name: str, job: str, created: str, version: int = 1, uid: str = "") -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "uid": uid or name,
+            "resourceVersion": str(version),
+            "creationTimestamp": created,
+            "labels": {"batch.kubernetes.io/job-name": job, "sluice.io/ti": "1"},
+        }
+    }
+
+
+def event(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+    return {"type": kind, "object": obj}
+
+
+def test_newest_pod_follows_adds_updates_and_deletes() -> None:
+    cache = TryCache(lambda: None, "ns")  # type: ignore[arg-type,return-value]
+    pods = cache._kinds["pods"]
+    cache._apply(pods, event("ADDED", pod("a-1", "a", "2026-12-03T10:00:00Z")))
+    cache._apply(pods, event("ADDED", pod("b-1", "b", "2026-12-03T10:00:01Z")))
+    cache._apply(pods, event("ADDED", pod("a-2", "a", "2026-12-03T10:00:05Z")))
+    newest = cache.newest_pod("a")
+    assert newest is not None
+    assert newest["metadata"]["name"] == "a-2"
+    cache._apply(pods, event("MODIFIED", pod("a-2", "a", "2026-12-03T10:00:05Z", version=2)))
+    newest = cache.newest_pod("a")
+    assert newest is not None
+    assert newest["metadata"]["resourceVersion"] == "2"
+    cache._apply(pods, event("DELETED", pod("a-2", "a", "2026-12-03T10:00:05Z", version=3)))
+    newest = cache.newest_pod("a")
+    assert newest is not None
+    assert newest["metadata"]["name"] == "a-1"
+    cache._apply(pods, event("DELETED", pod("a-1", "a", "2026-12-03T10:00:00Z", version=4)))
+    assert cache.newest_pod("a") is None
+    assert pods.by_job == {"b": {"b-1"}}
+    assert cache.newest_pod("nobody") is None
+
+
+def test_a_pod_with_the_older_label_or_none_is_indexed_as_it_can_be() -> None:
+    cache = TryCache(lambda: None, "ns")  # type: ignore[arg-type,return-value]
+    pods = cache._kinds["pods"]
+    old_style = pod("c-1", "c", "2026-12-03T10:00:00Z")
+    old_style["metadata"]["labels"] = {"job-name": "c"}
+    orphan = pod("d-1", "d", "2026-12-03T10:00:00Z")
+    orphan["metadata"]["labels"] = {}
+    cache._apply(pods, event("ADDED", old_style))
+    cache._apply(pods, event("ADDED", orphan))
+    found = cache.newest_pod("c")
+    assert found is not None
+    assert found["metadata"]["name"] == "c-1"
+    assert cache.newest_pod("d") is None
+    assert cache.stats()["pods_cached"] == 2
