@@ -231,6 +231,7 @@ class ChaosRun:
     # -- setup ------------------------------------------------------------------------
 
     def start(self) -> None:
+        _can_unshare()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.postgres = start_embedded_postgres(self.workdir / "pgdata", keep_data=False)
         upgrade(self.url)
@@ -660,6 +661,19 @@ class ChaosRun:
             self._engine.dispose()
         if self.postgres is not None:
             self.postgres.stop()
+
+
+def _can_unshare() -> None:
+    """The isolated replica needs a PID namespace of its own (root, or a user namespace)."""
+    probe = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, text=True
+    )
+    if probe.returncode != 0:
+        raise SystemExit(
+            "the chaos harness runs one replica in a PID namespace of its own, and "
+            f"`unshare --pid --fork --mount-proc` fails here: {probe.stderr.strip()} "
+            "(run it as root)"
+        )
 
 
 _BACKENDS = text(
