@@ -34,7 +34,9 @@ test-db: install
 demo: install
 	$(BIN)/sluice standalone examples/ --until-idle
 
-# The HA proof: Postgres, 3 replicas, a minute of seeded faults, then the invariant checker.
+# The HA proof: Postgres, 3 replicas (one in a PID namespace of its own: run as root),
+# a minute of seeded faults, then the invariant checker (about 3 minutes). The soak:
+# make chaos-soak MINUTES=10 SEED=3.
 chaos: install
 	$(BIN)/python -m tests.chaos.run --short
 

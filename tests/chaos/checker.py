@@ -131,7 +131,19 @@ class Checker:
                     "('success', 'failed', 'skipped', 'upstream_failed')"
                 )
             ).scalar_one()
+            self.ended_unloadable = conn.execute(
+                text(
+                    "SELECT count(*) FROM task_instance"
+                    " WHERE reason LIKE 'the run''s DAG version cannot be loaded%'"
+                )
+            ).scalar_one()
         engine.dispose()
+        self.marked_broken = sum(
+            1
+            for path in replica_logs
+            for line in path.read_text(errors="replace").splitlines()
+            if '"event": "DAG marked broken' in line
+        )
         self.zombies = [t for t in self.tries if (t["reason"] or "").startswith("zombie")]
         self._logs = [
             e for path in replica_logs for e in self._json_lines(path) if "event" in e and "ti" in e
@@ -402,9 +414,11 @@ class Checker:
             "failed: the executor raised on start": sum(
                 r.startswith("the executor could not start the try") for r in reasons
             ),
-            "ended with its run (spec unloadable)": sum(
-                "cannot be loaded" in r or "could not be loaded" in r for r in reasons
+            "failed at the claim: its spec could not be loaded": sum(
+                r.startswith("the task's spec could not be loaded") for r in reasons
             ),
+            "DAG marked broken (spec unloadable), no runs created": self.marked_broken,
+            "task skipped: its run's version could not be loaded": self.ended_unloadable,
         }
 
     def limits(self) -> list[dict[str, Any]]:

@@ -26,7 +26,10 @@ Faults, dealt from a shuffled deck so that even a short run sees each kind:
 - `skew_clock`: one replica's clock 30 s ahead or behind for 15-25 s;
 - `break_spec`: the stored spec of `chaos-fragile`'s current version made
   unloadable (a schema version from the future) for 10-15 s, then restored and
-  the manifest applied again.
+  the manifest applied again; meanwhile one replica is restarted gracefully
+  (SIGTERM, then started again), so that at least one replica must read the
+  spec (the others have it cached) and the graceful stop hands its tries over
+  under faults.
 
 Every fault is recorded with its time. A sampler thread reads pool occupancy
 and each DAG's active tasks from the database every 0.25 s while faults run
@@ -111,6 +114,7 @@ class Replica:
     stopped_until: float | None = None
     down_until: float | None = None
     skewed_until: float | None = None
+    terminated_at: float | None = None  # SIGTERM sent: a graceful restart under way
 
 
 @dataclass
@@ -231,6 +235,7 @@ class ChaosRun:
     # -- setup ------------------------------------------------------------------------
 
     def start(self) -> None:
+        _can_unshare()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.postgres = start_embedded_postgres(self.workdir / "pgdata", keep_data=False)
         upgrade(self.url)
@@ -327,6 +332,9 @@ class ChaosRun:
                 fault.detail = "never fired (disarmed when the faults stopped)"
         self._tend(time.monotonic())
         for replica in self._replicas:
+            while replica.terminated_at is not None:
+                self._restarted(replica, time.monotonic())
+                time.sleep(0.1)
             if replica.stopped_until is not None:
                 self._cont(replica)
             if replica.skewed_until is not None:
@@ -346,7 +354,9 @@ class ChaosRun:
             if replica.down_until is not None and now >= replica.down_until:
                 replica.restarts += 1
                 self._launch(replica)
-            if replica.process is not None and replica.down_until is None:
+            if replica.terminated_at is not None:
+                self._restarted(replica, now)
+            elif replica.process is not None and replica.down_until is None:
                 code = replica.process.poll()
                 if code is not None:
                     self._exited(replica, code, now, "while faults ran")
@@ -357,6 +367,23 @@ class ChaosRun:
                     fault.detail = f"fired at {self._t():.1f}s"
         if self._broken_until is not None and now >= self._broken_until:
             self._restore_spec()
+
+    def _restarted(self, replica: Replica, now: float) -> None:
+        """A graceful restart: started again once it exited (0, within 20 s, or recorded)."""
+        assert replica.process is not None
+        assert replica.terminated_at is not None
+        code = replica.process.poll()
+        if code is None and now - replica.terminated_at <= 20:
+            return
+        if code is None:
+            self._signal(replica, signal.SIGKILL)
+            replica.process.wait()
+            self.exits.append(f"replica {replica.index} did not stop within 20 s of SIGTERM")
+        elif code != 0:
+            self.exits.append(f"replica {replica.index} exited with {code} on SIGTERM")
+        replica.terminated_at = None
+        replica.restarts += 1
+        self._launch(replica)
 
     def _exited(self, replica: Replica, code: int, now: float, when: str) -> None:
         """A replica's process ended: by an armed fault, or by itself (a violation)."""
@@ -380,7 +407,11 @@ class ChaosRun:
             self._deck = list(FAULT_KINDS)
             rng.shuffle(self._deck)
         kind = self._deck.pop()
-        up = [r for r in self._replicas if r.down_until is None and r.stopped_until is None]
+        up = [
+            r
+            for r in self._replicas
+            if r.down_until is None and r.stopped_until is None and r.terminated_at is None
+        ]
         stops = (
             "kill_replica",
             "pause_replica",
@@ -504,7 +535,13 @@ class ChaosRun:
             )
         seconds = rng.uniform(10, 15)
         self._broken_until = time.monotonic() + seconds
-        return Fault(self._t(), "break_spec", workload.FRAGILE, f"for {seconds:.0f}s")
+        restarted = ""
+        if len(up) >= 2:  # a cold cache must read the broken spec; one replica keeps running
+            replica = rng.choice(up)
+            self._signal(replica, signal.SIGTERM)
+            replica.terminated_at = time.monotonic()
+            restarted = f"; {self._name(replica)} restarted (SIGTERM)"
+        return Fault(self._t(), "break_spec", workload.FRAGILE, f"for {seconds:.0f}s{restarted}")
 
     def _restore_spec(self) -> None:
         """The row back as it was, then the manifest applied again (clears the broken mark)."""
@@ -660,6 +697,19 @@ class ChaosRun:
             self._engine.dispose()
         if self.postgres is not None:
             self.postgres.stop()
+
+
+def _can_unshare() -> None:
+    """The isolated replica needs a PID namespace of its own (root, or a user namespace)."""
+    probe = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, text=True
+    )
+    if probe.returncode != 0:
+        raise SystemExit(
+            "the chaos harness runs one replica in a PID namespace of its own, and "
+            f"`unshare --pid --fork --mount-proc` fails here: {probe.stderr.strip()} "
+            "(run it as root)"
+        )
 
 
 _BACKENDS = text(

@@ -77,7 +77,9 @@ def manifests(now: datetime, fault_window: timedelta, event_log: Path) -> list[d
     minutely = [
         _task(f"step-{i}", 1, **({"dependsOn": [f"step-{i - 1}"]} if i else {})) for i in range(3)
     ]
-    long_running = [_task("long-a", 12), _task("long-b", 12)]
+    # Longer than a local try's lease here (12 s): a try whose replica stops for longer
+    # and that nobody adopts stops itself.
+    long_running = [_task("long-a", 25), _task("long-b", 25)]
     wide = [_task(f"part-{i}", 3) for i in range(6)]
     fragile = [_task("first", 1), _task("second", 1, dependsOn=["first"])]
     specs: list[tuple[str, dict[str, Any]]] = [
@@ -113,7 +115,7 @@ def manifests(now: datetime, fault_window: timedelta, event_log: Path) -> list[d
             },
         ),
         (
-            # Minutely 12 s tries, two runs at a time: whichever replica a fault hits
+            # Minutely 25 s tries, two runs at a time: whichever replica a fault hits
             # almost always has a try that outlives it (adopted, or stopped by its lease).
             "chaos-long",
             {
