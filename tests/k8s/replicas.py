@@ -32,6 +32,7 @@ FAST = [
     "--tick-interval", "0.5",
     "--heartbeat-interval", "2",
     "--zombie-threshold", "8",
+    "--zombie-check-interval", "2",
     "--heartbeat-kill-threshold", "20",
     "--scheduler-dead-after", "6",
     "--pod-start-timeout", "45",

@@ -396,7 +396,8 @@ def test_a_pod_that_stops_heartbeating_is_killed_as_a_zombie(fleet: Fleet) -> No
 
 
 def test_a_killed_replicas_job_is_adopted_not_started_again(fleet: Fleet) -> None:
-    fleet.add_dag("adopt", _one_task_dag("adopt", "sleep 45; echo finished"))
+    # Long enough to be adopted while it runs, on a busy machine too.
+    fleet.add_dag("adopt", _one_task_dag("adopt", "sleep 90; echo finished"))
     doomed = fleet.start("doomed")
     ti = fleet.wait_task("adopt", "t", lambda t: t.state == "running", "the try running")
     assert ti.running_by_job_id == doomed.job_id
