@@ -819,7 +819,11 @@ def main(argv: list[str] | None = None) -> int:
         shown = []
         for path in opts.render:
             saved = json.loads(Path(path).read_text())
-            shown += [K8sTrial(**t) for t in saved["trials"]]
+            trials_of = [K8sTrial(**t) for t in saved["trials"]]
+            if len(opts.render) > 1:  # several runs: say which code each trial measured
+                for one in trials_of:
+                    one.commit = one.commit or saved["commit"]
+            shown += trials_of
             done = "" if saved.get("complete", True) else ", interrupted"
             print(
                 f"`{saved['command']}` at {saved['commit']} "

@@ -284,6 +284,7 @@ class K8sTrial:
     namespace: str
     pool_slots: int
     sidecar: bool = True  # task pods ran the heartbeat sidecar (replicas served the task API)
+    commit: str = ""  # the code measured (set when a saved run is rendered)
     status: str = "ok"  # ok, failed, timed out
     errors: list[str] = field(default_factory=list)
     tasks_total: int = 0

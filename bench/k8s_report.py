@@ -23,7 +23,8 @@ def _f(value: float | None, digits: int = 0) -> str:
 
 
 def _name(t: K8sTrial) -> str:
-    return f"x{t.replicas} #{t.trial}" + ("" if t.sidecar else " no sidecar")
+    at = f" @{t.commit}" if t.commit else ""
+    return f"x{t.replicas} #{t.trial}{at}" + ("" if t.sidecar else " no sidecar")
 
 
 def _spread(t: K8sTrial, segment: str, with_mean: bool = False) -> str:
