@@ -309,6 +309,16 @@ class ChaosRun:
             time.sleep(0.01)
         return None
 
+    def _handles_sigterm(self, replica: Replica) -> bool:
+        """Has the replica installed its SIGTERM handler yet? (A Python process still
+        importing is ended by SIGTERM's default action: nothing it could hand over yet.)"""
+        try:
+            status = Path(f"/proc/{replica.pid}/status").read_text()
+        except OSError:
+            return False
+        caught = [ln.split()[1] for ln in status.splitlines() if ln.startswith("SigCgt:")]
+        return bool(caught) and bool(int(caught[0], 16) & (1 << (signal.SIGTERM - 1)))
+
     def _signal(self, replica: Replica, sig: signal.Signals) -> None:
         assert replica.pid is not None
         with contextlib.suppress(ProcessLookupError):
@@ -536,8 +546,11 @@ class ChaosRun:
         seconds = rng.uniform(10, 15)
         self._broken_until = time.monotonic() + seconds
         restarted = ""
-        if len(up) >= 2:  # a cold cache must read the broken spec; one replica keeps running
-            replica = rng.choice(up)
+        # A cold cache must read the broken spec; one replica keeps running. Only a replica
+        # that handles SIGTERM by now (not one still starting) is restarted gracefully.
+        ready = [r for r in up if self._handles_sigterm(r)]
+        if len(up) >= 2 and ready:
+            replica = rng.choice(ready)
             self._signal(replica, signal.SIGTERM)
             replica.terminated_at = time.monotonic()
             restarted = f"; {self._name(replica)} restarted (SIGTERM)"
@@ -669,7 +682,9 @@ class ChaosRun:
         return False
 
     def stop(self) -> None:
-        """SIGTERM every replica; one that does not exit 0 within 20 s is recorded."""
+        """SIGTERM every replica; one that does not exit 0 within 20 s is recorded.
+
+        A replica still starting (no SIGTERM handler yet) gets up to 60 s to get there."""
         if self.sampler is not None:
             self.sampler.stop()
         running = []
@@ -678,6 +693,11 @@ class ChaosRun:
                 continue
             if replica.stopped_until is not None:
                 self._signal(replica, signal.SIGCONT)
+            deadline = time.monotonic() + 60
+            while not self._handles_sigterm(replica) and time.monotonic() < deadline:
+                if replica.process.poll() is not None:
+                    break
+                time.sleep(0.1)
             self._signal(replica, signal.SIGTERM)
             running.append(replica)
         for replica in running:
