@@ -81,7 +81,7 @@ def manifests(now: datetime, fault_window: timedelta, event_log: Path) -> list[d
     # and that nobody adopts stops itself.
     long_running = [_task("long-a", 25), _task("long-b", 25)]
     wide = [_task(f"part-{i}", 3) for i in range(6)]
-    fragile = [_task("first", 1), _task("second", 1, dependsOn=["first"])]
+    fragile = [_task("first", 8), _task("second", 8, dependsOn=["first"])]
     specs: list[tuple[str, dict[str, Any]]] = [
         (
             "chaos-fanout",
@@ -141,10 +141,13 @@ def manifests(now: datetime, fault_window: timedelta, event_log: Path) -> list[d
             },
         ),
         (
+            # Minutely with 8 s tasks, so that a run is under way most of the time and a
+            # break of its stored spec meets one (and the next runs fall due meanwhile).
             FRAGILE,
             {
-                "schedule": "@hourly",
-                "startDate": hour - timedelta(hours=hours),
+                "schedule": "* * * * *",
+                "startDate": minute - timedelta(minutes=2),
+                "endDate": minute + BOOT + fault_window,
                 "catchup": True,
                 "maxActiveRuns": 2,
                 "tasks": fragile,

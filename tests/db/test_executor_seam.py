@@ -314,3 +314,52 @@ def test_alerts_claimed_with_a_start_are_delivered_before_the_start(
     with sessions() as session:
         failed = ti_row(session, "seam", "a").id
     assert [e["ti_id"] for e in logs if e["event"] == "alert: task try failed"] == [failed]
+
+
+class StartsOneThenRaises(ScriptedExecutor):
+    """Starts the first try of a batch, then fails (a spawn that hit EMFILE on the second)."""
+
+    name = "partial"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold = {"a", "b"}
+        self.raised = False
+
+    def start(self, launches: Sequence[TaskLaunch]) -> None:
+        if self.raised or len(launches) < 2:
+            super().start(launches)
+            return
+        self.raised = True
+        super().start(launches[:1])
+        raise OSError(24, "Too many open files")
+
+
+def test_a_start_that_raises_midway_fails_only_the_tries_it_did_not_start(
+    sessions: sessionmaker[Session],
+) -> None:
+    """The try it started runs on as one of this replica's: failing it too (issue 11's
+    chaos run) recorded it ended, its pool slot free, while it ran until fencing killed it."""
+    clock = FakeClock()
+    register(sessions, manifest("seam", [{"name": "a"}, {"name": "b"}]), clock.now)
+    trigger(sessions, "seam", clock.now)
+    executor = StartsOneThenRaises()
+    loop = make_loop(sessions, executor, clock)
+    for _ in range(3):
+        loop.tick()
+        if executor.raised:
+            break
+    assert executor.raised
+    loop.tick()  # the failure is applied; the started try is heartbeated, not fenced
+    (started,) = executor.running
+    assert executor.killed == []
+    with sessions() as session:
+        states = {
+            ti.task_id: (ti.id, ti.state, ti.reason)
+            for ti in (ti_row(session, "seam", "a"), ti_row(session, "seam", "b"))
+        }
+    by_id = {ti_id: (state, reason) for ti_id, state, reason in states.values()}
+    assert by_id[started[0]] == (TaskState.RUNNING, None)
+    ((other_state, other_reason),) = [v for k, v in by_id.items() if k != started[0]]
+    assert other_state == TaskState.FAILED
+    assert other_reason == "the executor could not start the try: [Errno 24] Too many open files"

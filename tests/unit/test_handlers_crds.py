@@ -50,6 +50,14 @@ def test_kinds_names_and_columns() -> None:
     def columns(kind: str) -> list[str]:
         return [c["name"] for c in found[kind]["versions"][0]["additionalPrinterColumns"]]
 
-    assert columns("DagRun") == ["DAG", "Type", "Logical Date", "State", "Tasks", "Age"]
+    assert columns("DagRun") == [
+        "DAG",
+        "Type",
+        "Logical Date",
+        "State",
+        "Tasks",
+        "Duration",
+        "Age",
+    ]
     assert columns("DAG")[:5] == ["Schedule", "Paused", "Active Runs", "Last Run", "Ready"]
     assert columns("Pool")[:4] == ["Slots", "Running", "Queued", "Open"]

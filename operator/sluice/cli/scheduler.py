@@ -23,12 +23,14 @@ from sluice.db.engine import make_engine, session_factory
 from sluice.db.migrate import upgrade
 from sluice.db.wakeups import Waker
 from sluice.executors.base import Executor
-from sluice.executors.kubernetes import KubernetesExecutor
+from sluice.executors.kubernetes import KubernetesExecutor, KubernetesSettings
+from sluice.executors.kubernetes.executor import api_client_factory
 from sluice.executors.local import LocalExecutor
 from sluice.executors.noop import NoopExecutor
 from sluice.logs import configure_logging, first_line
 from sluice.scheduler.config import SchedulerConfig
 from sluice.scheduler.loop import SchedulerLoop, utcnow
+from sluice.status.publisher import StatusPublisher
 
 _defaults = SchedulerConfig()
 log = structlog.get_logger("sluice.scheduler")
@@ -85,6 +87,13 @@ def scheduler(
     pod_start_timeout: k8s.PodStartTimeout = 300.0,
     task_service_account: k8s.TaskServiceAccount = None,
     task_image_pull_policy: k8s.TaskImagePullPolicy = None,
+    publish_status: Annotated[
+        bool,
+        typer.Option(
+            help="kubernetes executor: publish every run to a DagRun object (status, Events;"
+            " runs of DAGs without a namespace go to --namespace)"
+        ),
+    ] = True,
     log_level: Annotated[str, typer.Option()] = "info",
     log_json: Annotated[bool, typer.Option()] = False,
 ) -> None:
@@ -125,6 +134,7 @@ def scheduler(
             )
     chosen: Executor
     signer = None
+    settings: KubernetesSettings | None = None
     if executor == "local":
         # A local try stops itself once no replica has recorded its heartbeat for this
         # long: longer than a live replica of its machine takes to adopt it (ADR 0015).
@@ -182,8 +192,20 @@ def scheduler(
     # this machine's wall clock (which may be off, or jump).
     clock = DatabaseClock(engine, fallback=utcnow)
     task_api = None if signer is None else k8s.start_task_api(engine, signer, listen, clock)
+    publisher = None
+    if settings is not None and publish_status:
+        publisher = StatusPublisher(
+            sessions,
+            api_client_factory(settings),
+            clock=clock,
+            default_namespace=settings.namespace,
+        )
     loop: SchedulerLoop | None = None
     try:
+        if publisher is not None and not until_reachable(
+            "starting the status publisher", publisher.start, stopped
+        ):
+            return
         if dags is not None and not until_reachable(
             "syncing --dags", lambda: _sync_manifests(sessions, dags, clock()), stopped
         ):
@@ -210,6 +232,9 @@ def scheduler(
             )
         if task_api is not None:
             task_api.stop()
+        if publisher is not None:
+            publisher.stop()
+            log.info("status publisher stopped", **vars(publisher.counts))
         engine.dispose()
 
 

@@ -23,6 +23,7 @@ from sqlalchemy import (
     MetaData,
     Text,
     UniqueConstraint,
+    false,
     func,
     text,
 )
@@ -153,6 +154,9 @@ class DagRun(Base):
     last_scheduling_decision: Mapped[datetime | None]
     tasks_total: Mapped[int] = mapped_column(Integer, default=0)
     tasks_done: Mapped[int] = mapped_column(Integer, default=0)
+    # The user's DagRun object this run was triggered by; NULL: the scheduler names the
+    # object it publishes the run to (sluice.status.names).
+    object_name: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (
         UniqueConstraint("dag_id", "run_id", name="uq_dag_run_run_id"),
@@ -308,6 +312,51 @@ class Outbox(Base):
     last_error: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (Index("ix_outbox_ready", "not_before", "id"),)
+
+
+class StatusSink(Base):
+    """One row once a status publisher runs: only then do the triggers fill `status_outbox`."""
+
+    __tablename__ = "status_sink"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    enabled_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+    __table_args__ = (CheckConstraint("id = 1", name="one_row"),)
+
+
+class StatusOutbox(Base):
+    """A run whose status changed, written by triggers in the changing transaction
+    (migration 0008); drained by the status publishers, coalesced per run."""
+
+    __tablename__ = "status_outbox"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    dag_run_id: Mapped[int] = mapped_column(BigInteger)
+    not_before: Mapped[datetime] = mapped_column(server_default=func.now())
+    attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+
+    __table_args__ = (Index("ix_status_outbox_ready", "not_before", "id"),)
+
+
+class RunPublication(Base):
+    """Where a run is published (its DagRun object) and what was published last."""
+
+    __tablename__ = "run_publication"
+
+    dag_run_id: Mapped[int] = mapped_column(
+        ForeignKey("dag_run.id", ondelete="CASCADE"), primary_key=True
+    )
+    namespace: Mapped[str] = mapped_column(Text)
+    object_name: Mapped[str] = mapped_column(Text)
+    uid: Mapped[str | None] = mapped_column(Text)
+    resource_version: Mapped[str | None] = mapped_column(Text)
+    generation: Mapped[int | None] = mapped_column(BigInteger)
+    published_at: Mapped[datetime | None]
+    state: Mapped[str | None] = mapped_column(Text)
+    summary: Mapped[dict[str, Any] | None]
+    # The object was deleted by someone else: never created again.
+    gone: Mapped[bool] = mapped_column(Boolean, server_default=false())
 
 
 class SchedulerMetric(Base):

@@ -162,10 +162,9 @@ class LocalExecutor:
             start_new_session=True,
         )
         start_time = proc_start_time(process.pid)
-        # The wrapper writes the same file before it runs the command (this replica may die
-        # first); written here too, it is there as soon as the process is.
-        write_json(pid_file, {"pid": process.pid, "start": start_time, "view": VIEW})
         timeout = launch.execution_timeout.total_seconds() if launch.execution_timeout else None
+        # Watched from here on, whatever fails next (`alive` lists it: the loop knows it
+        # started).
         self._running[launch.key] = _Running(
             key=launch.key,
             pid=process.pid,
@@ -177,6 +176,9 @@ class LocalExecutor:
             process=process,
             log=log,
         )
+        # The wrapper writes the same file before it runs the command (this replica may die
+        # first); written here too, it is there as soon as the process is.
+        write_json(pid_file, {"pid": process.pid, "start": start_time, "view": VIEW})
 
     # -- watching -------------------------------------------------------------------
 

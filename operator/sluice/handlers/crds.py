@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from sluice.spec.models import TriggerRule, WeightRule
+from sluice.status.render import MAX_REASON, MAX_TASK_ENTRIES
 
 GROUP = "sluice.io"
 VERSION = "v1alpha1"
@@ -279,9 +280,41 @@ def _dagrun_schema() -> Schema:
             "runType": {"type": "string", "enum": ["scheduled", "manual", "backfill"]},
             "state": _str(32),
             "logicalDate": _str(64),
+            "dataInterval": {
+                "type": "object",
+                "properties": {"start": _str(64), "end": _str(64)},
+            },
+            "startedAt": _str(64),
+            "endedAt": _str(64),
+            "duration": _str(32, "endedAt - startedAt, once the run ended"),
             "tasksDone": _int(minimum=0),
             "tasksTotal": _int(minimum=0),
             "tasks": _str(32, "tasksDone/tasksTotal, for kubectl get"),
+            "taskCounts": {
+                "type": "object",
+                "description": "how many tasks are in each state",
+                "additionalProperties": {"type": "integer", "minimum": 0},
+            },
+            "taskInstances": {
+                "type": "array",
+                "description": f"at most {MAX_TASK_ENTRIES} tasks, failed and running first; "
+                "`sluice dags runs DAG --run ID` lists them all",
+                "maxItems": MAX_TASK_ENTRIES,
+                "items": {
+                    "type": "object",
+                    "required": ["name", "state", "tryNumber"],
+                    "properties": {
+                        "name": _str(250),
+                        "state": _str(32),
+                        "tryNumber": _int(minimum=0),
+                        "job": _str(63, "the try's Job (kubernetes executor)"),
+                        "reason": _str(MAX_REASON, "why it failed, was skipped or retried"),
+                        "startedAt": _str(64),
+                        "endedAt": _str(64),
+                    },
+                },
+            },
+            "taskInstancesOmitted": _int("tasks not in taskInstances", minimum=0),
         },
     }
     return {
@@ -431,6 +464,7 @@ def definitions() -> dict[str, dict[str, Any]]:
                 _column("Logical Date", ".status.logicalDate"),
                 _column("State", ".status.state"),
                 _column("Tasks", ".status.tasks"),
+                _column("Duration", ".status.duration"),
                 _AGE,
             ],
             short_names=["dr"],

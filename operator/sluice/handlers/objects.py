@@ -76,6 +76,8 @@ class TriggerRequest:
     conf: dict[str, Any] | None
     logical_date: datetime | None
     issues: list[SpecIssue] = field(default_factory=list)
+    # The DagRun object's own name: the run's status is published to it.
+    object_name: str | None = None
 
 
 def is_user_trigger(body: Mapping[str, Any]) -> bool:
@@ -126,6 +128,7 @@ def trigger_request(body: Mapping[str, Any]) -> TriggerRequest:
         conf=conf,
         logical_date=logical_date,
         issues=issues,
+        object_name=str(meta.get("name") or "") or None,
     )
 
 

@@ -111,6 +111,11 @@ def trigger(session: Session, request: TriggerRequest, now: datetime) -> RunSumm
             conf=request.conf,
             run_id=request.run_id,
         )
+        session.execute(
+            update(DagRun)
+            .where(DagRun.dag_id == request.dag_id, DagRun.run_id == request.run_id)
+            .values(object_name=request.object_name)
+        )
         existing = _run(session, request.dag_id, request.run_id)
     if existing is None:  # pragma: no cover - trigger_run raised or inserted it
         raise TriggerError(f"run {request.run_id!r} was not created")

@@ -299,20 +299,27 @@ class SchedulerLoop:
         return started
 
     def _start(self, launches: list[TaskLaunch], report: TickReport) -> None:
-        """Hand claimed tries to the executor; if it raises, they fail with the reason.
+        """Hand claimed tries to the executor; if it raises, the ones it did not start fail
+        with the reason.
 
         A failure here (a spawn that raised, an API client that blew up) goes
         through the guarded report path like any other end, so the try retries
-        if its task allows, and never waits for the zombie sweep.
+        if its task allows, and never waits for the zombie sweep. The tries of the
+        batch the executor did start before it raised run on as usual: failing them
+        would record them ended while they run (and free their pool slots) until
+        fencing killed them.
         """
         try:
             self.executor.start(launches)
         except Exception as exc:
             self._record_error("executor.start", exc, report)
             reason = f"the executor could not start the try: {first_line(exc)}"
+            nothing: list[tuple[int, int]] = []
+            started = set(self._executor_call("alive", self.executor.alive, nothing, report))
             self._pending_events.extend(
                 TaskEvent(launch.ti_id, launch.try_number, TaskState.FAILED, reason=reason)
                 for launch in launches
+                if launch.key not in started
             )
 
     def _executor_call(

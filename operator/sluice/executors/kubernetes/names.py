@@ -10,11 +10,11 @@ create is `AlreadyExists`, never a second Job.
 
 from __future__ import annotations
 
-import hashlib
 import re
 
-MAX_NAME = 63
-HASH_LENGTH = 10
+from sluice.k8s_names import HASH_LENGTH, MAX_LABEL, digest, dns_label
+
+MAX_NAME = MAX_LABEL
 LABEL_PREFIX = "sluice.io/"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "sluice"}
 # Every Job and pod of a try carries this label (its value: the task instance id);
@@ -23,23 +23,13 @@ TI_LABEL = LABEL_PREFIX + "ti"
 TRY_LABEL = LABEL_PREFIX + "try"
 SELECTOR = TI_LABEL
 
-_UNSAFE = re.compile(r"[^a-z0-9-]+")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-
-
-def _digest(*parts: str, length: int = HASH_LENGTH) -> str:
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:length]
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"-{2,}", "-", _UNSAFE.sub("-", text.lower())).strip("-")
 
 
 def job_name(dag_id: str, run_id: str, task_id: str, try_number: int) -> str:
     """`<dag>-<task>-<try>-<hash>`, the readable part cut so the whole fits in 63."""
-    suffix = f"-{try_number}-{_digest(dag_id, run_id, task_id, str(try_number))}"
-    readable = _slug(f"{dag_id}-{task_id}")[: MAX_NAME - len(suffix)].strip("-") or "try"
-    return readable + suffix
+    suffix = f"{try_number}-{digest(dag_id, run_id, task_id, str(try_number))}"
+    return dns_label(f"{dag_id}-{task_id}", suffix, fallback="try")
 
 
 def label_value(value: str) -> str:
@@ -48,4 +38,4 @@ def label_value(value: str) -> str:
         return value
     cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "-", value)
     head = cleaned[: MAX_NAME - HASH_LENGTH - 1].strip("-_.")
-    return f"{head}-{_digest(value)}" if head else _digest(value)
+    return f"{head}-{digest(value)}" if head else digest(value)

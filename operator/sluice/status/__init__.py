@@ -1,0 +1,1 @@
+"""Status flows out: DagRun objects published from the database (see publisher.py)."""

@@ -1,0 +1,439 @@
+"""Status flows out: a thread in each scheduler replica publishes runs to DagRun objects.
+
+One cycle (every `interval`, at once again while cycles come back full):
+
+1. In one short transaction, take ready `status_outbox` rows (SKIP LOCKED,
+   leased), and read the runs they name as they are now, with their last
+   publication. A run published less than `min_interval` ago waits until that
+   interval has passed (its rows are given back for then): however fast its
+   tasks change, a run gets at most one status patch per `min_interval`, and
+   all of its changes meanwhile are one patch.
+2. Without a transaction, for each run: create its DagRun object if the
+   scheduler made the run and it has none yet (owner reference to its DAG
+   object), then merge-patch its status with the resourceVersion of the last
+   publication as a precondition, and post the Events of what changed.
+3. In a second short transaction, record each publication (compare-and-set on
+   that resourceVersion) and delete the rows it covered; give back the rows of
+   runs that failed, with a growing delay.
+
+Order per object holds with any number of replicas: a patch applies only if
+the object is still at the resourceVersion recorded with the last publication,
+and that record is read in the same transaction as the run's state, so a patch
+that applies carries a state read after every publication before it. A
+conflict (another replica, or kopf writing to a user's object) re-reads the
+object's version and publishes again at once.
+
+The scheduling loop never waits for any of this: it runs in its own thread
+with its own database connections, and an API server that is down or slow
+only delays status (the rows wait in the outbox; nothing is lost). On start,
+`resync` enqueues every run whose object may differ from the database.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import structlog
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from sqlalchemy.orm import Session, sessionmaker
+
+from sluice.logs import first_line
+from sluice.status import render, store
+
+log = structlog.get_logger("sluice.status")
+
+GROUP = "sluice.io"
+VERSION = "v1alpha1"
+PLURAL = "dagruns"
+TIMEOUT = (5, 10)
+MAX_BACKOFF = 30.0
+DAG_UID_TTL = 60.0
+COMPONENT = "sluice-scheduler"
+
+
+Publication = store.Publication | None
+
+
+class ApiDown(Exception):
+    """The API server cannot be reached: the rest of the cycle waits."""
+
+
+@dataclass
+class Outcome:
+    kind: str  # published, conflict, gone, failed, skipped
+    values: dict[str, Any]
+    error: str = ""
+
+
+@dataclass
+class Counts:
+    published: int = 0
+    patches: int = 0
+    creates: int = 0
+    events: int = 0
+    conflicts: int = 0
+    failures: int = 0
+    deferred: int = 0
+
+
+class StatusPublisher:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        api_client: Callable[[], client.ApiClient],
+        *,
+        clock: Callable[[], datetime],
+        default_namespace: str | None,
+        interval: float = 0.5,
+        batch: int = 500,
+        min_interval: float = 1.0,
+        lease: float = 30.0,
+        horizon: timedelta = timedelta(hours=24),
+    ) -> None:
+        self.sessions = sessions
+        self.clock = clock
+        self.default_namespace = default_namespace
+        self.interval = interval
+        self.batch = batch
+        self.min_interval = min_interval
+        self.lease = lease
+        self.horizon = horizon
+        api = api_client()
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.counts = Counts()
+        self._dag_uids: dict[tuple[str, str], tuple[str | None, datetime]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._instance = socket.gethostname()
+
+    # -- the thread -------------------------------------------------------------------
+
+    def start(self) -> None:
+        with self.sessions.begin() as session:
+            store.enable(session)
+        self._thread = threading.Thread(target=self._run, name="status-publisher", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        pause = self.interval
+        resynced = False
+        while not self._stop.is_set():
+            try:
+                if not resynced:
+                    self.resync()
+                    resynced = True
+                full = self.run_once() >= self.batch
+                pause = 0.0 if full else self.interval
+            except Exception as exc:  # the database or the API server; never the loop's
+                log.warning("status publishing failed; trying again", error=first_line(exc))
+                pause = min(max(pause * 2, 1.0), MAX_BACKOFF)
+            self._stop.wait(pause)
+
+    # -- one cycle ----------------------------------------------------------------------
+
+    def run_once(self) -> int:
+        """Publish what is ready; returns how many outbox rows were taken."""
+        now = self.clock()
+        with self.sessions.begin() as session:
+            taken = store.take(session, now, limit=self.batch, lease=self.lease)
+            if not taken:
+                return 0
+            ids = [t.dag_run_id for t in taken]
+            runs = store.read_runs(session, ids, self.default_namespace)
+            publications = store.read_publications(session, ids)
+            work = []
+            for item in taken:
+                publication = publications.get(item.dag_run_id)
+                if item.dag_run_id not in runs or (publication is not None and publication.gone):
+                    store.done(session, item.row_ids)  # deleted, or nowhere to publish it
+                    continue
+                if publication is not None and publication.published_at is not None:
+                    ready_at = publication.published_at + timedelta(seconds=self.min_interval)
+                    if ready_at > now:
+                        store.release(session, item.row_ids, ready_at)
+                        self.counts.deferred += 1
+                        continue
+                work.append(item)
+        outcomes: list[tuple[store.Taken, Outcome, Publication]] = []
+        down = ""
+        for item in work:
+            publication = publications.get(item.dag_run_id)
+            if down:
+                outcomes.append((item, Outcome("failed", {}, down), publication))
+                continue
+            try:
+                outcome = self._publish(runs[item.dag_run_id], publication)
+            except ApiDown as exc:
+                down = str(exc)
+                outcome = Outcome("failed", {}, down)
+            outcomes.append((item, outcome, publication))
+        self._record(outcomes)
+        return sum(len(t.row_ids) for t in taken)
+
+    def _record(
+        self, outcomes: list[tuple[store.Taken, Outcome, store.Publication | None]]
+    ) -> None:
+        now = self.clock()
+        with self.sessions.begin() as session:
+            for item, outcome, publication in outcomes:
+                expected = None if publication is None else publication.resource_version
+                if outcome.kind == "published":
+                    store.record(
+                        session, item.dag_run_id, expected_version=expected, values=outcome.values
+                    )
+                    store.done(session, item.row_ids)
+                    self.counts.published += 1
+                elif outcome.kind == "gone":
+                    store.record(
+                        session, item.dag_run_id, expected_version=expected, values=outcome.values
+                    )
+                    store.done(session, item.row_ids)
+                elif outcome.kind == "conflict":
+                    self.counts.conflicts += 1
+                    if outcome.values:
+                        store.record(
+                            session,
+                            item.dag_run_id,
+                            expected_version=expected,
+                            values=outcome.values,
+                        )
+                    store.release(session, item.row_ids, now)
+                else:
+                    self.counts.failures += 1
+                    delay = min(2.0 ** min(item.attempts, 5), MAX_BACKOFF)
+                    log.warning(
+                        "could not publish a run's status; trying again",
+                        run=item.dag_run_id,
+                        retry_in=delay,
+                        error=outcome.error,
+                    )
+                    store.release(session, item.row_ids, now + timedelta(seconds=delay))
+
+    # -- one run ------------------------------------------------------------------------
+
+    def _publish(self, run: render.RunView, publication: store.Publication | None) -> Outcome:
+        try:
+            return self._publish_one(run, publication)
+        except ApiException as exc:  # refused (RBAC, validation): this run only
+            return Outcome("failed", {}, _api_error(exc))
+
+    def _publish_one(self, run: render.RunView, publication: store.Publication | None) -> Outcome:
+        namespace = publication.namespace if publication else run.namespace
+        name = publication.object_name if publication else render.object_name(run)
+        where = {"namespace": namespace, "object_name": name}
+        version = publication.resource_version if publication else None
+        generation = publication.generation if publication else None
+        uid = publication.uid if publication else None
+        if uid is None:
+            found = self._find_or_create(run, namespace, name)
+            if found is None:
+                return Outcome("gone", {**where, "gone": True})
+            uid, version, generation = found
+        status = render.status_of(run, generation)
+        status["conditions"].insert(
+            0,
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "Triggered" if run.object_name else "Created",
+                "message": f"run {run.run_id} is in the database",
+                "lastTransitionTime": render.timestamp(run.created_at),
+                **({"observedGeneration": generation} if generation is not None else {}),
+            },
+        )
+        body = {"metadata": {"resourceVersion": version}, "status": status}
+        try:
+            self.counts.patches += 1
+            response = self._call(
+                self.custom.patch_namespaced_custom_object_status,
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+                body,
+                _content_type="application/merge-patch+json",
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return Outcome("gone", {**where, "uid": uid, "gone": True})
+            if exc.status == 409:
+                current = self._get(namespace, name)
+                if current is None:
+                    return Outcome("gone", {**where, "uid": uid, "gone": True})
+                return Outcome("conflict", {**where, **current})
+            return Outcome("failed", {}, _api_error(exc))
+        metadata = response.get("metadata", {})
+        previous = publication.summary if publication else None
+        involved = {
+            "apiVersion": render.API_VERSION,
+            "kind": "DagRun",
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+        }
+        for event in render.events_between(previous, run):
+            self._post_event(involved, event)
+        return Outcome(
+            "published",
+            {
+                **where,
+                "uid": uid,
+                "resource_version": metadata.get("resourceVersion"),
+                "generation": metadata.get("generation", generation),
+                "published_at": self.clock(),
+                "state": run.state,
+                "summary": render.summary_of(run),
+                "gone": False,
+            },
+        )
+
+    def _find_or_create(
+        self, run: render.RunView, namespace: str, name: str
+    ) -> tuple[str, str, int | None] | None:
+        """(uid, resourceVersion, generation) of the run's object, created if the scheduler
+        made the run; None if a user's object is gone."""
+        if not run.object_name:
+            body = render.new_object(run, self._dag_uid(namespace, run.dag_id))
+            try:
+                self.counts.creates += 1
+                created = self._call(
+                    self.custom.create_namespaced_custom_object,
+                    GROUP,
+                    VERSION,
+                    namespace,
+                    PLURAL,
+                    body,
+                )
+                meta = created["metadata"]
+                return meta["uid"], meta["resourceVersion"], meta.get("generation")
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+        current = self._get(namespace, name)
+        if current is None:
+            return None
+        return current["uid"], current["resource_version"], current["generation"]
+
+    def _get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            found = self._call(
+                self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        meta = found["metadata"]
+        return {
+            "uid": meta["uid"],
+            "resource_version": meta["resourceVersion"],
+            "generation": meta.get("generation"),
+        }
+
+    def _dag_uid(self, namespace: str, dag_id: str) -> str | None:
+        """The DAG object's uid, for the owner reference (None: the DAG came from a file)."""
+        now = self.clock()
+        cached = self._dag_uids.get((namespace, dag_id))
+        if cached is not None and (now - cached[1]).total_seconds() < DAG_UID_TTL:
+            return cached[0]
+        try:
+            found = self._call(
+                self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, "dags", dag_id
+            )
+            uid: str | None = found["metadata"]["uid"]
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            uid = None
+        self._dag_uids[(namespace, dag_id)] = (uid, now)
+        return uid
+
+    def _post_event(self, involved: dict[str, Any], event: render.EventSpec) -> None:
+        now = self.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "metadata": {
+                "generateName": f"{involved['name']}.",
+                "namespace": involved["namespace"],
+            },
+            "involvedObject": involved,
+            "reason": event.reason,
+            "message": event.message,
+            "type": event.type,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "source": {"component": COMPONENT, "host": self._instance},
+            "reportingComponent": f"{GROUP}/scheduler",
+            "reportingInstance": self._instance,
+        }
+        try:
+            self.counts.events += 1
+            self._call(self.core.create_namespaced_event, involved["namespace"], body)
+        except ApiException as exc:  # an Event is best effort: the status is the record
+            log.warning("could not post an Event", reason=event.reason, error=_api_error(exc))
+
+    def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            response = method(*args, _preload_content=False, _request_timeout=TIMEOUT, **kwargs)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ApiDown(f"{type(exc).__name__}: {str(exc)[:200]}") from exc
+        except ApiException as exc:
+            if exc.status is not None and (exc.status >= 500 or exc.status == 429):
+                raise ApiDown(_api_error(exc)) from exc
+            raise
+        return json.loads(response.data)
+
+    # -- start-up -----------------------------------------------------------------------
+
+    def resync(self) -> int:
+        """Enqueue every run whose object may not show the database's state: never
+        published, last published in another state, or whose object says otherwise."""
+        now = self.clock()
+        with self.sessions.begin() as session:
+            enqueued = store.resync(session, now, horizon=self.horizon)
+            published = store.published_recently(session, now - self.horizon)
+        by_namespace: dict[str, dict[str, tuple[int, str]]] = {}
+        for run_id, namespace, name, state in published:
+            by_namespace.setdefault(namespace, {})[name] = (run_id, state)
+        stale: list[int] = []
+        for namespace, expected in by_namespace.items():
+            listed = self._call(
+                self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL
+            )
+            shown = {
+                item["metadata"]["name"]: (item.get("status") or {}).get("state")
+                for item in listed.get("items", [])
+            }
+            stale.extend(
+                run_id
+                for name, (run_id, state) in expected.items()
+                if name in shown and shown[name] != state
+            )
+        if stale:
+            with self.sessions.begin() as session:
+                store.enqueue(session, stale)
+        log.info("status resync", enqueued=enqueued + len(stale), objects_behind=len(stale))
+        return enqueued + len(stale)
+
+
+def _api_error(exc: ApiException) -> str:
+    try:
+        message = json.loads(exc.body or "{}").get("message") or exc.reason
+    except (ValueError, AttributeError):
+        message = exc.reason
+    return f"{exc.status} {message}"[:300]

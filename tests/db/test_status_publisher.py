@@ -1,0 +1,339 @@
+"""Status flows out: triggers fill the status outbox, publishers patch DagRun objects.
+
+The API server here is tests/fake_kube.py (resourceVersion preconditions,
+409s and 404s as the real one answers them); tests/k8s/test_status.py runs the
+same path against the local cluster. The scheduling loop runs on a fake
+clock; the publishers on the database's real time (the outbox's rows are
+stamped by `now()` in the triggers).
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from kubernetes import client
+from sqlalchemy import func, select, text, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from sluice.db.models import Dag, DagRun, RunPublication, StatusOutbox, TaskInstance
+from sluice.spec.states import TaskState
+from sluice.status import render, store
+from sluice.status.publisher import StatusPublisher
+from tests.fake_kube import FakeKube
+from tests.support import (
+    FakeClock,
+    ScriptedExecutor,
+    make_loop,
+    manifest,
+    register,
+    run_until_idle,
+    trigger,
+)
+
+NS = "team-a"
+
+
+class Clock:
+    """The real time plus an offset a test moves forward."""
+
+    def __init__(self) -> None:
+        self.offset = timedelta()
+
+    def __call__(self) -> datetime:
+        return datetime.now(UTC) + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += timedelta(seconds=seconds)
+
+
+def publisher(
+    sessions: sessionmaker[Session], kube: FakeKube, clock: Any = None, **options: Any
+) -> StatusPublisher:
+    made = StatusPublisher(
+        sessions,
+        client.ApiClient,
+        clock=clock or Clock(),
+        default_namespace=NS,
+        **{"min_interval": 0.0, **options},
+    )
+    made.custom = kube  # type: ignore[assignment]
+    made.core = kube  # type: ignore[assignment]
+    with sessions.begin() as session:
+        store.enable(session)
+    return made
+
+
+def register_in(sessions: sessionmaker[Session], m: Any, namespace: str = NS) -> None:
+    """A DAG applied as an object of `namespace` (a file's DAG has none)."""
+    register(sessions, m)
+    with sessions.begin() as session:
+        session.execute(
+            update(Dag).where(Dag.dag_id == m.metadata.name).values(namespace=namespace)
+        )
+
+
+def outbox_rows(sessions: sessionmaker[Session]) -> int:
+    with sessions() as session:
+        return int(session.execute(select(func.count()).select_from(StatusOutbox)).scalar_one())
+
+
+def db_state(sessions: sessionmaker[Session], run_id: int) -> str:
+    with sessions() as session:
+        return str(session.execute(select(DagRun.state).where(DagRun.id == run_id)).scalar_one())
+
+
+def drain(*publishers: StatusPublisher, rounds: int = 20) -> None:
+    for _ in range(rounds):
+        if sum(p.run_once() for p in publishers) == 0:
+            return
+    raise AssertionError("the status outbox did not drain")
+
+
+def test_nothing_is_captured_before_a_publisher_enables_it(
+    sessions: sessionmaker[Session],
+) -> None:
+    register(sessions, manifest("quiet", [{"name": "a"}]))
+    clock = FakeClock()
+    trigger(sessions, "quiet", clock.now)
+    run_until_idle(make_loop(sessions, ScriptedExecutor(), clock))
+    assert outbox_rows(sessions) == 0
+
+
+def test_state_changes_enqueue_their_run_once_per_statement_and_heartbeats_nothing(
+    sessions: sessionmaker[Session],
+) -> None:
+    with sessions.begin() as session:
+        store.enable(session)
+    register(sessions, manifest("capture", [{"name": "a"}, {"name": "b"}]))
+    clock = FakeClock()
+    run_id = trigger(sessions, "capture", clock.now)
+    assert outbox_rows(sessions) == 1  # the new run
+    with sessions.begin() as session:
+        session.execute(text("DELETE FROM status_outbox"))
+        session.execute(
+            update(TaskInstance)
+            .where(TaskInstance.dag_run_id == run_id)
+            .values(last_heartbeat_at=clock.now)
+        )
+    assert outbox_rows(sessions) == 0
+    with sessions.begin() as session:
+        session.execute(
+            update(TaskInstance)
+            .where(TaskInstance.dag_run_id == run_id)
+            .values(state=TaskState.SCHEDULED)
+        )
+    with sessions() as session:
+        assert session.execute(select(StatusOutbox.dag_run_id)).scalars().all() == [run_id]
+
+
+def test_a_run_is_published_to_an_object_owned_by_its_dag_with_events(
+    sessions: sessionmaker[Session],
+) -> None:
+    kube = FakeKube()
+    dag_uid = kube.add_dag(NS, "flaky")
+    pub = publisher(sessions, kube)
+    register_in(sessions, manifest("flaky", [{"name": "a", "retries": 1}]))
+    clock = FakeClock()
+    executor = ScriptedExecutor({"a": [TaskState.FAILED]})
+    loop = make_loop(sessions, executor, clock)
+    run_id = trigger(sessions, "flaky", clock.now)
+    for _ in range(60):
+        busy = loop.tick().busy
+        pub.run_once()
+        clock.advance(seconds=30)  # past the retry delay
+        if not busy and db_state(sessions, run_id) == "success":
+            break
+    drain(pub)
+    (obj,) = kube.dagruns()
+    assert obj["metadata"]["ownerReferences"][0]["uid"] == dag_uid
+    assert obj["metadata"]["labels"]["sluice.io/dag"] == "flaky"
+    status = obj["status"]
+    assert status["state"] == "success"
+    assert status["tasks"] == "1/1"
+    (entry,) = status["taskInstances"]
+    assert (entry["name"], entry["state"], entry["tryNumber"]) == ("a", "success", 2)
+    reasons = [e["reason"] for e in kube.events]
+    assert reasons[0] == "RunStarted"
+    assert reasons[-1] == "RunSucceeded"
+    assert "RetryScheduled" in reasons
+    assert all(e["involvedObject"]["uid"] == obj["metadata"]["uid"] for e in kube.events)
+
+
+def test_two_publishers_racing_make_one_object_per_run_with_the_final_state(
+    sessions: sessionmaker[Session],
+) -> None:
+    kube = FakeKube()
+    first, second = publisher(sessions, kube), publisher(sessions, kube)
+    register(sessions, manifest("race", [{"name": f"t{i}"} for i in range(8)], maxActiveRuns=4))
+    clock = FakeClock()
+    run_ids = [
+        trigger(sessions, "race", clock.now, logical_date=clock.now - timedelta(hours=h))
+        for h in range(4)
+    ]
+    done = threading.Event()
+
+    def publish(p: StatusPublisher) -> None:
+        while not done.is_set():
+            p.run_once()
+
+    threads = [threading.Thread(target=publish, args=(p,)) for p in (first, second)]
+    for thread in threads:
+        thread.start()
+    try:
+        run_until_idle(make_loop(sessions, ScriptedExecutor(), clock))
+    finally:
+        done.set()
+        for thread in threads:
+            thread.join()
+    drain(first, second)
+    objects = kube.dagruns()
+    assert len(objects) == len(run_ids)
+    assert [c for c in kube.calls if c[0] == "create"].__len__() >= len(run_ids)
+    for obj in objects:
+        assert obj["status"]["state"] == "success", obj["status"]
+        assert obj["status"]["tasks"] == "8/8"
+
+
+def test_an_api_server_that_is_down_loses_nothing(sessions: sessionmaker[Session]) -> None:
+    kube = FakeKube()
+    clock = Clock()
+    pub = publisher(sessions, kube, clock)
+    register_in(sessions, manifest("outage", [{"name": "a"}]))
+    loop_clock = FakeClock()
+    run_id = trigger(sessions, "outage", loop_clock.now)
+    drain(pub)
+    kube.down = True
+    run_until_idle(make_loop(sessions, ScriptedExecutor(), loop_clock))
+    assert db_state(sessions, run_id) == "success"
+    pub.run_once()
+    assert pub.counts.failures >= 1
+    assert outbox_rows(sessions) > 0  # given back, not lost
+    kube.down = False
+    clock.advance(60)  # past the backoff
+    drain(pub)
+    (obj,) = kube.dagruns()
+    assert obj["status"]["state"] == "success"
+
+
+def test_a_run_is_patched_at_most_once_per_interval_however_fast_it_changes(
+    sessions: sessionmaker[Session],
+) -> None:
+    kube = FakeKube()
+    clock = Clock()
+    pub = publisher(sessions, kube, clock, min_interval=1.0)
+    register_in(sessions, manifest("busy", [{"name": f"t{i}"} for i in range(20)]))
+    loop_clock = FakeClock()
+    trigger(sessions, "busy", loop_clock.now)
+    loop = make_loop(sessions, ScriptedExecutor(), loop_clock, max_tis_per_query=2)
+    pub.run_once()
+    patches_at_start = sum(1 for verb, _ in kube.calls if verb == "patch")
+    for _ in range(10):  # ten ticks of changes within the same second
+        loop.tick()
+        pub.run_once()
+    assert sum(1 for verb, _ in kube.calls if verb == "patch") == patches_at_start
+    assert pub.counts.deferred >= 1
+    clock.advance(1.0)
+    run_until_idle(loop)
+    pub.run_once()
+    assert sum(1 for verb, _ in kube.calls if verb == "patch") == patches_at_start + 1
+
+
+def test_a_conflict_reads_the_object_again_and_publishes(sessions: sessionmaker[Session]) -> None:
+    kube = FakeKube()
+    pub = publisher(sessions, kube)
+    register_in(sessions, manifest("touched", [{"name": "a"}]))
+    loop_clock = FakeClock()
+    trigger(sessions, "touched", loop_clock.now)
+    drain(pub)
+    (obj,) = kube.dagruns()
+    kube.touch(NS, obj["metadata"]["name"])  # kopf or a user wrote to it meanwhile
+    run_until_idle(make_loop(sessions, ScriptedExecutor(), loop_clock))
+    drain(pub)
+    assert pub.counts.conflicts == 1
+    assert kube.dagrun(NS, obj["metadata"]["name"])["status"]["state"] == "success"
+
+
+def test_a_users_object_gets_the_status_and_once_deleted_is_not_created_again(
+    sessions: sessionmaker[Session],
+) -> None:
+    kube = FakeKube()
+    pub = publisher(sessions, kube)
+    register_in(sessions, manifest("mine", [{"name": "a"}]))
+    loop_clock = FakeClock()
+    run_id = trigger(sessions, "mine", loop_clock.now, run_id="manual__my-run__abc")
+    with sessions.begin() as session:
+        session.execute(update(DagRun).where(DagRun.id == run_id).values(object_name="my-run"))
+    kube.objects[("dagruns", NS, "my-run")] = {
+        "metadata": {"name": "my-run", "namespace": NS, "uid": "u-1", "resourceVersion": "0"},
+        "spec": {"dagName": "mine"},
+    }
+    drain(pub)
+    assert kube.dagrun(NS, "my-run")["status"]["state"] == "queued"
+    kube.delete(NS, "my-run")
+    run_until_idle(make_loop(sessions, ScriptedExecutor(), loop_clock))
+    drain(pub)
+    assert kube.dagruns() == []
+    with sessions() as session:
+        assert session.execute(
+            select(RunPublication.gone).where(RunPublication.dag_run_id == run_id)
+        ).scalar_one()
+
+
+def test_resync_finds_objects_that_show_another_state(sessions: sessionmaker[Session]) -> None:
+    kube = FakeKube()
+    # The loop's fake clock ended the run days before the publisher's (real) now.
+    pub = publisher(sessions, kube, horizon=timedelta(days=30))
+    register_in(sessions, manifest("drift", [{"name": "a"}]))
+    loop_clock = FakeClock()
+    trigger(sessions, "drift", loop_clock.now)
+    run_until_idle(make_loop(sessions, ScriptedExecutor(), loop_clock))
+    drain(pub)
+    (obj,) = kube.dagruns()
+    obj["status"]["state"] = "running"  # e.g. restored from a backup, or edited by hand
+    assert pub.resync() == 1
+    drain(pub)
+    assert obj["status"]["state"] == "success"
+
+
+@pytest.mark.parametrize("namespace", [None])
+def test_a_dag_without_a_namespace_is_published_to_the_default_one(
+    sessions: sessionmaker[Session], namespace: str | None
+) -> None:
+    kube = FakeKube()
+    pub = publisher(sessions, kube)
+    register(sessions, manifest("file-dag", [{"name": "a"}]))
+    trigger(sessions, "file-dag", FakeClock().now)
+    drain(pub)
+    (obj,) = kube.dagruns()
+    assert obj["metadata"]["namespace"] == NS
+    assert "ownerReferences" not in obj["metadata"]
+    assert (
+        render.object_name(
+            render.RunView(**{**_view_fields(sessions), "tasks": []})  # the same name again
+        )
+        == obj["metadata"]["name"]
+    )
+
+
+def _view_fields(sessions: sessionmaker[Session]) -> dict[str, Any]:
+    with sessions() as session:
+        run = session.execute(select(DagRun)).scalar_one()
+        return {
+            "id": run.id,
+            "dag_id": run.dag_id,
+            "namespace": NS,
+            "run_id": run.run_id,
+            "run_type": run.run_type,
+            "state": run.state,
+            "logical_date": run.logical_date,
+            "data_interval_start": run.data_interval_start,
+            "data_interval_end": run.data_interval_end,
+            "created_at": run.created_at,
+            "start_date": run.start_date,
+            "end_date": run.end_date,
+            "tasks_total": run.tasks_total,
+            "tasks_done": run.tasks_done,
+        }

@@ -1,0 +1,136 @@
+"""An in-memory stand-in for the API server's DagRun, DAG and Event endpoints.
+
+It keeps what the status publisher relies on: a resourceVersion that moves on
+every write, a merge patch that carries `metadata.resourceVersion` is refused
+with 409 when the object has moved on, creates of an existing name are 409,
+missing objects are 404, and `down` makes every call fail as a refused
+connection would. Responses look like `_preload_content=False` ones (`.data`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+
+@dataclass
+class _Response:
+    data: bytes
+
+
+def _ok(body: Any) -> _Response:
+    return _Response(json.dumps(body).encode())
+
+
+def _error(status: int, message: str) -> ApiException:
+    exc = ApiException(status=status, reason=message)
+    exc.body = json.dumps({"message": message})
+    return exc
+
+
+@dataclass
+class FakeKube:
+    objects: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[tuple[str, str]] = field(default_factory=list)  # (verb, name)
+    down: bool = False
+
+    def __post_init__(self) -> None:
+        self._versions = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def _check(self, verb: str, name: str) -> None:
+        if self.down:
+            raise ConnectionRefusedError(111, "Connection refused")
+        self.calls.append((verb, name))
+
+    def add_dag(self, namespace: str, name: str) -> str:
+        uid = str(uuid.uuid4())
+        self.objects[("dags", namespace, name)] = {
+            "metadata": {"name": name, "namespace": namespace, "uid": uid, "resourceVersion": "0"}
+        }
+        return uid
+
+    def touch(self, namespace: str, name: str) -> None:
+        """Another writer (kopf, a user) changes the object."""
+        with self._lock:
+            self.objects[("dagruns", namespace, name)]["metadata"]["resourceVersion"] = str(
+                next(self._versions)
+            )
+
+    def dagrun(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.objects[("dagruns", namespace, name)]
+
+    def dagruns(self) -> list[dict[str, Any]]:
+        return [body for (plural, _, _), body in self.objects.items() if plural == "dagruns"]
+
+    # -- CustomObjectsApi -------------------------------------------------------------
+
+    def create_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, body: dict[str, Any], **_: Any
+    ) -> _Response:
+        name = body["metadata"]["name"]
+        self._check("create", name)
+        with self._lock:
+            if (plural, namespace, name) in self.objects:
+                raise _error(409, f"{plural} {name!r} already exists")
+            stored = json.loads(json.dumps(body))
+            stored["metadata"].update(
+                uid=str(uuid.uuid4()), resourceVersion=str(next(self._versions)), generation=1
+            )
+            self.objects[(plural, namespace, name)] = stored
+            return _ok(stored)
+
+    def get_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, name: str, **_: Any
+    ) -> _Response:
+        self._check("get", name)
+        found = self.objects.get((plural, namespace, name))
+        if found is None:
+            raise _error(404, f"{plural} {name!r} not found")
+        return _ok(found)
+
+    def list_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, **_: Any
+    ) -> _Response:
+        self._check("list", namespace)
+        items = [b for (p, ns, _), b in self.objects.items() if p == plural and ns == namespace]
+        return _ok({"items": items})
+
+    def patch_namespaced_custom_object_status(
+        self,
+        group: str,
+        version: str,
+        namespace: str,
+        plural: str,
+        name: str,
+        body: dict[str, Any],
+        **_: Any,
+    ) -> _Response:
+        self._check("patch", name)
+        with self._lock:
+            found = self.objects.get((plural, namespace, name))
+            if found is None:
+                raise _error(404, f"{plural} {name!r} not found")
+            expected = (body.get("metadata") or {}).get("resourceVersion")
+            if expected is not None and expected != found["metadata"]["resourceVersion"]:
+                raise _error(409, "the object has been modified")
+            found["status"] = json.loads(json.dumps(body["status"]))
+            found["metadata"]["resourceVersion"] = str(next(self._versions))
+            return _ok(found)
+
+    def delete(self, namespace: str, name: str) -> None:
+        del self.objects[("dagruns", namespace, name)]
+
+    # -- CoreV1Api --------------------------------------------------------------------
+
+    def create_namespaced_event(self, namespace: str, body: dict[str, Any], **_: Any) -> _Response:
+        self._check("event", body["involvedObject"]["name"])
+        self.events.append(body)
+        return _ok(body)

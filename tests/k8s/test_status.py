@@ -1,0 +1,129 @@
+"""Status flows out on the real cluster: every run a DagRun object that tells the truth.
+
+Host-run replicas (tests/k8s/replicas.py) publish their runs to DagRun objects
+in the test's namespace (the DAGs come from files, so they have no namespace
+of their own and go to `--namespace`); `kubectl get dagruns` and `kubectl get
+events` show what a user sees.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
+from .cluster import LOCAL_KUBECONFIG, Cluster
+from .replicas import wait_for
+from .test_crds import apply_crds
+from .test_job_executor import Fleet, netns
+
+pytestmark = pytest.mark.k8s
+
+
+@pytest.fixture
+def fleet(
+    k8s_cluster: Cluster,
+    kubeconfig: Path,
+    k8s_namespace: str,
+    db_url: str,
+    sessions: sessionmaker[Session],
+    tmp_path: Path,
+) -> Iterator[Fleet]:
+    if Path(k8s_cluster.kubeconfig) != LOCAL_KUBECONFIG or not netns.exists():
+        pytest.skip("host-run replicas need the local cluster (their task API is on its node)")
+    apply_crds(k8s_cluster)
+    running = Fleet(k8s_cluster, k8s_namespace, db_url, sessions, tmp_path)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _dag(name: str, tasks: list[dict[str, Any]]) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "sluice.io/v1alpha1",
+            "kind": "DAG",
+            "metadata": {"name": name},
+            "spec": {
+                "schedule": "@hourly",
+                "startDate": "2026-12-01T00:00:00Z",
+                "catchup": False,
+                "defaults": {"image": "busybox:1.36", "command": ["sh", "-c"]},
+                "tasks": tasks,
+            },
+        }
+    )
+
+
+def _dagruns(fleet: Fleet, *selector: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = fleet.cluster.get_json(
+        "dagruns", "-n", fleet.namespace, *selector
+    )["items"]
+    return items
+
+
+def _ended(fleet: Fleet, dag: str) -> dict[str, Any] | None:
+    for item in _dagruns(fleet, "-l", f"sluice.io/dag={dag}"):
+        if (item.get("status") or {}).get("state") in ("success", "failed"):
+            return item
+    return None
+
+
+def test_scheduled_runs_appear_as_dagruns_and_tell_the_truth(fleet: Fleet) -> None:
+    fleet.add_dag(
+        "shown-ok",
+        _dag(
+            "shown-ok",
+            [
+                {"name": "a", "args": ["echo a"]},
+                {"name": "b", "args": ["echo b"], "dependsOn": ["a"]},
+            ],
+        ),
+    )
+    fleet.add_dag("shown-bad", _dag("shown-bad", [{"name": "boom", "args": ["exit 3"]}]))
+    fleet.start("a")
+    fleet.start("b", sync=False)  # two replicas publish: still one object per run
+    ok = wait_for("shown-ok's DagRun to end", lambda: _ended(fleet, "shown-ok"), timeout=240)
+    bad = wait_for("shown-bad's DagRun to end", lambda: _ended(fleet, "shown-bad"), timeout=240)
+
+    assert fleet.run_state("shown-ok") == ok["status"]["state"] == "success"
+    assert ok["status"]["tasks"] == "2/2"
+    assert ok["status"]["runType"] == "scheduled"
+    assert ok["metadata"]["labels"]["sluice.io/run-type"] == "scheduled"
+    assert {c["type"]: c["status"] for c in ok["status"]["conditions"]}["Succeeded"] == "True"
+    jobs = {t["name"]: t.get("job") for t in ok["status"]["taskInstances"]}
+    assert set(jobs) == {"a", "b"}
+    assert all(jobs.values()), jobs
+
+    assert fleet.run_state("shown-bad") == bad["status"]["state"] == "failed"
+    (boom,) = bad["status"]["taskInstances"]
+    assert (boom["state"], boom["reason"]) == ("failed", "exit code 3"), boom
+
+    assert len(_dagruns(fleet, "-l", "sluice.io/dag=shown-ok")) == 1
+    assert len(_dagruns(fleet, "-l", "sluice.io/dag=shown-bad")) == 1
+
+    name = bad["metadata"]["name"]
+
+    def events() -> dict[str, str] | None:
+        listed = fleet.cluster.get_json(
+            "events", "-n", fleet.namespace, "--field-selector", f"involvedObject.name={name}"
+        )["items"]
+        found = {e["reason"]: e["message"] for e in listed}
+        return found if "RunFailed" in found else None
+
+    found = wait_for("the failed run's Events", events, timeout=60)
+    assert "exit code 3" in found["TaskFailed"], found
+    assert "RunStarted" in found, found
+
+    table = fleet.cluster.kubectl("get", "dagruns", "-n", fleet.namespace).stdout
+    header = table.splitlines()[0].split()
+    assert header[:8] == ["NAME", "DAG", "TYPE", "LOGICAL", "DATE", "STATE", "TASKS", "DURATION"]
+    assert any(
+        line.split()[1:2] == ["shown-ok"] and "success" in line for line in table.splitlines()
+    )
+    print(table)  # what the README's "on a cluster" section shows
