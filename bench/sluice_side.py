@@ -49,6 +49,10 @@ def prepare_template(pg: Postgres, knobs: Knobs) -> None:
         conn.execute(
             text("UPDATE slot_pool SET slots = :n WHERE name = 'default'"), {"n": knobs.pool_slots}
         )
+        if os.environ.get("SLUICE_BENCH_STATUS_CAPTURE") == "1":
+            # What a cluster install pays: the triggers write a status_outbox row per run
+            # per state-changing statement (nothing drains them here; ADR 0017).
+            conn.execute(text("INSERT INTO status_sink (id) VALUES (1)"))
     engine.dispose()
     pg.set_template(TEMPLATE)
 
