@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from sluice.db.models import SlotPool, TaskInstance, TaskTry
-from sluice.handlers.objects import PoolSpec
-from sluice.handlers.store import deactivate_dag, delete_pool, upsert_pool
+from sluice.db.models import DagRun, SlotPool, TaskInstance, TaskTry
+from sluice.handlers.objects import PoolSpec, RunRef
+from sluice.handlers.store import cancel_run, deactivate_dag, delete_pool, upsert_pool
 from sluice.spec.states import RunState, TaskState
 from tests.support import (
     FakeClock,
@@ -148,3 +148,45 @@ def test_a_deleted_dag_starts_nothing_and_its_runs_end_with_the_reason(
     # Only the first runs' `a` ever started, and both are killed.
     assert sorted(executor.killed) == sorted(launch.key for launch in executor.started)
     assert [launch.task_id for launch in executor.started] == ["a", "a"]
+
+
+def test_deleting_a_running_dagrun_object_cancels_its_run_and_stops_its_tries(
+    sessions: sessionmaker[Session],
+) -> None:
+    """Its unfinished tasks are skipped with the reason, the run fails, and the replica
+    that runs a try of it stops the try at its next heartbeat (the fence)."""
+    clock = FakeClock()
+    register(sessions, manifest("cancel", chain("a", "b")), clock.now)
+    trigger(sessions, "cancel", clock.now, run_id="manual__mine__1234")
+    executor = ScriptedExecutor()
+    executor.hold = {"a"}
+    loop = make_loop(sessions, executor, clock)
+    for _ in range(5):
+        loop.tick()
+    assert list(executor.running), "a should be running"
+    ref = RunRef(dag_id="cancel", run_id="manual__mine__1234", object_name="cancel-mine")
+    reason = "cancelled: its DagRun object ns/cancel-mine was deleted"
+    with sessions.begin() as session:
+        assert cancel_run(session, ref, reason, clock.now) == "manual__mine__1234"
+    with sessions() as session:
+        assert [r.state for r in runs(session, "cancel")] == [RunState.FAILED]
+        assert task_states(session, "cancel") == {"a": "skipped", "b": "skipped"}
+        assert ti_row(session, "cancel", "a").reason == reason
+    clock.advance(seconds=10)
+    loop.tick()
+    assert executor.killed, "the running try was not stopped"
+    with sessions.begin() as session:  # an ended run: deleting its object changes nothing
+        assert cancel_run(session, ref, reason, clock.now) is None
+
+
+def test_a_users_dagrun_object_is_found_by_its_name(sessions: sessionmaker[Session]) -> None:
+    clock = FakeClock()
+    register(sessions, manifest("byname", [{"name": "a"}]), clock.now)
+    run_id = trigger(sessions, "byname", clock.now)
+    with sessions.begin() as session:
+        session.execute(update(DagRun).where(DagRun.id == run_id).values(object_name="my-run"))
+    ref = RunRef(dag_id="byname", run_id=None, object_name="my-run")
+    with sessions.begin() as session:
+        assert cancel_run(session, ref, "cancelled", clock.now) is not None
+    with sessions() as session:
+        assert [r.state for r in runs(session, "byname")] == [RunState.FAILED]

@@ -23,7 +23,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from sluice.db.models import Dag, DagRun, DagVersion, SlotPool
+from sluice.db.models import Dag, DagRun, DagVersion, SlotPool, TaskInstance
 
 from .cluster import Cluster
 from .test_crds import EXAMPLES, apply_crds
@@ -240,6 +240,28 @@ def test_dagrun_creates_a_run(
     out = k8s_cluster.kubectl("-n", ns, "get", "dagruns").stdout
     assert "manual" in out
     assert "2026-12-03T04:05:06Z" in out
+    with sessions() as session:
+        assert row.object_name == "by-hand"  # where the publisher sends the run's status
+
+    # kubectl writes act: a patched `paused` pauses the DAG (ADR 0011) ...
+    k8s_cluster.kubectl(
+        "-n", ns, "patch", "dag", "hello", "--type=merge", "-p", '{"spec":{"paused":true}}'
+    )
+
+    def paused() -> bool | None:
+        with sessions() as session:
+            return session.scalars(select(Dag.is_paused).where(Dag.dag_id == "hello")).one() or None
+
+    wait_for("the DAG paused in the database", paused)
+    # ... and deleting the DagRun of a run that has not ended cancels the run (ADR 0018).
+    k8s_cluster.kubectl("-n", ns, "delete", "dagrun", "by-hand", "--wait=true", "--timeout=60s")
+    with sessions() as session:
+        ended = session.scalars(select(DagRun).where(DagRun.run_id == status["runId"])).one()
+        assert ended.state == "failed"
+        reasons = set(
+            session.scalars(select(TaskInstance.reason).where(TaskInstance.dag_run_id == ended.id))
+        )
+    assert reasons == {f"cancelled: its DagRun object {ns}/by-hand was deleted"}
 
     missing = {**run, "metadata": {"name": "no-dag"}, "spec": {"dagName": "nope"}}
     k8s_cluster.apply(json.dumps(missing), namespace=ns)

@@ -139,3 +139,24 @@ def test_pool_spec() -> None:
     bad = objects.pool_spec({"metadata": {"name": "gpu"}, "spec": {"slots": -1}})
     assert isinstance(bad, objects.SpecIssue)
     assert bad.path == "spec.slots"
+
+
+def test_a_dagrun_object_names_its_run_by_run_id_or_by_its_own_name() -> None:
+    scheduler_made = {
+        "metadata": {
+            "name": "etl-scheduled-x-abc",
+            "labels": {"sluice.io/origin": "scheduler"},
+            "annotations": {"sluice.io/run-id": "scheduled__2026-12-01T00:00:00+00:00"},
+        },
+        "spec": {"dagName": "etl"},
+    }
+    assert objects.run_ref(scheduler_made) == objects.RunRef(
+        "etl", "scheduled__2026-12-01T00:00:00+00:00", "etl-scheduled-x-abc"
+    )
+    # A user's object is found by its own name, whatever annotations it carries.
+    users = {
+        "metadata": {"name": "mine", "annotations": {"sluice.io/run-id": "forged"}},
+        "spec": {"dagName": "etl"},
+    }
+    assert objects.run_ref(users) == objects.RunRef("etl", None, "mine")
+    assert objects.run_ref({"metadata": {"name": "x"}, "spec": {}}) is None

@@ -87,6 +87,37 @@ def is_user_trigger(body: Mapping[str, Any]) -> bool:
     return not (isinstance(labels, Mapping) and labels.get(ORIGIN_LABEL) == ORIGIN_SCHEDULER)
 
 
+# Scheduler-made DagRun objects carry their run's id here (sluice.status.render).
+RUN_ID_ANNOTATION = "sluice.io/run-id"
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """Which run a DagRun object shows: by run id (the scheduler's objects) or by the
+    object's own name (a user's, `dag_run.object_name`)."""
+
+    dag_id: str
+    run_id: str | None
+    object_name: str
+
+
+def run_ref(body: Mapping[str, Any]) -> RunRef | None:
+    """The run a DagRun object shows; None if it names no DAG."""
+    metadata = body.get("metadata")
+    meta = metadata if isinstance(metadata, Mapping) else {}
+    spec = body.get("spec")
+    dag_id = spec.get("dagName") if isinstance(spec, Mapping) else None
+    if not isinstance(dag_id, str) or not dag_id:
+        return None
+    annotations = meta.get("annotations")
+    run_id = annotations.get(RUN_ID_ANNOTATION) if isinstance(annotations, Mapping) else None
+    return RunRef(
+        dag_id=dag_id,
+        run_id=run_id if isinstance(run_id, str) and not is_user_trigger(body) else None,
+        object_name=str(meta.get("name") or ""),
+    )
+
+
 def run_id_for_object(name: str, uid: str) -> str:
     """A run id that is the same on every retry for one object, and new for a re-created one."""
     return f"manual__{name}__{uid[:8]}" if uid else f"manual__{name}"

@@ -218,6 +218,21 @@ def dagrun_created(
     )
 
 
+@kopf.on.delete(GROUP, VERSION, "dagruns")
+def dagrun_deleted(body: kopf.Body, name: str | None, namespace: str | None, **_: Any) -> None:
+    """Deleting the object of a run that has not ended cancels the run (ADR 0018)."""
+    ref = objects.run_ref(body)
+    if ref is None:
+        return
+    reason = f"cancelled: its DagRun object {namespace}/{name} was deleted"
+    with transaction() as session:
+        cancelled = store.cancel_run(session, ref, reason, _now())
+    if cancelled is not None:
+        log.info(
+            "DagRun %s/%s deleted: run %s of %s cancelled", namespace, name, cancelled, ref.dag_id
+        )
+
+
 # ---- Pool ----
 
 

@@ -15,11 +15,12 @@ from sqlalchemy.orm import Session
 
 from sluice.db.dags import DagNameTaken, SpecCache, sync_dag
 from sluice.db.models import DEFAULT_POOL, Dag, DagRun, DagVersion, SlotPool, TaskInstance
-from sluice.handlers.objects import PoolSpec, TriggerRequest
+from sluice.handlers.objects import PoolSpec, RunRef, TriggerRequest
+from sluice.scheduler.endings import end_runs
 from sluice.scheduler.triggers import TriggerError, trigger_run
 from sluice.spec.errors import SpecIssue
 from sluice.spec.models import DagManifest
-from sluice.spec.states import TaskState
+from sluice.spec.states import ACTIVE_RUN_STATES, TaskState
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,26 @@ def deactivate_dag(session: Session, dag_id: str, namespace: str | None) -> bool
         .values(is_active=False)
     )
     return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def cancel_run(session: Session, ref: RunRef, reason: str, now: datetime) -> str | None:
+    """End the run a deleted DagRun object showed, as a run past its timeout ends: failed,
+    its unfinished tasks skipped with `reason` (their tries' Jobs are then stopped by the
+    replicas that run them). The run's id if it was unfinished, else None."""
+    where = (
+        DagRun.run_id == ref.run_id
+        if ref.run_id is not None
+        else DagRun.object_name == ref.object_name
+    )
+    run = session.execute(
+        select(DagRun.id, DagRun.run_id)
+        .where(DagRun.dag_id == ref.dag_id, where, DagRun.state.in_(ACTIVE_RUN_STATES))
+        .with_for_update()  # the run row first, then its tasks (one lock order)
+    ).first()
+    if run is None:
+        return None
+    end_runs(session, {run.id: reason}, now)
+    return str(run.run_id)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sluice.handlers.objects import ORIGIN_LABEL, ORIGIN_SCHEDULER
+from sluice.handlers.objects import ORIGIN_LABEL, ORIGIN_SCHEDULER, RUN_ID_ANNOTATION
 from sluice.k8s_names import digest, dns_label
 from sluice.spec.states import RunState, TaskState
 
@@ -30,7 +30,6 @@ GROUP = "sluice.io"
 API_VERSION = f"{GROUP}/v1alpha1"
 DAG_LABEL = f"{GROUP}/dag"
 RUN_TYPE_LABEL = f"{GROUP}/run-type"
-RUN_ID_ANNOTATION = f"{GROUP}/run-id"
 
 MAX_TASK_ENTRIES = 100
 MAX_REASON = 300
