@@ -44,16 +44,25 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 30) -> T
 
 
 class Operator:
-    def __init__(self, cluster: Cluster, namespace: str, db_url: str, kubeconfig: Path) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        namespace: str,
+        db_url: str,
+        kubeconfig: Path,
+        command: list[str] | None = None,
+    ) -> None:
         self.cluster = cluster
         self.namespace = namespace
         self.log = Path(tempfile.mkstemp(prefix="sluice-kopf-", suffix=".log")[1])
         env = dict(os.environ, KUBECONFIG=str(kubeconfig), SLUICE_DATABASE_URL=db_url)
         kopf = Path(sys.executable).with_name("kopf")
+        command = command or [
+            str(kopf), "run", "-m", "sluice.handlers.operator", "--standalone", "--verbose",
+        ]  # fmt: skip
         with self.log.open("w") as out:
             self.proc = subprocess.Popen(
-                [str(kopf), "run", "-m", "sluice.handlers.operator", "--standalone",
-                 "--namespace", namespace, "--verbose"],
+                [*command, "--namespace", namespace],
                 env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )  # fmt: skip
 
@@ -108,7 +117,7 @@ def operator(
         running.stop()
         running.log.unlink(missing_ok=True)
         # Should the operator have died: release what it still holds.
-        for kind in ("dags",):
+        for kind in ("dags", "dagruns"):
             names = k8s_cluster.kubectl(*ns, "get", kind, "-o", "name", check=False).stdout
             for name in names.split():
                 k8s_cluster.kubectl(
@@ -293,3 +302,42 @@ def test_pool_create_update_delete(
             assert session.scalars(select(SlotPool).where(SlotPool.name == name)).first() is None
     finally:
         k8s_cluster.kubectl("delete", "pool", name, "--timeout=30s", check=False)
+
+
+def test_operator_replicas_peer_and_one_serves_at_a_time(
+    k8s_cluster: Cluster, kubeconfig: Path, k8s_namespace: str, db_url: str
+) -> None:
+    """`sluice operator` replicas share a kopf peering object: the highest priority serves,
+    the others pause; when it stops, the next resumes once its record is stale."""
+    apply_crds(k8s_cluster)
+    k8s_cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s",
+        "crd/kopfpeerings.kopf.dev", "crd/clusterkopfpeerings.kopf.dev",
+    )  # fmt: skip
+    sluice = str(Path(sys.executable).with_name("sluice"))
+    peering = ["--peering", "sluice-test", "--peering-lifetime", "6"]
+
+    def start(priority: int) -> Operator:
+        command = [sluice, "operator", *peering, "--priority", str(priority)]
+        return Operator(k8s_cluster, k8s_namespace, db_url, kubeconfig, command)
+
+    high, low = start(20), start(10)
+    try:
+        wait_for("the low replica to pause", lambda: "Pausing operations" in low.output())
+        k8s_cluster.apply(_dag("peer-one"), namespace=k8s_namespace)
+        assert high.ready("dag", "peer-one")["status"] == "True", high.output()
+        assert "dag_applied" in high.output()
+        assert "dag_applied" not in low.output(), low.output()
+
+        high.stop()
+        k8s_cluster.apply(_dag("peer-two"), namespace=k8s_namespace)
+        wait_for("the low replica to resume", lambda: "Resuming operations" in low.output(), 60)
+        assert low.ready("dag", "peer-two")["status"] == "True", low.output()
+        assert "dag_applied" in low.output()
+    finally:
+        for kind in ("dagruns", "dags"):
+            k8s_cluster.kubectl(
+                "-n", k8s_namespace, "delete", kind, "--all", "--timeout=30s", check=False
+            )
+        for replica in (high, low):
+            replica.stop()

@@ -1,13 +1,26 @@
-"""`sluice operator`: the kopf handlers; spec flows in from DAG, DagRun and Pool objects."""
+"""`sluice operator`: the kopf handlers; spec flows in from DAG, DagRun and Pool objects.
+
+Run as many replicas as you like: they peer through kopf's peering object
+(`--peering`, created here if missing; its CRDs are in crds/kopf-peering.yaml),
+and only the replica with the highest priority handles events, the others
+wait; when it stops, the next one resumes once its peering record is older
+than `--peering-lifetime`. Each replica picks a random priority unless told
+one: kopf pauses every replica that sees another of the same priority.
+"""
 
 from __future__ import annotations
 
 import os
-from typing import Annotated
+import random
+from typing import Annotated, Any
 
 import typer
 
+from sluice.cli.common import fail
 from sluice.config import DATABASE_URL_ENV
+
+PEERING_GROUP = "kopf.dev"
+PEERING_VERSION = "v1"
 
 
 def operator(
@@ -20,13 +33,75 @@ def operator(
     database_url: Annotated[
         str | None, typer.Option("--database-url", envvar=DATABASE_URL_ENV, show_envvar=True)
     ] = None,
+    peering: Annotated[
+        str, typer.Option(help="the kopf peering object the replicas share")
+    ] = "sluice",
+    priority: Annotated[
+        int | None,
+        typer.Option(help="this replica's peering priority (default: random; highest serves)"),
+    ] = None,
+    peering_lifetime: Annotated[
+        int, typer.Option(help="seconds after which a silent replica is taken for gone")
+    ] = 60,
+    standalone: Annotated[
+        bool, typer.Option(help="no peering: this must be the only operator replica")
+    ] = False,
 ) -> None:
-    """Run the operator. Run one replica: peering between replicas is not set up yet."""
+    """Run the operator (any number of replicas; one handles events at a time)."""
     import kopf
 
     import sluice.handlers.operator  # noqa: F401  (registers the handlers)
 
     if database_url:
         os.environ[DATABASE_URL_ENV] = database_url
+    if peering_lifetime < 5:
+        fail(f"--peering-lifetime must be at least 5 seconds (got {peering_lifetime})")
     namespaces = namespace or []
-    kopf.run(standalone=True, clusterwide=all_namespaces or not namespaces, namespaces=namespaces)
+    clusterwide = all_namespaces or not namespaces
+    chosen = priority if priority is not None else random.randint(1, 2**31 - 1)
+    if not standalone:
+        ensure_peering(peering, [] if clusterwide else namespaces)
+
+    kopf.configure(verbose=False)  # INFO: handlers run, peering pauses and resumes
+
+    @kopf.on.startup()
+    def peering_settings(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.peering.lifetime = peering_lifetime
+
+    kopf.run(
+        standalone=standalone,
+        peering_name=None if standalone else peering,
+        priority=chosen,
+        clusterwide=clusterwide,
+        namespaces=namespaces,
+    )
+
+
+def ensure_peering(name: str, namespaces: list[str]) -> None:
+    """Create the peering object (cluster-wide, or one per namespace) if it is missing."""
+    from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        config.load_config()  # type: ignore[no-untyped-call]
+    except Exception as exc:
+        fail(f"the operator cannot load a kubeconfig or in-cluster config: {exc}")
+    api = client.CustomObjectsApi()
+    body = {"apiVersion": f"{PEERING_GROUP}/{PEERING_VERSION}", "metadata": {"name": name}}
+    calls: list[tuple[Any, tuple[str, ...], str]] = (
+        [(api.create_cluster_custom_object, ("clusterkopfpeerings",), "ClusterKopfPeering")]
+        if not namespaces
+        else [
+            (api.create_namespaced_custom_object, (ns, "kopfpeerings"), "KopfPeering")
+            for ns in namespaces
+        ]
+    )
+    for create, where, kind in calls:
+        try:
+            create(PEERING_GROUP, PEERING_VERSION, *where, {**body, "kind": kind})
+        except ApiException as exc:
+            if exc.status == 409:
+                continue  # another replica made it
+            if exc.status == 404:
+                fail("kopf's peering CRDs are missing: kubectl apply -f crds/kopf-peering.yaml")
+            fail(f"cannot create the peering object {kind} {name!r}: {exc.status} {exc.reason}")
