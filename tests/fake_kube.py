@@ -40,6 +40,7 @@ class FakeKube:
     events: list[dict[str, Any]] = field(default_factory=list)
     calls: list[tuple[str, str]] = field(default_factory=list)  # (verb, name)
     down: bool = False
+    missing_kinds: set[str] = field(default_factory=set)  # CRDs not installed (plural names)
 
     def __post_init__(self) -> None:
         self._versions = itertools.count(1)
@@ -77,6 +78,8 @@ class FakeKube:
     ) -> _Response:
         name = body["metadata"]["name"]
         self._check("create", name)
+        if plural in self.missing_kinds:
+            raise _error(404, "the server could not find the requested resource")
         with self._lock:
             if (plural, namespace, name) in self.objects:
                 raise _error(409, f"{plural} {name!r} already exists")

@@ -337,3 +337,18 @@ def _view_fields(sessions: sessionmaker[Session]) -> dict[str, Any]:
             "tasks_total": run.tasks_total,
             "tasks_done": run.tasks_done,
         }
+
+
+def test_a_missing_dagrun_crd_is_reported_with_the_fix(sessions: sessionmaker[Session]) -> None:
+    kube = FakeKube(missing_kinds={"dagruns"})
+    pub = publisher(sessions, kube)
+    register_in(sessions, manifest("nocrd", [{"name": "a"}]))
+    run_id = trigger(sessions, "nocrd", FakeClock().now)
+    with sessions() as session:
+        run = store.read_runs(session, [run_id], NS)[run_id]
+    outcome = pub._publish(run, None)
+    assert outcome.kind == "failed"
+    assert "kubectl apply -f crds/" in outcome.error
+    assert "--no-publish-status" in outcome.error
+    pub.run_once()
+    assert outbox_rows(sessions) == 1  # kept for when the CRD is there

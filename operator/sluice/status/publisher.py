@@ -62,6 +62,10 @@ COMPONENT = "sluice-scheduler"
 Publication = store.Publication | None
 
 
+class MissingResource(Exception):
+    """The DagRun kind or the namespace is not there: say how to fix it."""
+
+
 class ApiDown(Exception):
     """The API server cannot be reached: the rest of the cycle waits."""
 
@@ -230,6 +234,8 @@ class StatusPublisher:
             return self._publish_one(run, publication)
         except ApiException as exc:  # refused (RBAC, validation): this run only
             return Outcome("failed", {}, _api_error(exc))
+        except MissingResource as exc:
+            return Outcome("failed", {}, str(exc))
 
     def _publish_one(self, run: render.RunView, publication: store.Publication | None) -> Outcome:
         namespace = publication.namespace if publication else run.namespace
@@ -322,6 +328,12 @@ class StatusPublisher:
                 meta = created["metadata"]
                 return meta["uid"], meta["resourceVersion"], meta.get("generation")
             except ApiException as exc:
+                if exc.status == 404:
+                    raise MissingResource(
+                        f"cannot create DagRun {namespace}/{name}: {_api_error(exc)}; is the"
+                        " DagRun CRD installed (kubectl apply -f crds/) and the namespace there?"
+                        " (--no-publish-status turns publishing off)"
+                    ) from exc
                 if exc.status != 409:
                     raise
         current = self._get(namespace, name)
