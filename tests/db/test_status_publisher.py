@@ -19,11 +19,15 @@ from sqlalchemy import func, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.models import Dag, DagRun, RunPublication, StatusOutbox, TaskInstance
+from sluice.handlers.objects import BackfillRequest
+from sluice.handlers.store import cancel_backfill
+from sluice.handlers.store import start_backfill as store_backfill
 from sluice.spec.states import TaskState
 from sluice.status import render, store
 from sluice.status.publisher import StatusPublisher
 from tests.fake_kube import FakeKube
 from tests.support import (
+    T0,
     FakeClock,
     ScriptedExecutor,
     make_loop,
@@ -110,7 +114,9 @@ def test_state_changes_enqueue_their_run_once_per_statement_and_heartbeats_nothi
     register(sessions, manifest("capture", [{"name": "a"}, {"name": "b"}]))
     clock = FakeClock()
     run_id = trigger(sessions, "capture", clock.now)
-    assert outbox_rows(sessions) == 1  # the new run
+    with sessions() as session:  # the new run, and its DAG (active runs, last run)
+        rows = session.execute(select(StatusOutbox.kind, StatusOutbox.dag_run_id, StatusOutbox.key))
+        assert set(rows.all()) == {("dag", None, "capture"), ("run", run_id, None)}
     with sessions.begin() as session:
         session.execute(text("DELETE FROM status_outbox"))
         session.execute(
@@ -352,3 +358,95 @@ def test_a_missing_dagrun_crd_is_reported_with_the_fix(sessions: sessionmaker[Se
     assert "--no-publish-status" in outcome.error
     pub.run_once()
     assert outbox_rows(sessions) == 1  # kept for when the CRD is there
+
+
+def _backfill_request(dag: str, uid: str, days: int, **extra: Any) -> BackfillRequest:
+    return BackfillRequest(
+        dag_id=dag,
+        namespace=NS,
+        name=f"{dag}-fill",
+        uid=uid,
+        start=T0 - timedelta(days=days),
+        end=T0 - timedelta(days=1),
+        max_active_runs=extra.get("max_active_runs"),
+        rerun_failed=False,
+    )
+
+
+def test_a_backfill_objects_progress_and_its_dags_status_are_published(
+    sessions: sessionmaker[Session],
+) -> None:
+    kube = FakeKube()
+    kube.add_dag(NS, "daily")
+    kube.objects[("backfills", NS, "daily-fill")] = {
+        "metadata": {"name": "daily-fill", "namespace": NS, "uid": "b-1", "resourceVersion": "0"}
+    }
+    pub = publisher(sessions, kube)
+    register_in(
+        sessions,
+        manifest("daily", [{"name": "a"}], schedule="@daily", startDate="2026-11-01T00:00:00Z"),
+    )
+    clock = FakeClock()
+    with sessions.begin() as session:
+        plan = store_backfill(
+            session, _backfill_request("daily", "b-1", 5, max_active_runs=2), clock.now
+        )
+    assert len(plan.created) == 5
+    drain(pub)
+    fill = kube.objects[("backfills", NS, "daily-fill")]["status"]
+    assert (fill["state"], fill["progress"]) == ("running", "0/5")
+    loop = make_loop(sessions, ScriptedExecutor(), clock)
+    for _ in range(40):
+        loop.tick()
+        pub.run_once()
+        with sessions() as session:
+            active = session.execute(
+                select(func.count()).where(
+                    DagRun.backfill_id.is_not(None), DagRun.state == "running"
+                )
+            ).scalar_one()
+        assert active <= 2, "the backfill's maxActiveRuns"
+    drain(pub)
+    fill = kube.objects[("backfills", NS, "daily-fill")]["status"]
+    assert fill == {
+        "state": "success",
+        "runsTotal": 5,
+        "runsDone": 5,
+        "progress": "5/5",
+        "runs": {"success": 5},
+    }
+    dag = kube.objects[("dags", NS, "daily")]["status"]
+    assert dag["activeRuns"] == 0
+    assert dag["paused"] is False
+    assert dag["lastRun"]["state"] == "success"
+    assert dag["lastRun"]["logicalDate"] >= "2026-11-30"
+    assert dag["version"] == 1
+
+
+def test_deleting_a_backfill_cancels_its_unfinished_runs(sessions: sessionmaker[Session]) -> None:
+    register_in(
+        sessions,
+        manifest("weekly", [{"name": "a"}], schedule="@daily", startDate="2026-11-01T00:00:00Z"),
+    )
+    clock = FakeClock()
+    with sessions.begin() as session:
+        store_backfill(session, _backfill_request("weekly", "b-2", 7, max_active_runs=1), clock.now)
+    executor = ScriptedExecutor()
+    executor.hold = {"a"}
+    loop = make_loop(sessions, executor, clock)
+    for _ in range(5):
+        loop.tick()
+    with sessions.begin() as session:
+        assert cancel_backfill(session, "b-2", "cancelled: gone", clock.now) == 7
+    with sessions() as session:
+        states = (
+            session.execute(select(DagRun.state).where(DagRun.backfill_id.is_not(None)))
+            .scalars()
+            .all()
+        )
+    assert sorted(states) == ["failed"] * 7
+    with sessions.begin() as session:  # a retried delete finds nothing left to cancel
+        assert cancel_backfill(session, "b-2", "cancelled: gone", clock.now) == 0
+    with sessions.begin() as session:  # and a retried create finds the backfill it made
+        again = store_backfill(session, _backfill_request("weekly", "b-2", 7), clock.now)
+        assert again.created == []

@@ -59,5 +59,6 @@ def test_kinds_names_and_columns() -> None:
         "Duration",
         "Age",
     ]
-    assert columns("DAG")[:5] == ["Schedule", "Paused", "Active Runs", "Last Run", "Ready"]
+    assert columns("DAG")[:6] == ["Schedule", "Paused", "Active", "Last Run", "Next Run", "Ready"]
+    assert columns("Backfill")[:5] == ["DAG", "From", "To", "Progress", "State"]
     assert columns("Pool")[:4] == ["Slots", "Running", "Queued", "Open"]

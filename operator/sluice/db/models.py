@@ -132,6 +132,19 @@ class Backfill(Base):
     rerun_failed: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
     completed_at: Mapped[datetime | None]
+    # The Backfill object that made it (none for `sluice backfill`); 0009.
+    object_namespace: Mapped[str | None] = mapped_column(Text)
+    object_name: Mapped[str | None] = mapped_column(Text)
+    object_uid: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        Index(
+            "uq_backfill_object_uid",
+            "object_uid",
+            unique=True,
+            postgresql_where=text("object_uid IS NOT NULL"),
+        ),
+    )
 
 
 class DagRun(Base):
@@ -332,7 +345,10 @@ class StatusOutbox(Base):
     __tablename__ = "status_outbox"
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    dag_run_id: Mapped[int] = mapped_column(BigInteger)
+    # 'run' (dag_run_id), 'dag' or 'backfill' (key: the DAG id, the backfill id); 0009.
+    kind: Mapped[str] = mapped_column(Text, server_default="run")
+    dag_run_id: Mapped[int | None] = mapped_column(BigInteger)
+    key: Mapped[str | None] = mapped_column(Text)
     not_before: Mapped[datetime] = mapped_column(server_default=func.now())
     attempts: Mapped[int] = mapped_column(Integer, server_default="0")
 
@@ -357,6 +373,20 @@ class RunPublication(Base):
     summary: Mapped[dict[str, Any] | None]
     # The object was deleted by someone else: never created again.
     gone: Mapped[bool] = mapped_column(Boolean, server_default=false())
+
+
+class ObjectPublication(Base):
+    """The last publication of a DAG's or a Backfill's status to its object (0009)."""
+
+    __tablename__ = "object_publication"
+
+    kind: Mapped[str] = mapped_column(Text, primary_key=True)
+    key: Mapped[str] = mapped_column(Text, primary_key=True)
+    namespace: Mapped[str] = mapped_column(Text)
+    object_name: Mapped[str] = mapped_column(Text)
+    resource_version: Mapped[str | None] = mapped_column(Text)
+    published_at: Mapped[datetime | None]
+    summary: Mapped[dict[str, Any] | None]
 
 
 class SchedulerMetric(Base):

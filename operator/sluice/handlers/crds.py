@@ -218,8 +218,31 @@ def _dag_schema() -> Schema:
             "observedGeneration": _int(minimum=0, format="int64"),
             "dagId": _str(63),
             "version": _int(minimum=0, description="the DAG version in the database"),
+            "paused": _bool("the pause in force (the manifest's, or `sluice dags pause`)"),
             "activeRuns": _int(minimum=0),
-            "lastRun": _str(64, "logical date of the latest run"),
+            "lastRun": {
+                "type": "object",
+                "nullable": True,
+                "description": "the run with the latest logical date",
+                "properties": {
+                    "runId": _str(512),
+                    "state": _str(32),
+                    "logicalDate": _str(64),
+                    "endedAt": {"type": "string", "maxLength": 64, "nullable": True},
+                },
+            },
+            "nextRun": {
+                "type": "string",
+                "maxLength": 64,
+                "nullable": True,
+                "description": "logical date of the next scheduled run",
+            },
+            "broken": {
+                "type": "string",
+                "maxLength": 1000,
+                "nullable": True,
+                "description": "why no runs are created: the stored version cannot be loaded",
+            },
         },
     }
     return {
@@ -384,6 +407,13 @@ def _backfill_schema() -> Schema:
             "state": _str(32),
             "runsTotal": _int(minimum=0),
             "runsDone": _int(minimum=0),
+            "progress": _str(32, "runsDone/runsTotal, for kubectl get"),
+            "runs": {
+                "type": "object",
+                "description": "the backfill's runs by state",
+                "additionalProperties": {"type": "integer", "minimum": 0},
+            },
+            "backfillId": _int(minimum=0, description="the backfill in the database"),
         },
     }
     return {"type": "object", "required": ["spec"], "properties": {"spec": spec, "status": status}}
@@ -446,9 +476,10 @@ def definitions() -> dict[str, dict[str, Any]]:
             _dag_schema(),
             [
                 _column("Schedule", ".spec.schedule"),
-                _column("Paused", ".spec.paused", "boolean"),
-                _column("Active Runs", ".status.activeRuns", "integer"),
-                _column("Last Run", ".status.lastRun"),
+                _column("Paused", ".status.paused", "boolean"),
+                _column("Active", ".status.activeRuns", "integer"),
+                _column("Last Run", ".status.lastRun.state"),
+                _column("Next Run", ".status.nextRun"),
                 _column("Ready", _READY),
                 _AGE,
             ],
@@ -490,8 +521,9 @@ def definitions() -> dict[str, dict[str, Any]]:
             _backfill_schema(),
             [
                 _column("DAG", ".spec.dagName"),
-                _column("Start", ".spec.startDate"),
-                _column("End", ".spec.endDate"),
+                _column("From", ".spec.startDate"),
+                _column("To", ".spec.endDate"),
+                _column("Progress", ".status.progress"),
                 _column("State", ".status.state"),
                 _AGE,
             ],

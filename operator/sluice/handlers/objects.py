@@ -118,6 +118,61 @@ def run_ref(body: Mapping[str, Any]) -> RunRef | None:
     )
 
 
+@dataclass(frozen=True)
+class BackfillRequest:
+    """What a Backfill object asks for; problems are in `issues` (the CRD checks most)."""
+
+    dag_id: str
+    namespace: str | None
+    name: str
+    uid: str
+    start: datetime | None
+    end: datetime | None
+    max_active_runs: int | None
+    rerun_failed: bool
+    issues: list[SpecIssue] = field(default_factory=list)
+
+
+def backfill_request(body: Mapping[str, Any]) -> BackfillRequest:
+    metadata = body.get("metadata")
+    meta = metadata if isinstance(metadata, Mapping) else {}
+    spec_value = body.get("spec")
+    spec = spec_value if isinstance(spec_value, Mapping) else {}
+    issues: list[SpecIssue] = []
+    dag_name = spec.get("dagName")
+    if not isinstance(dag_name, str) or not dag_name:
+        issues.append(SpecIssue("spec.dagName", "required: the name of a DAG in this namespace"))
+        dag_name = ""
+    dates: dict[str, datetime | None] = {}
+    for key in ("startDate", "endDate"):
+        dates[key] = parse_timestamp(spec.get(key))
+        if dates[key] is None:
+            issues.append(
+                SpecIssue(
+                    f"spec.{key}",
+                    f"{spec.get(key)!r} is not an RFC 3339 date-time like 2026-12-01T00:00:00Z",
+                )
+            )
+    limit = spec.get("maxActiveRuns")
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        issues.append(
+            SpecIssue("spec.maxActiveRuns", f"must be a whole number >= 1, got {limit!r}")
+        )
+        limit = None
+    namespace = meta.get("namespace")
+    return BackfillRequest(
+        dag_id=dag_name,
+        namespace=namespace if isinstance(namespace, str) else None,
+        name=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+        start=dates["startDate"],
+        end=dates["endDate"],
+        max_active_runs=limit,
+        rerun_failed=bool(spec.get("rerunFailed", False)),
+        issues=issues,
+    )
+
+
 def run_id_for_object(name: str, uid: str) -> str:
     """A run id that is the same on every retry for one object, and new for a re-created one."""
     return f"manual__{name}__{uid[:8]}" if uid else f"manual__{name}"

@@ -27,6 +27,7 @@ from sluice.db.engine import make_engine, session_factory
 from sluice.db.models import DEFAULT_POOL
 from sluice.handlers import objects, status, store
 from sluice.handlers.crds import GROUP, VERSION
+from sluice.scheduler.backfill import BackfillError
 from sluice.scheduler.triggers import TriggerError
 from sluice.spec.errors import SpecError
 
@@ -231,6 +232,58 @@ def dagrun_deleted(body: kopf.Body, name: str | None, namespace: str | None, **_
         log.info(
             "DagRun %s/%s deleted: run %s of %s cancelled", namespace, name, cancelled, ref.dag_id
         )
+
+
+# ---- Backfill ----
+
+
+@kopf.on.create(GROUP, VERSION, "backfills")
+def backfill_created(
+    body: kopf.Body, meta: kopf.Meta, patch: kopf.Patch, retry: int, **_: Any
+) -> None:
+    """A Backfill object starts the scheduler's backfill machinery; its progress flows out
+    through the status publisher (sluice.status)."""
+    now = _now()
+    generation = _generation(meta)
+    previous = body.get("status")
+    request = objects.backfill_request(body)
+    if request.issues:
+        message = status.issues_message(request.issues, kept_version=None)
+        _reject(body, patch, previous, status.INVALID_SPEC, message, generation, now)
+        return
+    try:
+        with transaction() as session:
+            plan = store.start_backfill(session, request, now)
+    except store.DagNotRegistered as exc:
+        if retry < TRIGGER_RETRIES:
+            raise kopf.TemporaryError(str(exc), delay=RETRY_DELAY) from exc
+        _reject(body, patch, previous, status.BACKFILL_FAILED, str(exc), generation, now)
+        return
+    except BackfillError as exc:
+        _reject(body, patch, previous, status.BACKFILL_FAILED, str(exc), generation, now)
+        return
+    skipped = f", {len(plan.skipped)} dates skipped (a run exists)" if plan.skipped else ""
+    _set_status(
+        patch,
+        status.ready_status(
+            previous,
+            ok=True,
+            reason=status.BACKFILL_STARTED,
+            message=f"{len(plan.created)} runs created, {len(plan.rerun)} rerun{skipped}",
+            generation=generation,
+            now=now,
+            extra={"backfillId": plan.backfill_id},
+        ),
+    )
+
+
+@kopf.on.delete(GROUP, VERSION, "backfills")
+def backfill_deleted(meta: kopf.Meta, name: str | None, namespace: str | None, **_: Any) -> None:
+    """Deleting a Backfill cancels its runs that have not ended (ADR 0018)."""
+    reason = f"cancelled: its Backfill object {namespace}/{name} was deleted"
+    with transaction() as session:
+        cancelled = store.cancel_backfill(session, str(meta.get("uid") or ""), reason, _now())
+    log.info("Backfill %s/%s deleted: %d runs cancelled", namespace, name, cancelled)
 
 
 # ---- Pool ----

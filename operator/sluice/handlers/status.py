@@ -22,6 +22,8 @@ INVALID_SPEC = "InvalidSpec"
 NAME_CONFLICT = "NameConflict"
 TRIGGERED = "Triggered"
 TRIGGER_FAILED = "TriggerFailed"
+BACKFILL_STARTED = "Started"
+BACKFILL_FAILED = "BackfillFailed"
 POOL_SYNCED = "Synced"
 DEFAULT_POOL_PROTECTED = "DefaultPoolProtected"
 

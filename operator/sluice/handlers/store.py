@@ -9,13 +9,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, literal, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import DagNameTaken, SpecCache, sync_dag
-from sluice.db.models import DEFAULT_POOL, Dag, DagRun, DagVersion, SlotPool, TaskInstance
-from sluice.handlers.objects import PoolSpec, RunRef, TriggerRequest
+from sluice.db.models import (
+    DEFAULT_POOL,
+    Backfill,
+    Dag,
+    DagRun,
+    DagVersion,
+    SlotPool,
+    StatusOutbox,
+    StatusSink,
+    TaskInstance,
+)
+from sluice.handlers.objects import BackfillRequest, PoolSpec, RunRef, TriggerRequest
+from sluice.scheduler.backfill import BackfillError, BackfillPlan, create_backfill
 from sluice.scheduler.endings import end_runs
 from sluice.scheduler.triggers import TriggerError, trigger_run
 from sluice.spec.errors import SpecIssue
@@ -89,6 +100,80 @@ def cancel_run(session: Session, ref: RunRef, reason: str, now: datetime) -> str
         return None
     end_runs(session, {run.id: reason}, now)
     return str(run.run_id)
+
+
+def start_backfill(session: Session, request: BackfillRequest, now: datetime) -> BackfillPlan:
+    """The backfill a Backfill object asked for: created once (found again by the object's
+    uid on a retry), on the scheduler's own backfill machinery.
+
+    Raises DagNotRegistered (maybe the DAG object is still being handled) or
+    BackfillError (the backfill cannot be made: no cron schedule, no dates).
+    """
+    owner = session.execute(
+        select(Dag.namespace, Dag.is_active).where(
+            Dag.dag_id == request.dag_id, Dag.current_version_id.is_not(None)
+        )
+    ).one_or_none()
+    if owner is None or not owner.is_active or owner.namespace != request.namespace:
+        raise DagNotRegistered(
+            f"no DAG {request.dag_id!r} in namespace {request.namespace!r}; "
+            "apply its DAG object first (a Backfill runs a DAG of its own namespace)"
+        )
+    existing = session.execute(
+        select(Backfill).where(Backfill.object_uid == request.uid)
+    ).scalar_one_or_none()
+    if existing is not None:
+        return BackfillPlan(existing.id)
+    if request.start is None or request.end is None:
+        raise BackfillError("spec.startDate and spec.endDate are both required")
+    plan = create_backfill(
+        session,
+        SpecCache(),
+        request.dag_id,
+        request.start,
+        request.end,
+        now,
+        max_active_runs=request.max_active_runs,
+        rerun_failed=request.rerun_failed,
+    )
+    session.execute(
+        update(Backfill)
+        .where(Backfill.id == plan.backfill_id)
+        .values(
+            object_namespace=request.namespace, object_name=request.name, object_uid=request.uid
+        )
+    )
+    # Status flows out from here (sluice.status), even when every date had a run already.
+    session.execute(
+        insert(StatusOutbox).from_select(
+            ["kind", "key"],
+            select(literal("backfill"), literal(str(plan.backfill_id))).where(
+                select(StatusSink.id).exists()
+            ),
+        )
+    )
+    return plan
+
+
+def cancel_backfill(session: Session, uid: str, reason: str, now: datetime) -> int:
+    """End the unfinished runs of the backfill a deleted Backfill object made (as a deleted
+    DagRun's run ends); returns how many."""
+    backfill_id = session.execute(
+        select(Backfill.id).where(Backfill.object_uid == uid)
+    ).scalar_one_or_none()
+    if backfill_id is None:
+        return 0
+    runs = list(
+        session.execute(
+            select(DagRun.id)
+            .where(DagRun.backfill_id == backfill_id, DagRun.state.in_(ACTIVE_RUN_STATES))
+            .order_by(DagRun.id)
+            .with_for_update()  # the run rows first, then their tasks (one lock order)
+        ).scalars()
+    )
+    end_runs(session, dict.fromkeys(runs, reason), now)
+    session.execute(update(Backfill).where(Backfill.id == backfill_id).values(completed_at=now))
+    return len(runs)
 
 
 @dataclass(frozen=True)

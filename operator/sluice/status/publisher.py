@@ -31,6 +31,7 @@ only delays status (the rows wait in the outbox; nothing is lost). On start,
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import threading
@@ -45,6 +46,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from sqlalchemy.orm import Session, sessionmaker
 
+from sluice.db.models import ObjectPublication
 from sluice.logs import first_line
 from sluice.status import render, store
 
@@ -156,31 +158,60 @@ class StatusPublisher:
             taken = store.take(session, now, limit=self.batch, lease=self.lease)
             if not taken:
                 return 0
-            ids = [t.dag_run_id for t in taken]
+            runs_taken = [t for t in taken if t.kind == store.RUN]
+            ids = [t.dag_run_id for t in runs_taken]
             runs = store.read_runs(session, ids, self.default_namespace)
             publications = store.read_publications(session, ids)
-            work = []
+            objects = [t for t in taken if t.kind != store.RUN]
+            dags = store.read_dags(session, [t.key for t in objects if t.kind == store.DAG])
+            backfills = store.read_backfills(
+                session, [t.key for t in objects if t.kind == store.BACKFILL]
+            )
+            object_publications = store.read_object_publications(
+                session, [(t.kind, t.key) for t in objects]
+            )
+            work: list[tuple[store.Taken, Callable[[], Outcome], Any]] = []
             for item in taken:
-                publication = publications.get(item.dag_run_id)
-                if item.dag_run_id not in runs or (publication is not None and publication.gone):
+                publication: Any
+                job: Callable[[], Outcome] | None
+                if item.kind == store.RUN:
+                    publication = publications.get(item.dag_run_id)
+                    run = runs.get(item.dag_run_id)
+                    gone = publication is not None and publication.gone
+                    published_at = publication.published_at if publication else None
+                    job = (
+                        None
+                        if run is None or gone
+                        else functools.partial(self._publish, run, publication)
+                    )
+                else:
+                    view = (dags if item.kind == store.DAG else backfills).get(item.key)
+                    seen = object_publications.get((item.kind, item.key))
+                    publication = seen
+                    published_at = seen.published_at if seen else None
+                    job = (
+                        None
+                        if view is None
+                        else functools.partial(self._publish_object, item.kind, view, seen)
+                    )
+                if job is None:
                     store.done(session, item.row_ids)  # deleted, or nowhere to publish it
                     continue
-                if publication is not None and publication.published_at is not None:
-                    ready_at = publication.published_at + timedelta(seconds=self.min_interval)
+                if published_at is not None:
+                    ready_at = published_at + timedelta(seconds=self.min_interval)
                     if ready_at > now:
                         store.release(session, item.row_ids, ready_at)
                         self.counts.deferred += 1
                         continue
-                work.append(item)
-        outcomes: list[tuple[store.Taken, Outcome, Publication]] = []
+                work.append((item, job, publication))
+        outcomes: list[tuple[store.Taken, Outcome, Any]] = []
         down = ""
-        for item in work:
-            publication = publications.get(item.dag_run_id)
+        for item, job, publication in work:
             if down:
                 outcomes.append((item, Outcome("failed", {}, down), publication))
                 continue
             try:
-                outcome = self._publish(runs[item.dag_run_id], publication)
+                outcome = job()
             except ApiDown as exc:
                 down = str(exc)
                 outcome = Outcome("failed", {}, down)
@@ -188,44 +219,102 @@ class StatusPublisher:
         self._record(outcomes)
         return sum(len(t.row_ids) for t in taken)
 
-    def _record(
-        self, outcomes: list[tuple[store.Taken, Outcome, store.Publication | None]]
-    ) -> None:
+    def _record(self, outcomes: list[tuple[store.Taken, Outcome, Any]]) -> None:
         now = self.clock()
         with self.sessions.begin() as session:
             for item, outcome, publication in outcomes:
                 expected = None if publication is None else publication.resource_version
-                if outcome.kind == "published":
-                    store.record(
-                        session, item.dag_run_id, expected_version=expected, values=outcome.values
-                    )
+
+                def record(
+                    values: dict[str, Any],
+                    item: store.Taken = item,
+                    expected: str | None = expected,
+                ) -> None:
+                    if item.kind == store.RUN:
+                        store.record(
+                            session, item.dag_run_id, expected_version=expected, values=values
+                        )
+                    elif values:
+                        store.record_object(
+                            session, item.kind, item.key, expected_version=expected, values=values
+                        )
+
+                if outcome.kind in ("published", "gone"):
+                    record(outcome.values)
                     store.done(session, item.row_ids)
-                    self.counts.published += 1
-                elif outcome.kind == "gone":
-                    store.record(
-                        session, item.dag_run_id, expected_version=expected, values=outcome.values
-                    )
-                    store.done(session, item.row_ids)
+                    if outcome.kind == "published":
+                        self.counts.published += 1
                 elif outcome.kind == "conflict":
                     self.counts.conflicts += 1
                     if outcome.values:
-                        store.record(
-                            session,
-                            item.dag_run_id,
-                            expected_version=expected,
-                            values=outcome.values,
-                        )
+                        record(outcome.values)
                     store.release(session, item.row_ids, now)
                 else:
                     self.counts.failures += 1
                     delay = min(2.0 ** min(item.attempts, 5), MAX_BACKOFF)
                     log.warning(
-                        "could not publish a run's status; trying again",
-                        run=item.dag_run_id,
+                        "could not publish a status; trying again",
+                        kind=item.kind,
+                        key=item.key,
                         retry_in=delay,
                         error=outcome.error,
                     )
                     store.release(session, item.row_ids, now + timedelta(seconds=delay))
+
+    # -- a DAG's or a Backfill's object -------------------------------------------------
+
+    def _publish_object(
+        self,
+        kind: str,
+        view: render.DagView | render.BackfillView,
+        publication: ObjectPublication | None,
+    ) -> Outcome:
+        """Merge-patch the status of a DAG or Backfill object the operator keeps (never its
+        conditions), with the same resourceVersion precondition as a run's."""
+        if isinstance(view, render.DagView):
+            plural, name, status = "dags", view.dag_id, render.dag_status(view)
+        else:
+            plural, name, status = "backfills", view.object_name, render.backfill_status(view)
+        namespace = view.namespace
+        where = {"namespace": namespace, "object_name": name}
+        version = publication.resource_version if publication else None
+        try:
+            if version is None:
+                current = self._get(namespace, name, plural)
+                if current is None:
+                    return Outcome("gone", {})
+                version = current["resource_version"]
+            self.counts.patches += 1
+            response = self._call(
+                self.custom.patch_namespaced_custom_object_status,
+                GROUP,
+                VERSION,
+                namespace,
+                plural,
+                name,
+                {"metadata": {"resourceVersion": version}, "status": status},
+                _content_type="application/merge-patch+json",
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return Outcome("gone", {})
+            if exc.status == 409:
+                current = self._get(namespace, name, plural)
+                if current is None:
+                    return Outcome("gone", {})
+                return Outcome(
+                    "conflict", {**where, "resource_version": current["resource_version"]}
+                )
+            return Outcome("failed", {}, _api_error(exc))
+        return Outcome(
+            "published",
+            {
+                **where,
+                "resource_version": response.get("metadata", {}).get("resourceVersion"),
+                "published_at": self.clock(),
+                "summary": status,
+            },
+        )
 
     # -- one run ------------------------------------------------------------------------
 
@@ -341,10 +430,10 @@ class StatusPublisher:
             return None
         return current["uid"], current["resource_version"], current["generation"]
 
-    def _get(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def _get(self, namespace: str, name: str, plural: str = PLURAL) -> dict[str, Any] | None:
         try:
             found = self._call(
-                self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name
+                self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, plural, name
             )
         except ApiException as exc:
             if exc.status == 404:

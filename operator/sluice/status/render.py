@@ -334,3 +334,74 @@ def _task_events(task: TaskView, old_state: str | None, old_try: int) -> list[Ev
             )
         ]
     return []
+
+
+@dataclass(frozen=True)
+class DagView:
+    dag_id: str
+    namespace: str
+    version: int | None
+    paused: bool
+    active: bool
+    active_runs: int
+    next_logical_date: datetime | None
+    broken_reason: str | None
+    last_run_id: str | None = None
+    last_run_state: str | None = None
+    last_run_logical_date: datetime | None = None
+    last_run_ended_at: datetime | None = None
+
+
+def dag_status(dag: DagView) -> dict[str, Any]:
+    """What the scheduler knows of a DAG, merged beside the operator's `conditions` (this
+    patch never carries conditions, so the Ready condition stays the operator's)."""
+    last = (
+        None
+        if dag.last_run_id is None
+        else {
+            "runId": dag.last_run_id,
+            "state": dag.last_run_state,
+            "logicalDate": timestamp(dag.last_run_logical_date),
+            "endedAt": timestamp(dag.last_run_ended_at),
+        }
+    )
+    return {
+        "version": dag.version,
+        "paused": dag.paused,
+        "activeRuns": dag.active_runs,
+        "lastRun": last,
+        "nextRun": timestamp(dag.next_logical_date)
+        if dag.active and not dag.broken_reason
+        else None,
+        "broken": _clip(dag.broken_reason, 1000) if dag.broken_reason else None,
+    }
+
+
+@dataclass(frozen=True)
+class BackfillView:
+    id: int
+    dag_id: str
+    namespace: str
+    object_name: str
+    runs: dict[str, int]  # run state -> how many of the backfill's runs
+
+
+def backfill_status(backfill: BackfillView) -> dict[str, Any]:
+    """Progress: the backfill's runs by state; `running` while any is queued or running,
+    then `failed` if any failed, else `success` (a backfill with no runs to make is done)."""
+    total = sum(backfill.runs.values())
+    active = backfill.runs.get(RunState.QUEUED, 0) + backfill.runs.get(RunState.RUNNING, 0)
+    done = total - active
+    if active:
+        state = "running"
+    elif backfill.runs.get(RunState.FAILED, 0):
+        state = "failed"
+    else:
+        state = "success"
+    return {
+        "state": state,
+        "runsTotal": total,
+        "runsDone": done,
+        "progress": f"{done}/{total}",
+        "runs": dict(sorted(backfill.runs.items())),
+    }

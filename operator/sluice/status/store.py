@@ -17,37 +17,48 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, select, text, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import delete, func, select, text, tuple_, update
+from sqlalchemy.dialects.postgresql import distinct_on, insert
 from sqlalchemy.orm import Session
 
 from sluice.db.models import (
+    Backfill,
     Dag,
     DagRun,
+    DagVersion,
+    ObjectPublication,
     RunPublication,
     StatusOutbox,
     StatusSink,
     TaskInstance,
 )
-from sluice.status.render import RunView, TaskView
+from sluice.spec.states import ACTIVE_RUN_STATES
+from sluice.status.render import BackfillView, DagView, RunView, TaskView
 
 _TAKE = text(
     """
     UPDATE status_outbox SET not_before = :lease_end, attempts = attempts + 1
      WHERE id IN (SELECT id FROM status_outbox WHERE not_before <= :now
                   ORDER BY not_before, id LIMIT :limit FOR UPDATE SKIP LOCKED)
-    RETURNING id, dag_run_id, attempts
+    RETURNING id, kind, COALESCE(CAST(dag_run_id AS text), key), attempts
     """
 )
+
+RUN, DAG, BACKFILL = "run", "dag", "backfill"
 
 
 @dataclass(frozen=True)
 class Taken:
-    """The outbox rows of one run taken in one cycle (several changes, one publication)."""
+    """The outbox rows of one object taken in one cycle (several changes, one publication)."""
 
-    dag_run_id: int
+    kind: str  # run, dag or backfill
+    key: str  # the run's id, the DAG's id, the backfill's id
     row_ids: list[int]
     attempts: int
+
+    @property
+    def dag_run_id(self) -> int:
+        return int(self.key)
 
 
 @dataclass(frozen=True)
@@ -71,12 +82,13 @@ def take(session: Session, now: datetime, *, limit: int, lease: float) -> list[T
     rows = session.execute(
         _TAKE, {"now": now, "lease_end": now + timedelta(seconds=lease), "limit": limit}
     ).all()
-    by_run: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for row_id, run_id, attempts in rows:
-        by_run[run_id].append((row_id, attempts))
+    by_object: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
+    for row_id, kind, key, attempts in rows:
+        if key is not None:
+            by_object[(kind, key)].append((row_id, attempts))
     return [
-        Taken(run_id, sorted(i for i, _ in items), max(a for _, a in items))
-        for run_id, items in sorted(by_run.items())
+        Taken(kind, key, sorted(i for i, _ in items), max(a for _, a in items))
+        for (kind, key), items in sorted(by_object.items())
     ]
 
 
@@ -245,3 +257,116 @@ def published_recently(session: Session, since: datetime) -> list[tuple[int, str
         )
     ).all()
     return [(row[0], row[1], row[2], row[3]) for row in rows]
+
+
+def read_dags(session: Session, dag_ids: Sequence[str]) -> dict[str, DagView]:
+    """The DAGs that have an object (a namespace), with their active and latest runs."""
+    if not dag_ids:
+        return {}
+    rows = session.execute(
+        select(Dag, DagVersion.version_number)
+        .outerjoin(DagVersion, DagVersion.id == Dag.current_version_id)
+        .where(Dag.dag_id.in_(dag_ids), Dag.namespace.is_not(None))
+    ).all()
+    if not rows:
+        return {}
+    ids = [dag.dag_id for dag, _ in rows]
+    active = dict(
+        session.execute(
+            select(DagRun.dag_id, func.count())
+            .where(DagRun.dag_id.in_(ids), DagRun.state.in_(ACTIVE_RUN_STATES))
+            .group_by(DagRun.dag_id)
+        ).all()
+    )
+    latest = {
+        row.dag_id: row
+        for row in session.execute(
+            select(DagRun.dag_id, DagRun.run_id, DagRun.state, DagRun.logical_date, DagRun.end_date)
+            .where(DagRun.dag_id.in_(ids))
+            .ext(distinct_on(DagRun.dag_id))
+            .order_by(DagRun.dag_id, DagRun.logical_date.desc(), DagRun.id.desc())
+        )
+    }
+    out = {}
+    for dag, version in rows:
+        last = latest.get(dag.dag_id)
+        out[dag.dag_id] = DagView(
+            dag_id=dag.dag_id,
+            namespace=str(dag.namespace),
+            version=version,
+            paused=dag.is_paused,
+            active=dag.is_active,
+            active_runs=int(active.get(dag.dag_id, 0)),
+            next_logical_date=dag.next_logical_date,
+            broken_reason=dag.broken_reason,
+            last_run_id=last.run_id if last else None,
+            last_run_state=last.state if last else None,
+            last_run_logical_date=last.logical_date if last else None,
+            last_run_ended_at=last.end_date if last else None,
+        )
+    return out
+
+
+def read_backfills(session: Session, ids: Sequence[str]) -> dict[str, BackfillView]:
+    """The backfills a Backfill object made, with their runs counted by state."""
+    numbers = [int(i) for i in ids if i.isdigit()]
+    if not numbers:
+        return {}
+    rows = session.execute(
+        select(Backfill).where(Backfill.id.in_(numbers), Backfill.object_name.is_not(None))
+    ).scalars()
+    counts: dict[int, dict[str, int]] = defaultdict(dict)
+    for backfill_id, state, n in session.execute(
+        select(DagRun.backfill_id, DagRun.state, func.count())
+        .where(DagRun.backfill_id.in_(numbers))
+        .group_by(DagRun.backfill_id, DagRun.state)
+    ):
+        if backfill_id is not None:
+            counts[backfill_id][state] = int(n)
+    return {
+        str(b.id): BackfillView(
+            id=b.id,
+            dag_id=b.dag_id,
+            namespace=str(b.object_namespace),
+            object_name=str(b.object_name),
+            runs=counts[b.id],
+        )
+        for b in rows
+    }
+
+
+def read_object_publications(
+    session: Session, keys: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], ObjectPublication]:
+    if not keys:
+        return {}
+    return {
+        (row.kind, row.key): row
+        for row in session.execute(
+            select(ObjectPublication).where(
+                tuple_(ObjectPublication.kind, ObjectPublication.key).in_(keys)
+            )
+        ).scalars()
+    }
+
+
+def record_object(
+    session: Session,
+    kind: str,
+    key: str,
+    *,
+    expected_version: str | None,
+    values: dict[str, Any],
+) -> bool:
+    """As `record`, for a DAG's or a Backfill's object."""
+    statement = (
+        insert(ObjectPublication)
+        .values(kind=kind, key=key, **values)
+        .on_conflict_do_update(
+            index_elements=[ObjectPublication.kind, ObjectPublication.key],
+            set_=values,
+            where=ObjectPublication.resource_version.is_not_distinct_from(expected_version),
+        )
+        .returning(ObjectPublication.kind)
+    )
+    return session.execute(statement).first() is not None
