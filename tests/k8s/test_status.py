@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from .cluster import LOCAL_KUBECONFIG, Cluster
@@ -127,3 +128,80 @@ def test_scheduled_runs_appear_as_dagruns_and_tell_the_truth(fleet: Fleet) -> No
         line.split()[1:2] == ["shown-ok"] and "success" in line for line in table.splitlines()
     )
     print(table)  # what the README's "on a cluster" section shows
+
+
+def test_a_backfill_object_runs_ten_intervals_within_its_limit_and_shows_progress(
+    fleet: Fleet, db_url: str, kubeconfig: Path
+) -> None:
+    """The whole path: a DAG and a Backfill applied with kubectl, the operator takes them
+    in, host-run replicas run every try as a Job and publish DagRun, DAG and Backfill
+    status; deleting the DAG garbage-collects its DagRun objects, and the history stays."""
+    from .test_handlers import Operator
+
+    ns = fleet.namespace
+    operator = Operator(fleet.cluster, ns, db_url, kubeconfig)
+    try:
+        dag = json.loads(_dag("filled", [{"name": "t", "args": ["true"]}]))
+        dag["spec"].update(schedule="@daily", startDate="2026-11-01T00:00:00Z", catchup=False)
+        dag["spec"]["defaults"]["image"] = fleet.cluster.image
+        fleet.cluster.apply(json.dumps(dag), namespace=ns)
+        operator.ready("dag", "filled")
+        fleet.start("a", sync=False)
+        fleet.start("b", sync=False)
+        fill = {
+            "apiVersion": "sluice.io/v1alpha1",
+            "kind": "Backfill",
+            "metadata": {"name": "ten-days"},
+            "spec": {
+                "dagName": "filled",
+                "startDate": "2026-11-10T00:00:00Z",
+                "endDate": "2026-11-19T00:00:00Z",
+                "maxActiveRuns": 2,
+            },
+        }
+        fleet.cluster.apply(json.dumps(fill), namespace=ns)
+        assert operator.ready("backfill", "ten-days")["status"] == "True", operator.output()
+        most = 0
+
+        def finished() -> dict[str, Any] | None:
+            nonlocal most
+            with fleet.sessions() as session:
+                running = session.execute(
+                    text(
+                        "SELECT count(*) FROM dag_run WHERE backfill_id IS NOT NULL"
+                        " AND state = 'running'"
+                    )
+                ).scalar_one()
+            most = max(most, int(running))
+            body = fleet.cluster.get_json("backfill", "ten-days", "-n", ns)
+            status = body.get("status") or {}
+            return status if status.get("state") == "success" else None
+
+        status = wait_for("the backfill to succeed", finished, timeout=600, every=1)
+        assert status["progress"] == "10/10", status
+        assert status["runs"] == {"success": 10}, status
+        assert most <= 2, f"{most} backfill runs ran at once (maxActiveRuns 2)"
+        backfill_runs = _dagruns(fleet, "-l", "sluice.io/run-type=backfill")
+        assert len(backfill_runs) == 10
+        assert all(r["status"]["state"] == "success" for r in backfill_runs)
+        dag_status = fleet.cluster.get_json("dag", "filled", "-n", ns)["status"]
+        assert dag_status["lastRun"]["state"] == "success", dag_status
+        table = fleet.cluster.kubectl("get", "backfills", "-n", ns).stdout
+        assert "10/10" in table, table
+        print(table)
+
+        fleet.cluster.kubectl("-n", ns, "delete", "dag", "filled", "--wait=true", "--timeout=60s")
+        wait_for(
+            "the DAG's DagRun objects to be garbage-collected",
+            lambda: not _dagruns(fleet, "-l", "sluice.io/dag=filled"),
+            timeout=120,
+        )
+        with fleet.sessions() as session:  # the history stays queryable
+            kept = session.execute(
+                text("SELECT count(*) FROM dag_run WHERE dag_id = 'filled'")
+            ).scalar_one()
+        assert kept >= 10
+    finally:
+        for kind in ("backfills", "dagruns", "dags"):
+            fleet.cluster.kubectl("-n", ns, "delete", kind, "--all", "--timeout=60s", check=False)
+        operator.stop()
