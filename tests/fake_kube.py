@@ -34,6 +34,20 @@ def _error(status: int, message: str) -> ApiException:
     return exc
 
 
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386, as the API server applies `application/merge-patch+json`: objects merge
+    key by key, `null` deletes a key, anything else (lists too) replaces."""
+    if not isinstance(patch, dict):
+        return json.loads(json.dumps(patch))
+    merged = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_patch(merged.get(key), value)
+    return merged
+
+
 @dataclass
 class FakeKube:
     objects: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
@@ -124,12 +138,29 @@ class FakeKube:
             expected = (body.get("metadata") or {}).get("resourceVersion")
             if expected is not None and expected != found["metadata"]["resourceVersion"]:
                 raise _error(409, "the object has been modified")
-            found["status"] = json.loads(json.dumps(body["status"]))
+            found["status"] = merge_patch(found.get("status") or {}, body["status"])
             found["metadata"]["resourceVersion"] = str(next(self._versions))
             return _ok(found)
 
     def delete(self, namespace: str, name: str) -> None:
         del self.objects[("dagruns", namespace, name)]
+
+    def add_pool(self, name: str) -> None:
+        self.objects[("pools", "", name)] = {
+            "metadata": {"name": name, "uid": str(uuid.uuid4()), "resourceVersion": "0"}
+        }
+
+    def get_cluster_custom_object(
+        self, group: str, version: str, plural: str, name: str, **kwargs: Any
+    ) -> _Response:
+        return self.get_namespaced_custom_object(group, version, "", plural, name, **kwargs)
+
+    def patch_cluster_custom_object_status(
+        self, group: str, version: str, plural: str, name: str, body: dict[str, Any], **kwargs: Any
+    ) -> _Response:
+        return self.patch_namespaced_custom_object_status(
+            group, version, "", plural, name, body, **kwargs
+        )
 
     # -- CoreV1Api --------------------------------------------------------------------
 

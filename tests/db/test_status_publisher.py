@@ -413,7 +413,7 @@ def test_a_backfill_objects_progress_and_its_dags_status_are_published(
         "runsTotal": 5,
         "runsDone": 5,
         "progress": "5/5",
-        "runs": {"success": 5},
+        "runs": {"queued": 0, "running": 0, "success": 5, "failed": 0},
     }
     dag = kube.objects[("dags", NS, "daily")]["status"]
     assert dag["activeRuns"] == 0
@@ -450,3 +450,35 @@ def test_deleting_a_backfill_cancels_its_unfinished_runs(sessions: sessionmaker[
     with sessions.begin() as session:  # and a retried create finds the backfill it made
         again = store_backfill(session, _backfill_request("weekly", "b-2", 7), clock.now)
         assert again.created == []
+
+
+def test_pool_objects_show_their_usage_and_are_patched_only_when_it_changes(
+    sessions: sessionmaker[Session],
+) -> None:
+    kube = FakeKube()
+    kube.add_pool("gpu")
+    pub = publisher(sessions, kube)
+    with sessions.begin() as session:
+        session.execute(
+            text("INSERT INTO slot_pool (name, slots, description) VALUES ('gpu', 2, '')")
+        )
+    register_in(
+        sessions, manifest("pooled", [{"name": "a", "pool": "gpu"}, {"name": "b", "pool": "gpu"}])
+    )
+    clock = FakeClock()
+    trigger(sessions, "pooled", clock.now)
+    executor = ScriptedExecutor()
+    executor.hold = {"a", "b"}
+    loop = make_loop(sessions, executor, clock)
+    for _ in range(5):
+        loop.tick()
+    assert pub.publish_pools() == 1
+    gpu = kube.objects[("pools", "", "gpu")]["status"]
+    assert gpu == {"slots": 2, "running": 2, "queued": 0, "open": 0}
+    patches = sum(1 for verb, _ in kube.calls if verb == "patch")
+    assert pub.publish_pools() == 0  # nothing changed: no patch
+    assert sum(1 for verb, _ in kube.calls if verb == "patch") == patches
+    executor.hold = set()
+    run_until_idle(loop)
+    pub.publish_pools()
+    assert kube.objects[("pools", "", "gpu")]["status"]["running"] == 0

@@ -57,7 +57,7 @@ def test_examples_pass_the_schema_and_show_columns(crds: Cluster, k8s_namespace:
     assert stored["spec"]["tasks"][2]["env"] == [{"name": "GREETING", "value": "hello"}]
     out = crds.kubectl("-n", k8s_namespace, "get", "dags").stdout
     assert out.split("\n")[0].split() == [
-        "NAME", "SCHEDULE", "PAUSED", "ACTIVE", "RUNS", "LAST", "RUN", "READY", "AGE",
+        "NAME", "SCHEDULE", "PAUSED", "ACTIVE", "LAST", "RUN", "NEXT", "RUN", "READY", "AGE",
     ]  # fmt: skip
     assert "@hourly" in out
     category = crds.kubectl("-n", k8s_namespace, "get", "sluice").stdout
@@ -147,7 +147,9 @@ def test_dagrun_dag_name_is_immutable_and_columns(crds: Cluster, k8s_namespace: 
     assert "spec.dagName" in patched.stderr
     assert "dagName cannot change" in patched.stderr
     header = crds.kubectl("-n", k8s_namespace, "get", "dagruns").stdout.split("\n")[0]
-    assert header.split() == ["NAME", "DAG", "TYPE", "LOGICAL", "DATE", "STATE", "TASKS", "AGE"]
+    assert header.split() == [
+        "NAME", "DAG", "TYPE", "LOGICAL", "DATE", "STATE", "TASKS", "DURATION", "AGE",
+    ]  # fmt: skip
     crds.kubectl("-n", k8s_namespace, "delete", "dagrun", "r1")
 
 

@@ -321,9 +321,13 @@ def test_operator_replicas_peer_and_one_serves_at_a_time(
         command = [sluice, "operator", *peering, "--priority", str(priority)]
         return Operator(k8s_cluster, k8s_namespace, db_url, kubeconfig, command)
 
-    high, low = start(20), start(10)
+    high, low = start(20), None
     try:
-        wait_for("the low replica to pause", lambda: "Pausing operations" in low.output())
+        # A replica starts paused and resumes once no peer outranks it (kopf logs that).
+        wait_for("the high replica to serve", lambda: "Resuming operations" in high.output(), 60)
+        low = start(10)
+        wait_for("the low replica to start", lambda: "peering_settings" in low.output(), 60)
+        time.sleep(3)  # it has seen the high one's record (kept fresh every few seconds)
         k8s_cluster.apply(_dag("peer-one"), namespace=k8s_namespace)
         assert high.ready("dag", "peer-one")["status"] == "True", high.output()
         assert "dag_applied" in high.output()
@@ -331,7 +335,6 @@ def test_operator_replicas_peer_and_one_serves_at_a_time(
 
         high.stop()
         k8s_cluster.apply(_dag("peer-two"), namespace=k8s_namespace)
-        wait_for("the low replica to resume", lambda: "Resuming operations" in low.output(), 60)
         assert low.ready("dag", "peer-two")["status"] == "True", low.output()
         assert "dag_applied" in low.output()
     finally:
@@ -340,4 +343,5 @@ def test_operator_replicas_peer_and_one_serves_at_a_time(
                 "-n", k8s_namespace, "delete", kind, "--all", "--timeout=30s", check=False
             )
         for replica in (high, low):
-            replica.stop()
+            if replica is not None:
+                replica.stop()

@@ -367,6 +367,7 @@ def _pool_schema() -> Schema:
         "properties": {
             "conditions": _conditions(),
             "observedGeneration": _int(minimum=0, format="int64"),
+            "slots": _int(minimum=0, description="the slots in the database"),
             "running": _int(minimum=0),
             "queued": _int(minimum=0),
             "open": _int(description="slots minus running and queued; negative when shrunk"),

@@ -273,9 +273,7 @@ def pool_usage(session: Session, name: str, slots: int) -> PoolUsage:
                 TaskInstance.state.in_([TaskState.RUNNING, TaskState.QUEUED]),
             )
             .group_by(TaskInstance.state)
-        )
-        .tuples()
-        .all()
+        ).all()
     )
     return PoolUsage(slots, int(used.get(TaskState.RUNNING, 0)), int(used.get(TaskState.QUEUED, 0)))
 

@@ -35,6 +35,7 @@ import functools
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -55,6 +56,7 @@ log = structlog.get_logger("sluice.status")
 GROUP = "sluice.io"
 VERSION = "v1alpha1"
 PLURAL = "dagruns"
+POOL = "pool"
 TIMEOUT = (5, 10)
 MAX_BACKOFF = 30.0
 DAG_UID_TTL = 60.0
@@ -103,6 +105,7 @@ class StatusPublisher:
         min_interval: float = 1.0,
         lease: float = 30.0,
         horizon: timedelta = timedelta(hours=24),
+        pool_interval: float = 5.0,
     ) -> None:
         self.sessions = sessions
         self.clock = clock
@@ -112,6 +115,7 @@ class StatusPublisher:
         self.min_interval = min_interval
         self.lease = lease
         self.horizon = horizon
+        self.pool_interval = pool_interval
         api = api_client()
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
@@ -137,11 +141,15 @@ class StatusPublisher:
     def _run(self) -> None:
         pause = self.interval
         resynced = False
+        pools_at = 0.0
         while not self._stop.is_set():
             try:
                 if not resynced:
                     self.resync()
                     resynced = True
+                if time.monotonic() - pools_at >= self.pool_interval:
+                    pools_at = time.monotonic()
+                    self.publish_pools()
                 full = self.run_once() >= self.batch
                 pause = 0.0 if full else self.interval
             except Exception as exc:  # the database or the API server; never the loop's
@@ -260,6 +268,74 @@ class StatusPublisher:
                         error=outcome.error,
                     )
                     store.release(session, item.row_ids, now + timedelta(seconds=delay))
+
+    # -- pools --------------------------------------------------------------------------
+
+    def publish_pools(self) -> int:
+        """Patch each Pool object whose usage changed since it was last published (every
+        `pool_interval`: a pool's counts move with every claim, so they are sampled, not
+        enqueued per change). Returns how many were patched."""
+        now = self.clock()
+        with self.sessions.begin() as session:
+            usage = store.pools_in_use(session)
+            seen = store.read_object_publications(session, [(POOL, name) for name in usage])
+        patched = 0
+        for name, (slots, running, queued) in sorted(usage.items()):
+            status = {"slots": slots, "running": running, "queued": queued}
+            status["open"] = slots - running - queued
+            publication = seen.get((POOL, name))
+            last = publication.published_at if publication is not None else None
+            if publication is not None and publication.summary == status:
+                continue
+            if last is not None and (now - last).total_seconds() < self.min_interval:
+                continue
+            values = self._publish_pool(name, status, publication)
+            if values is None:
+                continue
+            expected = None if publication is None else publication.resource_version
+            with self.sessions.begin() as session:
+                store.record_object(session, POOL, name, expected_version=expected, values=values)
+            patched += values["resource_version"] is not None
+        return patched
+
+    def _publish_pool(
+        self, name: str, status: dict[str, Any], publication: ObjectPublication | None
+    ) -> dict[str, Any] | None:
+        """The publication to record (None: try again next time)."""
+        where = {"namespace": "", "object_name": name, "published_at": self.clock()}
+        version = publication.resource_version if publication else None
+        try:
+            if version is None:
+                found = self._call(
+                    self.custom.get_cluster_custom_object, GROUP, VERSION, "pools", name
+                )
+                version = found["metadata"]["resourceVersion"]
+            self.counts.patches += 1
+            response = self._call(
+                self.custom.patch_cluster_custom_object_status,
+                GROUP,
+                VERSION,
+                "pools",
+                name,
+                {"metadata": {"resourceVersion": version}, "status": status},
+                _content_type="application/merge-patch+json",
+            )
+        except ApiException as exc:
+            if exc.status == 404:  # a pool with no object (the default one, or from the CLI)
+                return {**where, "resource_version": None, "summary": status}
+            if exc.status == 409:
+                self.counts.conflicts += 1
+                return {**where, "resource_version": None, "summary": None}
+            log.warning("could not publish a pool's status", pool=name, error=_api_error(exc))
+            return None
+        except ApiDown as exc:
+            log.warning("could not publish a pool's status", pool=name, error=str(exc))
+            return None
+        return {
+            **where,
+            "resource_version": response.get("metadata", {}).get("resourceVersion"),
+            "summary": status,
+        }
 
     # -- a DAG's or a Backfill's object -------------------------------------------------
 

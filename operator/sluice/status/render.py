@@ -242,7 +242,8 @@ def status_of(run: RunView, generation: int | None = None) -> dict[str, Any]:
         "tasksDone": run.tasks_done,
         "tasksTotal": run.tasks_total,
         "tasks": f"{run.tasks_done}/{run.tasks_total}",
-        "taskCounts": dict(sorted(counts.items())),
+        # Every state, zeros included: a merge patch keeps keys it does not name.
+        "taskCounts": {state.value: counts.get(state.value, 0) for state in TaskState},
         "taskInstances": [_entry(t) for t in sorted(shown, key=lambda t: t.name)],
         "taskInstancesOmitted": len(chosen) - len(shown),
         "conditions": _conditions(run, generation),
@@ -403,5 +404,6 @@ def backfill_status(backfill: BackfillView) -> dict[str, Any]:
         "runsTotal": total,
         "runsDone": done,
         "progress": f"{done}/{total}",
-        "runs": dict(sorted(backfill.runs.items())),
+        # Every state, zeros included: a merge patch keeps keys it does not name.
+        "runs": {state.value: backfill.runs.get(state.value, 0) for state in RunState},
     }

@@ -28,6 +28,7 @@ from sluice.db.models import (
     DagVersion,
     ObjectPublication,
     RunPublication,
+    SlotPool,
     StatusOutbox,
     StatusSink,
     TaskInstance,
@@ -370,3 +371,19 @@ def record_object(
         .returning(ObjectPublication.kind)
     )
     return session.execute(statement).first() is not None
+
+
+def pools_in_use(session: Session) -> dict[str, tuple[int, int, int]]:
+    """Every pool: (slots, slots of running tries, slots of queued tries)."""
+    used: dict[tuple[str, str], int] = {
+        (pool, state): int(n)
+        for pool, state, n in session.execute(
+            select(TaskInstance.pool, TaskInstance.state, func.sum(TaskInstance.pool_slots))
+            .where(TaskInstance.state.in_(("running", "queued")))
+            .group_by(TaskInstance.pool, TaskInstance.state)
+        )
+    }
+    return {
+        name: (slots, used.get((name, "running"), 0), used.get((name, "queued"), 0))
+        for name, slots in session.execute(select(SlotPool.name, SlotPool.slots))
+    }
