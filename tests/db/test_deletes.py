@@ -10,12 +10,20 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.models import DagRun, SlotPool, TaskInstance, TaskTry
 from sluice.handlers.objects import PoolSpec, RunRef
-from sluice.handlers.store import cancel_run, deactivate_dag, delete_pool, upsert_pool
+from sluice.handlers.store import (
+    MarkRefused,
+    cancel_run,
+    deactivate_dag,
+    delete_pool,
+    mark_run_as,
+    upsert_pool,
+)
 from sluice.spec.states import RunState, TaskState
 from tests.support import (
     FakeClock,
@@ -190,3 +198,44 @@ def test_a_users_dagrun_object_is_found_by_its_name(sessions: sessionmaker[Sessi
         assert cancel_run(session, ref, "cancelled", clock.now) is not None
     with sessions() as session:
         assert [r.state for r in runs(session, "byname")] == [RunState.FAILED]
+
+
+def test_marking_a_run_failed_or_success_ends_it_as_airflows_mark_run_as(
+    sessions: sessionmaker[Session],
+) -> None:
+    clock = FakeClock()
+    register(sessions, manifest("marked", chain("a", "b")), clock.now)
+    failing = trigger(sessions, "marked", clock.now, run_id="manual__fail__1")
+    executor = ScriptedExecutor()
+    executor.hold = {"a"}
+    loop = make_loop(sessions, executor, clock)
+    for _ in range(5):
+        loop.tick()
+    ref = RunRef(dag_id="marked", run_id="manual__fail__1", object_name="x")
+    with sessions.begin() as session:
+        message = mark_run_as(session, ref, "failed", clock.now)
+    assert message.startswith("run manual__fail__1 marked failed")
+    with sessions() as session:
+        assert task_states(session, "marked") == {"a": "failed", "b": "skipped"}
+        (run,) = runs(session, "marked")
+        assert (run.id, run.state, run.tasks_done) == (failing, "failed", 2)
+        tries = session.execute(select(TaskTry.state)).scalars().all()
+        assert tries == ["failed"]
+    clock.advance(seconds=10)
+    loop.tick()
+    assert executor.killed, "the running try was not stopped"
+    # An ended run is not marked again.
+    with sessions.begin() as session, pytest.raises(MarkRefused, match="already ended as failed"):
+        mark_run_as(session, ref, "success", clock.now)
+
+    trigger(sessions, "marked", clock.now, run_id="manual__ok__2")
+    ok = RunRef(dag_id="marked", run_id="manual__ok__2", object_name="y")
+    with sessions.begin() as session:
+        mark_run_as(session, ok, "success", clock.now)
+    with sessions() as session:
+        (done,) = [r for r in runs(session, "marked") if r.run_id == "manual__ok__2"]
+        assert done.state == "success"
+        states = session.execute(
+            select(TaskInstance.state).where(TaskInstance.dag_run_id == done.id)
+        ).scalars()
+        assert set(states) == {"success"}

@@ -262,6 +262,25 @@ def test_dagrun_creates_a_run(
             return session.scalars(select(Dag.is_paused).where(Dag.dag_id == "hello")).one() or None
 
     wait_for("the DAG paused in the database", paused)
+    # ... `spec.state` marks a run as Airflow's "mark run as" does ...
+    marked = {**run, "metadata": {"name": "to-mark"}, "spec": {"dagName": "hello"}}
+    k8s_cluster.apply(json.dumps(marked), namespace=ns)
+    run_id = operator.ready("dagrun", "to-mark")["_status"]["runId"]
+    k8s_cluster.kubectl(
+        "-n", ns, "patch", "dagrun", "to-mark", "--type=merge", "-p", '{"spec":{"state":"failed"}}'
+    )  # fmt: skip
+
+    def marked_condition() -> dict[str, Any] | None:
+        body = operator.get("dagrun", "to-mark") or {}
+        found = [c for c in body.get("status", {}).get("conditions", []) if c["type"] == "Marked"]
+        return found[0] if found else None
+
+    condition = wait_for("the Marked condition", marked_condition)
+    assert condition["status"] == "True", condition
+    with sessions() as session:
+        assert (
+            session.scalars(select(DagRun.state).where(DagRun.run_id == run_id)).one() == "failed"
+        )
     # ... and deleting the DagRun of a run that has not ended cancels the run (ADR 0018).
     k8s_cluster.kubectl("-n", ns, "delete", "dagrun", "by-hand", "--wait=true", "--timeout=60s")
     with sessions() as session:

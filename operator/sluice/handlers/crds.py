@@ -284,6 +284,13 @@ def _dagrun_schema() -> Schema:
                 },
             ),
             "conf": _free_object("the run's conf (SLUICE_CONF in each task)"),
+            "state": {
+                "type": "string",
+                "enum": ["success", "failed"],
+                "description": "mark the run as this, as Airflow's \"mark run as\" does: "
+                "success makes its unfinished tasks succeed; failed fails its running tasks "
+                "and skips the rest (the Marked condition says what happened)",
+            },
             "logicalDate": {
                 "type": "string",
                 "format": "date-time",

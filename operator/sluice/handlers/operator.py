@@ -219,6 +219,29 @@ def dagrun_created(
     )
 
 
+@kopf.on.field(GROUP, VERSION, "dagruns", field="spec.state")
+def dagrun_marked(body: kopf.Body, meta: kopf.Meta, patch: kopf.Patch, new: Any, **_: Any) -> None:
+    """`spec.state: success|failed` marks the run as Airflow's "mark run as" does; the
+    outcome is the `Marked` condition (the run's own state flows out as usual)."""
+    ref = objects.run_ref(body)
+    if new not in ("success", "failed") or ref is None:
+        return
+    now = _now()
+    ok = True
+    try:
+        with transaction() as session:
+            message = store.mark_run_as(session, ref, str(new), now)
+    except store.MarkRefused as exc:
+        ok, message = False, str(exc)
+        kopf.warn(body, reason=status.MARK_REFUSED, message=status.event_message(message))
+    conditions = [
+        c for c in (body.get("status") or {}).get("conditions", []) if c.get("type") != "Marked"
+    ]
+    reason = status.MARKED if ok else status.MARK_REFUSED
+    marked = status.condition("Marked", ok, reason, message, _generation(meta), now)
+    _set_status(patch, {"conditions": [*conditions, marked]})
+
+
 @kopf.on.delete(GROUP, VERSION, "dagruns")
 def dagrun_deleted(body: kopf.Body, name: str | None, namespace: str | None, **_: Any) -> None:
     """Deleting the object of a run that has not ended cancels the run (ADR 0018)."""

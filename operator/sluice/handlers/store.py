@@ -27,7 +27,7 @@ from sluice.db.models import (
 )
 from sluice.handlers.objects import BackfillRequest, PoolSpec, RunRef, TriggerRequest
 from sluice.scheduler.backfill import BackfillError, BackfillPlan, create_backfill
-from sluice.scheduler.endings import end_runs
+from sluice.scheduler.endings import end_runs, mark_run
 from sluice.scheduler.triggers import TriggerError, trigger_run
 from sluice.spec.errors import SpecIssue
 from sluice.spec.models import DagManifest
@@ -80,6 +80,34 @@ def deactivate_dag(session: Session, dag_id: str, namespace: str | None) -> bool
         .values(is_active=False)
     )
     return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+class MarkRefused(ValueError):
+    """The run cannot be marked (ended already, or not found), with the reason."""
+
+
+def mark_run_as(session: Session, ref: RunRef, target: str, now: datetime) -> str:
+    """Mark the run a DagRun object shows `success` or `failed` (its `spec.state`);
+    returns the message for its condition. Raises MarkRefused."""
+    where = (
+        DagRun.run_id == ref.run_id
+        if ref.run_id is not None
+        else DagRun.object_name == ref.object_name
+    )
+    run = session.execute(
+        select(DagRun.id, DagRun.run_id, DagRun.state)
+        .where(DagRun.dag_id == ref.dag_id, where)
+        .with_for_update()  # the run row first, then its tasks (one lock order)
+    ).first()
+    if run is None:
+        raise MarkRefused(f"no run of DAG {ref.dag_id!r} for this object")
+    if run.state == target:
+        return f"run {run.run_id} is {target}"
+    if run.state not in ACTIVE_RUN_STATES:
+        raise MarkRefused(f"run {run.run_id} already ended as {run.state}; it stays {run.state}")
+    reason = f"marked {target} (spec.state of the DagRun object)"
+    mark_run(session, run.id, target, reason, now)
+    return f"run {run.run_id} marked {target}: its unfinished tasks ended with the reason"
 
 
 def cancel_run(session: Session, ref: RunRef, reason: str, now: datetime) -> str | None:

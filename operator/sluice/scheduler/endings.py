@@ -103,3 +103,44 @@ def deleted_dag(dag_id: str) -> str:
         f"DAG {dag_id!r} was deleted (dag.is_active is false), so its runs end:"
         " apply the DAG again and trigger a new run"
     )
+
+
+# Airflow's "mark run as": success makes every unfinished task a success; failed fails the
+# running ones and skips the rest. The run ends in that state with every task counted done.
+_MARK_RUN = Prepared(
+    """
+    WITH marked AS (
+        UPDATE task_instance t SET
+            state = CASE WHEN :target = 'success' THEN 'success'
+                         WHEN t.state = 'running' THEN 'failed'
+                         ELSE 'skipped' END,
+            end_date = :now, reason = :reason, needs_eval = false
+        WHERE t.dag_run_id = :run AND t.state = ANY(:unfinished)
+        RETURNING t.id
+    )
+    UPDATE dag_run r SET state = :target, end_date = :now,
+        tasks_done = r.tasks_done + (SELECT count(*) FROM marked)
+    WHERE r.id = :run AND r.state IN ('queued', 'running')
+    """
+)
+
+_MARK_TRIES = Prepared(
+    """
+    UPDATE task_try tt SET state = t.state, end_date = :now, reason = t.reason
+    FROM task_instance t
+    WHERE t.dag_run_id = :run AND t.end_date = :now AND t.reason = :reason
+      AND tt.task_instance_id = t.id AND tt.try_number = t.try_number
+      AND tt.end_date IS NULL
+    """
+)
+
+
+def mark_run(session: Session, run_id: int, target: str, reason: str, now: datetime) -> None:
+    """Mark an unfinished run `success` or `failed` as Airflow's "mark run as" does; the
+    caller has locked the run row. Tries still running are stopped by the replicas that
+    run them (their fence: the try is no longer the running one)."""
+    if target not in ("success", "failed"):
+        raise ValueError(f"a run can be marked success or failed, not {target!r}")
+    values = {"run": run_id, "target": target, "reason": reason, "now": now}
+    _MARK_RUN(session, {**values, "unfinished": _UNFINISHED})
+    _MARK_TRIES(session, {"run": run_id, "now": now, "reason": reason})
