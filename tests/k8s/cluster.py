@@ -91,8 +91,11 @@ class Cluster:
         self.kubectl(*ns, "apply", "-f", "-", input=manifest)
 
 
-def restart_apiserver(cluster_dir: Path = CLUSTER_DIR, timeout: float = 120) -> None:
-    """Stop the local cluster's kube-apiserver and start it again with the same command line.
+def restart_apiserver(
+    cluster_dir: Path = CLUSTER_DIR, timeout: float = 120, down_for: float = 0.0
+) -> None:
+    """Stop the local cluster's kube-apiserver and start it again with the same command line
+    (after `down_for` seconds without one).
 
     Its watch cache starts over at the current revision, so a watch resumed from
     an older one gets `410 Gone`, and every open watch breaks. Runs in the
@@ -110,6 +113,7 @@ def restart_apiserver(cluster_dir: Path = CLUSTER_DIR, timeout: float = 120) -> 
         time.sleep(0.2)
     if Path(f"/proc/{pid}").exists():
         os.kill(pid, signal.SIGKILL)
+    time.sleep(down_for)
     with (cluster_dir / "logs" / "kube-apiserver.log").open("ab") as log:
         proc = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

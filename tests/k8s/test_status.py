@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
-from .cluster import LOCAL_KUBECONFIG, Cluster
+from .cluster import LOCAL_KUBECONFIG, Cluster, restart_apiserver
 from .replicas import wait_for
 from .test_crds import apply_crds
 from .test_job_executor import Fleet, netns
@@ -205,3 +205,43 @@ def test_a_backfill_object_runs_ten_intervals_within_its_limit_and_shows_progres
         for kind in ("backfills", "dagruns", "dags"):
             fleet.cluster.kubectl("-n", ns, "delete", kind, "--all", "--timeout=60s", check=False)
         operator.stop()
+
+
+def test_objects_catch_up_after_the_api_server_was_down(fleet: Fleet) -> None:
+    """The API server stopped for 30 s mid-run: the loop went on (its heartbeat moved), the
+    running task finished meanwhile, and the DagRun object caught up with the database."""
+    fleet.add_dag(
+        "outage",
+        _dag(
+            "outage",
+            [
+                {"name": "a", "args": ["sleep 15"]},
+                {"name": "b", "args": ["echo b"], "dependsOn": ["a"]},
+            ],
+        ),
+    )
+    replica = fleet.start("a")
+
+    def running_object() -> dict[str, Any] | None:
+        for item in _dagruns(fleet, "-l", "sluice.io/dag=outage"):
+            if (item.get("status") or {}).get("state") == "running":
+                return item
+        return None
+
+    wait_for("the run's object to show it running", running_object, timeout=120)
+    fleet.wait_task("outage", "a", lambda t: t.state == "running", "task a running")
+
+    def beat() -> Any:
+        with fleet.sessions() as session:
+            return session.execute(
+                text("SELECT latest_heartbeat FROM scheduler_job WHERE id = :id"),
+                {"id": replica.job_id},
+            ).scalar_one()
+
+    before = beat()
+    restart_apiserver(down_for=30)
+    assert (beat() - before).total_seconds() >= 20, "the loop stopped while the API server was down"
+    assert fleet.wait_run("outage", ("success", "failed"), timeout=240) == "success"
+    ended = wait_for("the object to catch up", lambda: _ended(fleet, "outage"), timeout=120)
+    assert ended["status"]["state"] == "success", ended["status"]
+    assert ended["status"]["tasks"] == "2/2"
