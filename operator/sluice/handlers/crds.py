@@ -287,7 +287,7 @@ def _dagrun_schema() -> Schema:
             "state": {
                 "type": "string",
                 "enum": ["success", "failed"],
-                "description": "mark the run as this, as Airflow's \"mark run as\" does: "
+                "description": 'mark the run as this, as Airflow\'s "mark run as" does: '
                 "success makes its unfinished tasks succeed; failed fails its running tasks "
                 "and skips the rest (the Marked condition says what happened)",
             },

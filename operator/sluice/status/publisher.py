@@ -145,8 +145,8 @@ class StatusPublisher:
         while not self._stop.is_set():
             try:
                 if not resynced:
-                    self.resync()
-                    resynced = True
+                    resynced = True  # once: a failed resync must not stop publishing
+                    self._resync_logged()
                 if time.monotonic() - pools_at >= self.pool_interval:
                     pools_at = time.monotonic()
                     self.publish_pools()
@@ -577,6 +577,12 @@ class StatusPublisher:
 
     # -- start-up -----------------------------------------------------------------------
 
+    def _resync_logged(self) -> None:
+        try:
+            self.resync()
+        except Exception as exc:
+            log.warning("status resync failed; publishing goes on", error=first_line(exc))
+
     def resync(self) -> int:
         """Enqueue every run whose object may not show the database's state: never
         published, last published in another state, or whose object says otherwise."""
@@ -589,9 +595,15 @@ class StatusPublisher:
             by_namespace.setdefault(namespace, {})[name] = (run_id, state)
         stale: list[int] = []
         for namespace, expected in by_namespace.items():
-            listed = self._call(
-                self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL
-            )
+            try:
+                listed = self._call(
+                    self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL
+                )
+            except ApiException as exc:
+                log.warning(
+                    "status resync: cannot list DagRuns", namespace=namespace, error=_api_error(exc)
+                )
+                continue
             shown = {
                 item["metadata"]["name"]: (item.get("status") or {}).get("state")
                 for item in listed.get("items", [])
