@@ -482,3 +482,23 @@ def test_pool_objects_show_their_usage_and_are_patched_only_when_it_changes(
     run_until_idle(loop)
     pub.publish_pools()
     assert kube.objects[("pools", "", "gpu")]["status"]["running"] == 0
+
+
+def test_rows_a_dead_publisher_took_come_back_after_the_lease(
+    sessions: sessionmaker[Session],
+) -> None:
+    """A replica that took rows and died before publishing loses nothing: the rows were
+    leased, not deleted, and another publisher takes them once the lease ends."""
+    kube = FakeKube()
+    clock = Clock()
+    survivor = publisher(sessions, kube, clock, lease=30.0)
+    register_in(sessions, manifest("leased", [{"name": "a"}]))
+    trigger(sessions, "leased", FakeClock().now)
+    with sessions.begin() as session:  # the dead one's take, never published
+        assert store.take(session, clock(), limit=100, lease=30.0)
+    assert survivor.run_once() == 0  # leased: not ready yet
+    assert kube.dagruns() == []
+    clock.advance(31)
+    drain(survivor)
+    (obj,) = kube.dagruns()
+    assert obj["status"]["state"] == "queued"

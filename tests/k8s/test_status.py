@@ -190,6 +190,44 @@ def test_a_backfill_object_runs_ten_intervals_within_its_limit_and_shows_progres
         assert "10/10" in table, table
         print(table)
 
+        # Deleting a Backfill that has not ended cancels its runs that have not ended.
+        slow = json.loads(_dag("slow", [{"name": "t", "args": ["sleep 600"]}]))
+        slow["spec"].update(schedule="@daily", startDate="2026-11-01T00:00:00Z", catchup=False)
+        slow["spec"]["defaults"]["image"] = fleet.cluster.image
+        fleet.cluster.apply(json.dumps(slow), namespace=ns)
+        operator.ready("dag", "slow")
+        doomed = {
+            **fill,
+            "metadata": {"name": "doomed"},
+            "spec": {**fill["spec"], "dagName": "slow", "maxActiveRuns": 1},
+        }
+        fleet.cluster.apply(json.dumps(doomed), namespace=ns)
+        backfill_id = operator.ready("backfill", "doomed")["_status"]["backfillId"]
+
+        def backfill_runs(state: str) -> int:
+            with fleet.sessions() as session:
+                return int(
+                    session.execute(
+                        text("SELECT count(*) FROM dag_run WHERE backfill_id = :b AND state = :s"),
+                        {"b": backfill_id, "s": state},
+                    ).scalar_one()
+                )
+
+        wait_for("a run of the slow backfill to run", lambda: backfill_runs("running"), 120)
+        fleet.cluster.kubectl("-n", ns, "delete", "backfill", "doomed", "--timeout=60s")
+        assert backfill_runs("failed") == 10, "every unfinished run of it ends"
+        with fleet.sessions() as session:
+            reasons = set(
+                session.execute(
+                    text(
+                        "SELECT DISTINCT t.reason FROM task_instance t JOIN dag_run r"
+                        " ON r.id = t.dag_run_id WHERE r.backfill_id = :b"
+                    ),
+                    {"b": backfill_id},
+                ).scalars()
+            )
+        assert reasons == {f"cancelled: its Backfill object {ns}/doomed was deleted"}, reasons
+
         fleet.cluster.kubectl("-n", ns, "delete", "dag", "filled", "--wait=true", "--timeout=60s")
         wait_for(
             "the DAG's DagRun objects to be garbage-collected",
