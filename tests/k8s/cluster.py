@@ -127,3 +127,20 @@ def restart_apiserver(
         assert proc.poll() is None, "kube-apiserver exited after its restart"
         assert time.monotonic() < deadline, "kube-apiserver not ready after its restart"
         time.sleep(0.5)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+CRDS = ROOT / "crds"
+EXAMPLES = ROOT / "examples"
+CRD_NAMES = ["dags", "dagruns", "pools", "backfills"]
+
+
+def apply_crds(cluster: Cluster) -> None:
+    """Apply crds/ (idempotent) and wait until every Sluice kind is served."""
+    cluster.kubectl("apply", "-f", str(CRDS))
+    cluster.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        *[f"crd/{name}.sluice.io" for name in CRD_NAMES],
+    )

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy.orm import Session, sessionmaker
 
 from . import netns
 from .cluster import (
@@ -39,9 +40,11 @@ from .cluster import (
     LOCAL_KUBECONFIG,
     START_TIMEOUT,
     Cluster,
+    apply_crds,
     kubectl_binary,
     reachable,
 )
+from .fleet import Fleet
 
 
 def _can_start_local() -> str | None:
@@ -165,3 +168,23 @@ def k8s_namespace(k8s_cluster: Cluster, kubeconfig: Path) -> Iterator[str]:
         yield name
     finally:
         k8s_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def fleet(
+    k8s_cluster: Cluster,
+    kubeconfig: Path,
+    k8s_namespace: str,
+    db_url: str,
+    sessions: sessionmaker[Session],
+    tmp_path: Path,
+) -> Iterator[Fleet]:
+    """Host-run scheduler replicas for one test (tests/k8s/fleet.py), stopped after it."""
+    if Path(k8s_cluster.kubeconfig) != LOCAL_KUBECONFIG or not netns.exists():
+        pytest.skip("host-run replicas need the local cluster (their task API is on its node)")
+    apply_crds(k8s_cluster)  # the replicas publish their runs to DagRun objects
+    running = Fleet(k8s_cluster, k8s_namespace, db_url, sessions, tmp_path)
+    try:
+        yield running
+    finally:
+        running.stop()

@@ -8,28 +8,12 @@ from __future__ import annotations
 
 import json
 import textwrap
-from pathlib import Path
 
 import pytest
 
-from .cluster import Cluster
+from .cluster import EXAMPLES, Cluster, apply_crds
 
 pytestmark = pytest.mark.k8s
-
-ROOT = Path(__file__).resolve().parents[2]
-CRDS = ROOT / "crds"
-EXAMPLES = ROOT / "examples"
-CRD_NAMES = ["dags", "dagruns", "pools", "backfills"]
-
-
-def apply_crds(cluster: Cluster) -> None:
-    cluster.kubectl("apply", "-f", str(CRDS))
-    cluster.kubectl(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        *[f"crd/{name}.sluice.io" for name in CRD_NAMES],
-    )
 
 
 @pytest.fixture(scope="module")

@@ -25,8 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.models import Dag, DagRun, DagVersion, SlotPool, TaskInstance
 
-from .cluster import Cluster
-from .test_crds import EXAMPLES, apply_crds
+from .cluster import EXAMPLES, Cluster, apply_crds
 
 pytestmark = pytest.mark.k8s
 

@@ -9,39 +9,17 @@ events` show what a user sees.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import text
-from sqlalchemy.orm import Session, sessionmaker
 
-from .cluster import LOCAL_KUBECONFIG, Cluster, restart_apiserver
+from .cluster import restart_apiserver
+from .fleet import Fleet
 from .replicas import wait_for
-from .test_crds import apply_crds
-from .test_job_executor import Fleet, netns
 
 pytestmark = pytest.mark.k8s
-
-
-@pytest.fixture
-def fleet(
-    k8s_cluster: Cluster,
-    kubeconfig: Path,
-    k8s_namespace: str,
-    db_url: str,
-    sessions: sessionmaker[Session],
-    tmp_path: Path,
-) -> Iterator[Fleet]:
-    if Path(k8s_cluster.kubeconfig) != LOCAL_KUBECONFIG or not netns.exists():
-        pytest.skip("host-run replicas need the local cluster (their task API is on its node)")
-    apply_crds(k8s_cluster)
-    running = Fleet(k8s_cluster, k8s_namespace, db_url, sessions, tmp_path)
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def _dag(name: str, tasks: list[dict[str, Any]]) -> str:

@@ -139,10 +139,7 @@ def backfill_request(body: Mapping[str, Any]) -> BackfillRequest:
     spec_value = body.get("spec")
     spec = spec_value if isinstance(spec_value, Mapping) else {}
     issues: list[SpecIssue] = []
-    dag_name = spec.get("dagName")
-    if not isinstance(dag_name, str) or not dag_name:
-        issues.append(SpecIssue("spec.dagName", "required: the name of a DAG in this namespace"))
-        dag_name = ""
+    dag_name = _dag_name(spec, issues)
     dates: dict[str, datetime | None] = {}
     for key in ("startDate", "endDate"):
         dates[key] = parse_timestamp(spec.get(key))
@@ -185,10 +182,7 @@ def trigger_request(body: Mapping[str, Any]) -> TriggerRequest:
     spec_value = body.get("spec")
     spec = spec_value if isinstance(spec_value, Mapping) else {}
     issues: list[SpecIssue] = []
-    dag_name = spec.get("dagName")
-    if not isinstance(dag_name, str) or not dag_name:
-        issues.append(SpecIssue("spec.dagName", "required: the name of a DAG in this namespace"))
-        dag_name = ""
+    dag_name = _dag_name(spec, issues)
     conf_value = spec.get("conf")
     conf: dict[str, Any] | None = None
     if isinstance(conf_value, Mapping):
@@ -216,6 +210,15 @@ def trigger_request(body: Mapping[str, Any]) -> TriggerRequest:
         issues=issues,
         object_name=str(meta.get("name") or "") or None,
     )
+
+
+def _dag_name(spec: Mapping[str, Any], issues: list[SpecIssue]) -> str:
+    """`spec.dagName` ("" with an issue when it is missing)."""
+    dag_name = spec.get("dagName")
+    if isinstance(dag_name, str) and dag_name:
+        return dag_name
+    issues.append(SpecIssue("spec.dagName", "required: the name of a DAG in this namespace"))
+    return ""
 
 
 def parse_timestamp(value: object) -> datetime | None:

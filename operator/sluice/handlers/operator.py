@@ -13,10 +13,10 @@ retries.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import kopf
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -29,9 +29,10 @@ from sluice.handlers import objects, status, store
 from sluice.handlers.crds import GROUP, VERSION
 from sluice.scheduler.backfill import BackfillError
 from sluice.scheduler.triggers import TriggerError
-from sluice.spec.errors import SpecError
+from sluice.spec.errors import SpecError, SpecIssue
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 FINALIZER = f"{GROUP}/finalizer"
 RETRY_DELAY = 3.0
@@ -172,6 +173,35 @@ def dag_deleted(namespace: str | None, name: str | None, **_: Any) -> None:
 # ---- DagRun ----
 
 
+def _store_or_reject(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    retry: int,
+    issues: list[SpecIssue],
+    work: Callable[[Session], T],
+    failed: str,
+    refused: type[Exception],
+) -> T | None:
+    """Do an object's database work; None (and Ready=False with the reason) if its spec has
+    issues or the work is refused. A DAG not registered yet is retried for a while (the DAG
+    and this object may have been applied together)."""
+    now, generation, previous = _now(), _generation(body.get("metadata") or {}), body.get("status")
+    if issues:
+        message = status.issues_message(issues, kept_version=None)
+        _reject(body, patch, previous, status.INVALID_SPEC, message, generation, now)
+        return None
+    try:
+        with transaction() as session:
+            return work(session)
+    except store.DagNotRegistered as exc:
+        if retry < TRIGGER_RETRIES:
+            raise kopf.TemporaryError(str(exc), delay=RETRY_DELAY) from exc
+        _reject(body, patch, previous, failed, str(exc), generation, now)
+    except refused as exc:
+        _reject(body, patch, previous, failed, str(exc), generation, now)
+    return None
+
+
 @kopf.on.create(GROUP, VERSION, "dagruns")
 def dagrun_created(
     body: kopf.Body, meta: kopf.Meta, patch: kopf.Patch, retry: int, **_: Any
@@ -182,20 +212,16 @@ def dagrun_created(
     generation = _generation(meta)
     previous = body.get("status")
     request = objects.trigger_request(body)
-    if request.issues:
-        message = status.issues_message(request.issues, kept_version=None)
-        _reject(body, patch, previous, status.INVALID_SPEC, message, generation, now)
-        return
-    try:
-        with transaction() as session:
-            run = store.trigger(session, request, now)
-    except store.DagNotRegistered as exc:
-        if retry < TRIGGER_RETRIES:
-            raise kopf.TemporaryError(str(exc), delay=RETRY_DELAY) from exc
-        _reject(body, patch, previous, status.TRIGGER_FAILED, str(exc), generation, now)
-        return
-    except TriggerError as exc:
-        _reject(body, patch, previous, status.TRIGGER_FAILED, str(exc), generation, now)
+    run = _store_or_reject(
+        body,
+        patch,
+        retry,
+        request.issues,
+        lambda session: store.trigger(session, request, now),
+        status.TRIGGER_FAILED,
+        TriggerError,
+    )
+    if run is None:
         return
     _set_status(
         patch,
@@ -270,20 +296,16 @@ def backfill_created(
     generation = _generation(meta)
     previous = body.get("status")
     request = objects.backfill_request(body)
-    if request.issues:
-        message = status.issues_message(request.issues, kept_version=None)
-        _reject(body, patch, previous, status.INVALID_SPEC, message, generation, now)
-        return
-    try:
-        with transaction() as session:
-            plan = store.start_backfill(session, request, now)
-    except store.DagNotRegistered as exc:
-        if retry < TRIGGER_RETRIES:
-            raise kopf.TemporaryError(str(exc), delay=RETRY_DELAY) from exc
-        _reject(body, patch, previous, status.BACKFILL_FAILED, str(exc), generation, now)
-        return
-    except BackfillError as exc:
-        _reject(body, patch, previous, status.BACKFILL_FAILED, str(exc), generation, now)
+    plan = _store_or_reject(
+        body,
+        patch,
+        retry,
+        request.issues,
+        lambda session: store.start_backfill(session, request, now),
+        status.BACKFILL_FAILED,
+        BackfillError,
+    )
+    if plan is None:
         return
     skipped = f", {len(plan.skipped)} dates skipped (a run exists)" if plan.skipped else ""
     _set_status(

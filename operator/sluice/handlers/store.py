@@ -137,16 +137,7 @@ def start_backfill(session: Session, request: BackfillRequest, now: datetime) ->
     Raises DagNotRegistered (maybe the DAG object is still being handled) or
     BackfillError (the backfill cannot be made: no cron schedule, no dates).
     """
-    owner = session.execute(
-        select(Dag.namespace, Dag.is_active).where(
-            Dag.dag_id == request.dag_id, Dag.current_version_id.is_not(None)
-        )
-    ).one_or_none()
-    if owner is None or not owner.is_active or owner.namespace != request.namespace:
-        raise DagNotRegistered(
-            f"no DAG {request.dag_id!r} in namespace {request.namespace!r}; "
-            "apply its DAG object first (a Backfill runs a DAG of its own namespace)"
-        )
+    _require_dag(session, request.dag_id, request.namespace, "Backfill")
     existing = session.execute(
         select(Backfill).where(Backfill.object_uid == request.uid)
     ).scalar_one_or_none()
@@ -218,22 +209,27 @@ class DagNotRegistered(LookupError):
     """The DagRun names a DAG this namespace has not (yet) registered."""
 
 
+def _require_dag(session: Session, dag_id: str, namespace: str | None, kind: str) -> None:
+    """Raise DagNotRegistered unless `namespace` has an active DAG `dag_id`."""
+    owner = session.execute(
+        select(Dag.namespace, Dag.is_active).where(
+            Dag.dag_id == dag_id, Dag.current_version_id.is_not(None)
+        )
+    ).one_or_none()
+    if owner is None or not owner.is_active or owner.namespace != namespace:
+        raise DagNotRegistered(
+            f"no DAG {dag_id!r} in namespace {namespace!r}; "
+            f"apply its DAG object first (a {kind} runs a DAG of its own namespace)"
+        )
+
+
 def trigger(session: Session, request: TriggerRequest, now: datetime) -> RunSummary:
     """The run this DagRun object asked for; created once, found again on a retry.
 
     Raises DagNotRegistered (maybe the DAG object is still being handled) or
     TriggerError (the run cannot be created).
     """
-    owner = session.execute(
-        select(Dag.namespace, Dag.is_active).where(
-            Dag.dag_id == request.dag_id, Dag.current_version_id.is_not(None)
-        )
-    ).one_or_none()
-    if owner is None or not owner.is_active or owner.namespace != request.namespace:
-        raise DagNotRegistered(
-            f"no DAG {request.dag_id!r} in namespace {request.namespace!r}; "
-            "apply its DAG object first (a DagRun runs a DAG of its own namespace)"
-        )
+    _require_dag(session, request.dag_id, request.namespace, "DagRun")
     existing = _run(session, request.dag_id, request.run_id)
     if existing is None:
         trigger_run(

@@ -310,16 +310,7 @@ class StatusPublisher:
                     self.custom.get_cluster_custom_object, GROUP, VERSION, "pools", name
                 )
                 version = found["metadata"]["resourceVersion"]
-            self.counts.patches += 1
-            response = self._call(
-                self.custom.patch_cluster_custom_object_status,
-                GROUP,
-                VERSION,
-                "pools",
-                name,
-                {"metadata": {"resourceVersion": version}, "status": status},
-                _content_type="application/merge-patch+json",
-            )
+            response = self._patch_status(None, "pools", name, version, status)
         except ApiException as exc:
             if exc.status == 404:  # a pool with no object (the default one, or from the CLI)
                 return {**where, "resource_version": None, "summary": status}
@@ -360,17 +351,7 @@ class StatusPublisher:
                 if current is None:
                     return Outcome("gone", {})
                 version = current["resource_version"]
-            self.counts.patches += 1
-            response = self._call(
-                self.custom.patch_namespaced_custom_object_status,
-                GROUP,
-                VERSION,
-                namespace,
-                plural,
-                name,
-                {"metadata": {"resourceVersion": version}, "status": status},
-                _content_type="application/merge-patch+json",
-            )
+            response = self._patch_status(namespace, plural, name, version, status)
         except ApiException as exc:
             if exc.status == 404:
                 return Outcome("gone", {})
@@ -426,19 +407,8 @@ class StatusPublisher:
                 **({"observedGeneration": generation} if generation is not None else {}),
             },
         )
-        body = {"metadata": {"resourceVersion": version}, "status": status}
         try:
-            self.counts.patches += 1
-            response = self._call(
-                self.custom.patch_namespaced_custom_object_status,
-                GROUP,
-                VERSION,
-                namespace,
-                PLURAL,
-                name,
-                body,
-                _content_type="application/merge-patch+json",
-            )
+            response = self._patch_status(namespace, PLURAL, name, version, status)
         except ApiException as exc:
             if exc.status == 404:
                 return Outcome("gone", {**where, "uid": uid, "gone": True})
@@ -472,6 +442,33 @@ class StatusPublisher:
                 "gone": False,
             },
         )
+
+    def _patch_status(
+        self,
+        namespace: str | None,
+        plural: str,
+        name: str,
+        version: str | None,
+        status: dict[str, Any],
+    ) -> Any:
+        """Merge-patch an object's status, refused (409) unless the object is still at
+        `version` (None: a cluster-scoped object's namespace)."""
+        self.counts.patches += 1
+        body = {"metadata": {"resourceVersion": version}, "status": status}
+        where = (
+            (self.custom.patch_cluster_custom_object_status, GROUP, VERSION, plural, name, body)
+            if namespace is None
+            else (
+                self.custom.patch_namespaced_custom_object_status,
+                GROUP,
+                VERSION,
+                namespace,
+                plural,
+                name,
+                body,
+            )
+        )
+        return self._call(*where, _content_type="application/merge-patch+json")
 
     def _find_or_create(
         self, run: render.RunView, namespace: str, name: str

@@ -1,0 +1,156 @@
+"""Replicas of one test on one database and one namespace, and how to look at them.
+
+`sluice scheduler --executor kubernetes` processes (replicas.py) on the test's
+Postgres, serving the task API on the node address inside the cluster's network
+namespace, where the task pods' heartbeat sidecars reach it. The `fleet`
+fixture (conftest.py) makes one per test.
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from sluice.db.models import DagRun, TaskInstance, TaskTry
+from sluice.executors.kubernetes import names
+
+from .cluster import CLUSTER_DIR, Cluster
+from .replicas import Replica, wait_for
+
+
+def _node_ip() -> str:
+    for line in (CLUSTER_DIR / "env").read_text().splitlines():
+        if line.startswith("NODE_IP="):
+            return line.split("=", 1)[1]
+    raise AssertionError("no NODE_IP in the cluster's env file")
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class Fleet:
+    """Replicas for one test, on one database and one namespace, and how to look at them."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        namespace: str,
+        db_url: str,
+        sessions: sessionmaker[Session],
+        workdir: Path,
+    ) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self.db_url = db_url
+        self.sessions = sessions
+        self.workdir = workdir
+        host = _node_ip()
+        self.task_api = (host, _free_port(host))
+        self.keys = workdir / "task-api.keys"
+        self.keys.write_text(secrets.token_hex(32) + "\n")
+        self.replicas: list[Replica] = []
+        self.dags = workdir / "dags"
+        self.dags.mkdir()
+
+    def add_dag(self, name: str, text: str) -> None:
+        (self.dags / f"{name}.yaml").write_text(text.replace("busybox:1.36", self.cluster.image))
+
+    def start(self, name: str, *, sync: bool = True) -> Replica:
+        replica = Replica(
+            name=name,
+            db_url=self.db_url,
+            namespace=self.namespace,
+            kubeconfig=Path(self.cluster.kubeconfig),
+            image=self.cluster.image,
+            task_api=self.task_api,
+            keys_file=self.keys,
+            dags=self.dags if sync else None,
+        )
+        self.replicas.append(replica)
+        replica.registered(self.sessions)
+        return replica
+
+    def logs(self) -> str:
+        return "\n".join(f"===== {r.name} =====\n{r.output()}" for r in self.replicas)
+
+    def check_alive(self) -> None:
+        for replica in self.replicas:
+            if replica.name.startswith("doomed"):
+                continue
+            assert replica.alive(), f"{replica.name} exited:\n{replica.output()}"
+
+    def tis(self, dag_id: str) -> dict[str, TaskInstance]:
+        with self.sessions() as session:
+            rows = session.execute(
+                select(TaskInstance).where(TaskInstance.dag_id == dag_id).order_by(TaskInstance.id)
+            ).scalars()
+            return {ti.task_id: ti for ti in rows}
+
+    def tries(self, ti_id: int) -> list[TaskTry]:
+        with self.sessions() as session:
+            return list(
+                session.execute(
+                    select(TaskTry)
+                    .where(TaskTry.task_instance_id == ti_id)
+                    .order_by(TaskTry.try_number)
+                ).scalars()
+            )
+
+    def run_state(self, dag_id: str) -> str | None:
+        with self.sessions() as session:
+            return session.execute(
+                select(DagRun.state).where(DagRun.dag_id == dag_id).order_by(DagRun.id).limit(1)
+            ).scalar()
+
+    def wait_run(self, dag_id: str, states: tuple[str, ...], timeout: float = 240) -> str:
+        def probe() -> str | None:
+            self.check_alive()
+            state = self.run_state(dag_id)
+            return state if state in states else None
+
+        try:
+            return wait_for(f"run of {dag_id} in {states}", probe, timeout=timeout)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.state_dump(dag_id)}\n{self.logs()}") from None
+
+    def wait_task(
+        self, dag_id: str, task: str, probe_fn: Any, what: str, timeout: float = 180
+    ) -> TaskInstance:
+        def probe() -> TaskInstance | None:
+            self.check_alive()
+            ti = self.tis(dag_id).get(task)
+            return ti if ti is not None and probe_fn(ti) else None
+
+        try:
+            return wait_for(what, probe, timeout=timeout)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.state_dump(dag_id)}\n{self.logs()}") from None
+
+    def jobs(self, selector: str = names.SELECTOR) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.cluster.get_json(
+            "jobs", "-n", self.namespace, "-l", selector
+        )["items"]
+        return items
+
+    def state_dump(self, dag_id: str) -> str:
+        lines = [f"run: {self.run_state(dag_id)}"]
+        for task, ti in self.tis(dag_id).items():
+            lines.append(
+                f"  {task}: {ti.state} try {ti.try_number} ext {ti.external_id} reason {ti.reason}"
+            )
+        pods = self.cluster.kubectl(
+            "-n", self.namespace, "get", "jobs,pods", "-o", "wide", check=False
+        )
+        return "\n".join(lines) + "\n" + pods.stdout
+
+    def stop(self) -> None:
+        for replica in self.replicas:
+            replica.stop()
