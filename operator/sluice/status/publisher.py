@@ -394,7 +394,13 @@ class StatusPublisher:
             found = self._find_or_create(run, namespace, name)
             if found is None:
                 return Outcome("gone", {**where, "gone": True})
-            uid, version, generation = found
+            uid, version, generation, created = found
+            if not created:
+                # An object this replica did not just create may have been patched since
+                # this cycle read the run: record its version, and publish from a fresh
+                # read (the order argument needs the version read with the state).
+                values = {"uid": uid, "resource_version": version, "generation": generation}
+                return Outcome("conflict", {**where, **values})
         status = render.status_of(run, generation)
         status["conditions"].insert(
             0,
@@ -472,9 +478,9 @@ class StatusPublisher:
 
     def _find_or_create(
         self, run: render.RunView, namespace: str, name: str
-    ) -> tuple[str, str, int | None] | None:
-        """(uid, resourceVersion, generation) of the run's object, created if the scheduler
-        made the run; None if a user's object is gone."""
+    ) -> tuple[str, str, int | None, bool] | None:
+        """(uid, resourceVersion, generation, created here) of the run's object, created if
+        the scheduler made the run; None if a user's object is gone."""
         if not run.object_name:
             body = render.new_object(run, self._dag_uid(namespace, run.dag_id))
             try:
@@ -488,7 +494,7 @@ class StatusPublisher:
                     body,
                 )
                 meta = created["metadata"]
-                return meta["uid"], meta["resourceVersion"], meta.get("generation")
+                return meta["uid"], meta["resourceVersion"], meta.get("generation"), True
             except ApiException as exc:
                 if exc.status == 404:
                     raise MissingResource(
@@ -501,7 +507,7 @@ class StatusPublisher:
         current = self._get(namespace, name)
         if current is None:
             return None
-        return current["uid"], current["resource_version"], current["generation"]
+        return current["uid"], current["resource_version"], current["generation"], False
 
     def _get(self, namespace: str, name: str, plural: str = PLURAL) -> dict[str, Any] | None:
         try:
