@@ -43,6 +43,9 @@ from sluice.executors.kubernetes.watch import TryCache
 from sluice.spec.states import TaskState
 
 log = structlog.get_logger("sluice.executors.kubernetes")
+# After the watches resync, how long kubelets get to report what happened meanwhile before
+# a pod that still looks Pending counts against its try's start timeout again.
+RESYNC_SETTLE = 30.0
 
 Key = tuple[int, int]
 TokenIssuer = Callable[[int, int, float], str]
@@ -83,6 +86,7 @@ class _Try:
     skip_on_exit_code: frozenset[int]
     pending_body: dict[str, Any] | None = None  # a create to retry
     last_error: str | None = None
+    blind_at_start: float = 0.0  # the executor's blind seconds when it took the try
 
 
 @dataclass
@@ -134,6 +138,10 @@ class KubernetesExecutor:
         self._tries: dict[Key, _Try] = {}
         self._events: list[TaskEvent] = []
         self._to_delete: dict[str, str] = {}  # Job name -> why
+        # Seconds the watches could not see the cluster (API server down), plus a settle
+        # time after each resync: the pod start timeout counts only time it could see.
+        self._blind_total = 0.0
+        self._blind_since: datetime | None = None
         self.api = ApiCounts()
         self.cache.start()
         if not self.cache.wait_synced(sync_timeout):
@@ -169,6 +177,7 @@ class KubernetesExecutor:
                 key=launch.key,
                 job_name=body["metadata"]["name"],
                 started=self._clock(),
+                blind_at_start=self._blind_total,
                 skip_on_exit_code=launch.skip_on_exit_code,
                 pending_body=body,
             )
@@ -253,7 +262,17 @@ class KubernetesExecutor:
                     self._create(entry)
         events, self._events = self._events, []
         if not self.cache.synced:
+            if self._blind_since is None:
+                self._blind_since = now
             return events
+        if self._blind_since is not None:
+            # Right after a resync the cache shows what kubelets reported before the
+            # outage: a pod that started meanwhile still looks Pending until its kubelet
+            # reports again. Neither the outage nor that settle time counts as starting.
+            blind = (now - self._blind_since).total_seconds() + RESYNC_SETTLE
+            self._blind_total += blind
+            self._blind_since = None
+            log.info("the watches see the cluster again", blind_seconds=round(blind, 1))
         for key, entry in list(self._tries.items()):
             if entry.pending_body is not None:
                 continue
@@ -271,11 +290,12 @@ class KubernetesExecutor:
 
     def _judge(self, entry: _Try, now: datetime) -> Verdict:
         job = self.cache.job(entry.job_name)
+        unseen = timedelta(seconds=self._blind_total - entry.blind_at_start)
         return judge(
             job,
             self.cache.newest_pod(entry.job_name),
             now=now,
-            started=_created(job, entry.started),
+            started=_created(job, entry.started) + unseen,
             pod_start_timeout=self.settings.pod_start_timeout,
             skip_on_exit_code=entry.skip_on_exit_code,
         )
@@ -335,6 +355,7 @@ class KubernetesExecutor:
             key=key,
             job_name=external_id,
             started=self._clock() - timedelta(seconds=elapsed),
+            blind_at_start=self._blind_total,
             skip_on_exit_code=skip_on_exit_code,
         )
 
