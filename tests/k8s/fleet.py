@@ -8,6 +8,7 @@ fixture (conftest.py) makes one per test.
 
 from __future__ import annotations
 
+import json
 import secrets
 import socket
 from pathlib import Path
@@ -154,3 +155,22 @@ class Fleet:
     def stop(self) -> None:
         for replica in self.replicas:
             replica.stop()
+
+
+def dag_manifest(name: str, tasks: list[dict[str, Any]]) -> str:
+    """A DAG running `sh -c ARGS` tasks, hourly, no catchup (busybox: `Fleet.add_dag`
+    swaps in the cluster's own image)."""
+    return json.dumps(
+        {
+            "apiVersion": "sluice.io/v1alpha1",
+            "kind": "DAG",
+            "metadata": {"name": name},
+            "spec": {
+                "schedule": "@hourly",
+                "startDate": "2026-12-01T00:00:00Z",
+                "catchup": False,
+                "defaults": {"image": "busybox:1.36", "command": ["sh", "-c"]},
+                "tasks": tasks,
+            },
+        }
+    )

@@ -32,26 +32,14 @@ from sluice.executors.kubernetes.watch import TryCache
 
 from . import netns
 from .cluster import EXAMPLES, LOCAL_KUBECONFIG, Cluster, restart_apiserver
-from .fleet import Fleet
+from .fleet import Fleet, dag_manifest
 from .replicas import sidecar_pids, wait_for
 
 pytestmark = pytest.mark.k8s
 
 
 def _one_task_dag(name: str, script: str, **task: Any) -> str:
-    body = {
-        "apiVersion": "sluice.io/v1alpha1",
-        "kind": "DAG",
-        "metadata": {"name": name},
-        "spec": {
-            "schedule": "@hourly",
-            "startDate": "2026-12-01T00:00:00Z",
-            "catchup": False,
-            "defaults": {"image": "busybox:1.36", "command": ["sh", "-c"]},
-            "tasks": [{"name": "t", "args": [script], **task}],
-        },
-    }
-    return json.dumps(body)
+    return dag_manifest(name, [{"name": "t", "args": [script], **task}])
 
 
 def test_example_dags_run_as_one_job_per_try(fleet: Fleet) -> None:

@@ -16,27 +16,10 @@ import pytest
 from sqlalchemy import text
 
 from .cluster import restart_apiserver
-from .fleet import Fleet
+from .fleet import Fleet, dag_manifest
 from .replicas import wait_for
 
 pytestmark = pytest.mark.k8s
-
-
-def _dag(name: str, tasks: list[dict[str, Any]]) -> str:
-    return json.dumps(
-        {
-            "apiVersion": "sluice.io/v1alpha1",
-            "kind": "DAG",
-            "metadata": {"name": name},
-            "spec": {
-                "schedule": "@hourly",
-                "startDate": "2026-12-01T00:00:00Z",
-                "catchup": False,
-                "defaults": {"image": "busybox:1.36", "command": ["sh", "-c"]},
-                "tasks": tasks,
-            },
-        }
-    )
 
 
 def _dagruns(fleet: Fleet, *selector: str) -> list[dict[str, Any]]:
@@ -56,7 +39,7 @@ def _ended(fleet: Fleet, dag: str) -> dict[str, Any] | None:
 def test_scheduled_runs_appear_as_dagruns_and_tell_the_truth(fleet: Fleet) -> None:
     fleet.add_dag(
         "shown-ok",
-        _dag(
+        dag_manifest(
             "shown-ok",
             [
                 {"name": "a", "args": ["echo a"]},
@@ -64,7 +47,7 @@ def test_scheduled_runs_appear_as_dagruns_and_tell_the_truth(fleet: Fleet) -> No
             ],
         ),
     )
-    fleet.add_dag("shown-bad", _dag("shown-bad", [{"name": "boom", "args": ["exit 3"]}]))
+    fleet.add_dag("shown-bad", dag_manifest("shown-bad", [{"name": "boom", "args": ["exit 3"]}]))
     fleet.start("a")
     fleet.start("b", sync=False)  # two replicas publish: still one object per run
     ok = wait_for("shown-ok's DagRun to end", lambda: _ended(fleet, "shown-ok"), timeout=240)
@@ -119,7 +102,7 @@ def test_a_backfill_object_runs_ten_intervals_within_its_limit_and_shows_progres
     ns = fleet.namespace
     operator = Operator(fleet.cluster, ns, db_url, kubeconfig)
     try:
-        dag = json.loads(_dag("filled", [{"name": "t", "args": ["true"]}]))
+        dag = json.loads(dag_manifest("filled", [{"name": "t", "args": ["true"]}]))
         dag["spec"].update(schedule="@daily", startDate="2026-11-01T00:00:00Z", catchup=False)
         dag["spec"]["defaults"]["image"] = fleet.cluster.image
         fleet.cluster.apply(json.dumps(dag), namespace=ns)
@@ -169,7 +152,7 @@ def test_a_backfill_object_runs_ten_intervals_within_its_limit_and_shows_progres
         print(table)
 
         # Deleting a Backfill that has not ended cancels its runs that have not ended.
-        slow = json.loads(_dag("slow", [{"name": "t", "args": ["sleep 600"]}]))
+        slow = json.loads(dag_manifest("slow", [{"name": "t", "args": ["sleep 600"]}]))
         slow["spec"].update(schedule="@daily", startDate="2026-11-01T00:00:00Z", catchup=False)
         slow["spec"]["defaults"]["image"] = fleet.cluster.image
         fleet.cluster.apply(json.dumps(slow), namespace=ns)
@@ -228,7 +211,7 @@ def test_objects_catch_up_after_the_api_server_was_down(fleet: Fleet) -> None:
     running task finished meanwhile, and the DagRun object caught up with the database."""
     fleet.add_dag(
         "outage",
-        _dag(
+        dag_manifest(
             "outage",
             # One task: after the restart this one-node cluster's node is NotReady for a
             # minute or more (its lease lapsed), and a pod created then does not start.

@@ -103,10 +103,8 @@ class RunRef:
 
 def run_ref(body: Mapping[str, Any]) -> RunRef | None:
     """The run a DagRun object shows; None if it names no DAG."""
-    metadata = body.get("metadata")
-    meta = metadata if isinstance(metadata, Mapping) else {}
-    spec = body.get("spec")
-    dag_id = spec.get("dagName") if isinstance(spec, Mapping) else None
+    meta, spec = _meta_and_spec(body)
+    dag_id = spec.get("dagName")
     if not isinstance(dag_id, str) or not dag_id:
         return None
     annotations = meta.get("annotations")
@@ -134,10 +132,7 @@ class BackfillRequest:
 
 
 def backfill_request(body: Mapping[str, Any]) -> BackfillRequest:
-    metadata = body.get("metadata")
-    meta = metadata if isinstance(metadata, Mapping) else {}
-    spec_value = body.get("spec")
-    spec = spec_value if isinstance(spec_value, Mapping) else {}
+    meta, spec = _meta_and_spec(body)
     issues: list[SpecIssue] = []
     dag_name = _dag_name(spec, issues)
     dates: dict[str, datetime | None] = {}
@@ -177,10 +172,7 @@ def run_id_for_object(name: str, uid: str) -> str:
 
 def trigger_request(body: Mapping[str, Any]) -> TriggerRequest:
     """The DagRun object's spec, checked; problems are in `issues` (the CRD checks most)."""
-    metadata = body.get("metadata")
-    meta = metadata if isinstance(metadata, Mapping) else {}
-    spec_value = body.get("spec")
-    spec = spec_value if isinstance(spec_value, Mapping) else {}
+    meta, spec = _meta_and_spec(body)
     issues: list[SpecIssue] = []
     dag_name = _dag_name(spec, issues)
     conf_value = spec.get("conf")
@@ -209,6 +201,15 @@ def trigger_request(body: Mapping[str, Any]) -> TriggerRequest:
         logical_date=logical_date,
         issues=issues,
         object_name=str(meta.get("name") or "") or None,
+    )
+
+
+def _meta_and_spec(body: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    """An object's metadata and spec, each empty when missing or not a mapping."""
+    metadata, spec = body.get("metadata"), body.get("spec")
+    return (
+        metadata if isinstance(metadata, Mapping) else {},
+        spec if isinstance(spec, Mapping) else {},
     )
 
 
@@ -243,10 +244,8 @@ class PoolSpec:
 
 def pool_spec(body: Mapping[str, Any]) -> PoolSpec | SpecIssue:
     """The Pool object's name, slots and description, or the first problem."""
-    metadata = body.get("metadata")
-    name = metadata.get("name") if isinstance(metadata, Mapping) else None
-    spec_value = body.get("spec")
-    spec = spec_value if isinstance(spec_value, Mapping) else {}
+    meta, spec = _meta_and_spec(body)
+    name = meta.get("name")
     slots = spec.get("slots")
     description = spec.get("description") or ""
     if not isinstance(name, str) or not name:

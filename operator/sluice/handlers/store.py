@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import delete, func, literal, select, update
 from sqlalchemy.dialects.postgresql import insert
@@ -82,6 +83,21 @@ def deactivate_dag(session: Session, dag_id: str, namespace: str | None) -> bool
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
+def _locked_run(session: Session, ref: RunRef) -> Any:
+    """(id, run_id, state) of the run a DagRun object shows, its row locked first (one lock
+    order: the run row, then its tasks); None if there is none."""
+    where = (
+        DagRun.run_id == ref.run_id
+        if ref.run_id is not None
+        else DagRun.object_name == ref.object_name
+    )
+    return session.execute(
+        select(DagRun.id, DagRun.run_id, DagRun.state)
+        .where(DagRun.dag_id == ref.dag_id, where)
+        .with_for_update()
+    ).first()
+
+
 class MarkRefused(ValueError):
     """The run cannot be marked (ended already, or not found), with the reason."""
 
@@ -89,16 +105,7 @@ class MarkRefused(ValueError):
 def mark_run_as(session: Session, ref: RunRef, target: str, now: datetime) -> str:
     """Mark the run a DagRun object shows `success` or `failed` (its `spec.state`);
     returns the message for its condition. Raises MarkRefused."""
-    where = (
-        DagRun.run_id == ref.run_id
-        if ref.run_id is not None
-        else DagRun.object_name == ref.object_name
-    )
-    run = session.execute(
-        select(DagRun.id, DagRun.run_id, DagRun.state)
-        .where(DagRun.dag_id == ref.dag_id, where)
-        .with_for_update()  # the run row first, then its tasks (one lock order)
-    ).first()
+    run = _locked_run(session, ref)
     if run is None:
         raise MarkRefused(f"no run of DAG {ref.dag_id!r} for this object")
     if run.state == target:
@@ -114,17 +121,8 @@ def cancel_run(session: Session, ref: RunRef, reason: str, now: datetime) -> str
     """End the run a deleted DagRun object showed, as a run past its timeout ends: failed,
     its unfinished tasks skipped with `reason` (their tries' Jobs are then stopped by the
     replicas that run them). The run's id if it was unfinished, else None."""
-    where = (
-        DagRun.run_id == ref.run_id
-        if ref.run_id is not None
-        else DagRun.object_name == ref.object_name
-    )
-    run = session.execute(
-        select(DagRun.id, DagRun.run_id)
-        .where(DagRun.dag_id == ref.dag_id, where, DagRun.state.in_(ACTIVE_RUN_STATES))
-        .with_for_update()  # the run row first, then its tasks (one lock order)
-    ).first()
-    if run is None:
+    run = _locked_run(session, ref)
+    if run is None or run.state not in ACTIVE_RUN_STATES:
         return None
     end_runs(session, {run.id: reason}, now)
     return str(run.run_id)

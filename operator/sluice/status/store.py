@@ -210,15 +210,27 @@ def record(
 ) -> bool:
     """Record what was published, unless another replica recorded a newer publication
     first (compare-and-set on the resourceVersion this one started from)."""
+    return _record(session, RunPublication, {"dag_run_id": run_id}, expected_version, values)
+
+
+def _record(
+    session: Session,
+    model: type[RunPublication] | type[ObjectPublication],
+    key: dict[str, Any],
+    expected_version: str | None,
+    values: dict[str, Any],
+) -> bool:
+    """Insert the publication, or update it only if it is still at `expected_version`."""
+    columns = [getattr(model, name) for name in key]
     statement = (
-        insert(RunPublication)
-        .values(dag_run_id=run_id, **values)
+        insert(model)
+        .values(**key, **values)
         .on_conflict_do_update(
-            index_elements=[RunPublication.dag_run_id],
+            index_elements=columns,
             set_=values,
-            where=RunPublication.resource_version.is_not_distinct_from(expected_version),
+            where=model.resource_version.is_not_distinct_from(expected_version),
         )
-        .returning(RunPublication.dag_run_id)
+        .returning(columns[0])
     )
     return session.execute(statement).first() is not None
 
@@ -359,18 +371,8 @@ def record_object(
     expected_version: str | None,
     values: dict[str, Any],
 ) -> bool:
-    """As `record`, for a DAG's or a Backfill's object."""
-    statement = (
-        insert(ObjectPublication)
-        .values(kind=kind, key=key, **values)
-        .on_conflict_do_update(
-            index_elements=[ObjectPublication.kind, ObjectPublication.key],
-            set_=values,
-            where=ObjectPublication.resource_version.is_not_distinct_from(expected_version),
-        )
-        .returning(ObjectPublication.kind)
-    )
-    return session.execute(statement).first() is not None
+    """As `record`, for a DAG's, a Backfill's or a Pool's object."""
+    return _record(session, ObjectPublication, {"kind": kind, "key": key}, expected_version, values)
 
 
 def pools_in_use(session: Session) -> dict[str, tuple[int, int, int]]:
