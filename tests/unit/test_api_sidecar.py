@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import signal
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -205,3 +207,51 @@ def test_sluice_heartbeat_names_what_is_missing(tmp_path: Path) -> None:
     result = runner.invoke(app, ["heartbeat", "--interval", "0"], env={**full})
     assert result.exit_code == 2
     assert "--interval" in result.output
+
+
+def test_the_interval_comes_from_the_pod_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The executor sets SLUICE_HEARTBEAT_INTERVAL on the sidecar; once it was ignored and
+    # every pod heartbeat at the 10 s default whatever the scheduler was told.
+    seen: list[float] = []
+
+    class Loop:
+        stopped = True
+
+        def __init__(self, *args: object, interval: float, **kwargs: object) -> None:
+            seen.append(interval)
+
+        def run(self) -> None:
+            pass
+
+    monkeypatch.setattr(sidecar, "HeartbeatLoop", Loop)
+    env = {
+        protocol.URL_ENV: "http://task-api",
+        protocol.TI_ID_ENV: "1",
+        protocol.TRY_NUMBER_ENV: "1",
+        protocol.TOKEN_ENV: "t",
+        protocol.INTERVAL_ENV: "2.5",
+    }
+    result = CliRunner().invoke(app, ["heartbeat"], env=env)
+    assert result.exit_code == 0, result.output
+    assert seen == [2.5]
+
+
+def test_the_sidecar_starts_without_the_rest_of_the_cli() -> None:
+    # It runs in every task pod: SQLAlchemy, the Kubernetes client and the DAG models
+    # would triple its memory (its container's limit is 96 MiB).
+    code = (
+        "import sys\n"
+        "sys.argv = ['sluice', 'heartbeat', '--help']\n"
+        "from sluice.cli import main\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = {'sqlalchemy', 'kubernetes', 'sluice.spec.models', 'kopf'}\n"
+        "print('heavy:', sorted(heavy & set(sys.modules)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert "Usage: sluice heartbeat" in out
+    assert "heavy: []" in out, out

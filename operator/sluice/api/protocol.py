@@ -12,6 +12,7 @@ URL_ENV = "SLUICE_TASK_API_URL"
 TI_ID_ENV = "SLUICE_TI_ID"
 TRY_NUMBER_ENV = "SLUICE_TRY_NUMBER"
 TOKEN_ENV = "SLUICE_TRY_TOKEN"
+INTERVAL_ENV = "SLUICE_HEARTBEAT_INTERVAL"
 
 # Reasons in a refusal's JSON body (`{"reason": ...}`).
 NOT_RUNNING = "not_running"  # 409: the try is not the running one; stop its work

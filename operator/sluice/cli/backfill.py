@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 from sqlalchemy import select
 
-from sluice.cli.common import DatabaseUrl, fail, parse_datetime
+from sluice.cli.common import DatabaseUrl, parse_datetime
+from sluice.cli.errors import fail
 from sluice.config import ConfigError, require_database_url
 from sluice.db.dags import SpecCache
 from sluice.db.engine import make_engine, session_factory

@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 
+from sluice.cli.errors import fail
 from sluice.spec.models import DagManifest
 from sluice.spec.validation import SpecError, load_dag_documents
 
@@ -21,11 +22,6 @@ DatabaseUrl = Annotated[
         show_envvar=True,
     ),
 ]
-
-
-def fail(message: str, code: int = 2) -> NoReturn:
-    print(f"error: {message}", file=sys.stderr)
-    raise typer.Exit(code)
 
 
 def parse_datetime(value: str, option: str) -> datetime:

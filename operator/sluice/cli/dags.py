@@ -11,8 +11,9 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from sluice.cli.common import DatabaseUrl, fail, load_manifests, parse_datetime
+from sluice.cli.common import DatabaseUrl, load_manifests, parse_datetime
 from sluice.cli.dags_validate import validate_command
+from sluice.cli.errors import fail
 from sluice.config import ConfigError, require_database_url
 from sluice.db.dags import DagNameTaken, SpecCache, clear_schedule, set_paused
 from sluice.db.engine import make_engine, session_factory

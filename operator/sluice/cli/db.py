@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from sluice.cli.common import DatabaseUrl, fail
+from sluice.cli.common import DatabaseUrl
+from sluice.cli.errors import fail
 from sluice.config import ConfigError, require_database_url
 from sluice.db.migrate import upgrade as run_upgrade
 

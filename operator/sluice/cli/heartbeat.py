@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from sluice.api import protocol, sidecar
-from sluice.cli.common import fail
+from sluice.cli.errors import fail
 from sluice.logs import configure_logging
 
 # After SIGTERM, how long a heartbeat still in flight may delay the exit.
@@ -36,7 +36,12 @@ def heartbeat(
         Path | None,
         typer.Option(help=f"read the try's token from this file instead of ${protocol.TOKEN_ENV}"),
     ] = None,
-    interval: Annotated[float, typer.Option(help="seconds between heartbeats")] = 10.0,
+    interval: Annotated[
+        float,
+        typer.Option(
+            envvar=protocol.INTERVAL_ENV, show_envvar=True, help="seconds between heartbeats"
+        ),
+    ] = 10.0,
     timeout: Annotated[float, typer.Option(help="seconds to wait for one answer")] = 10.0,
     log_level: Annotated[str, typer.Option()] = "info",
     log_json: Annotated[bool, typer.Option()] = False,
@@ -109,3 +114,8 @@ def _read_token(token_file: Path | None) -> str:
     if not token:
         fail(f"no token: set {protocol.TOKEN_ENV} or pass --token-file")
     return token
+
+
+# `sluice heartbeat` alone (`sluice.cli.main` runs it without importing the rest).
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+app.command()(heartbeat)

@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 
 from sluice.api.server import TaskApi, utcnow
 from sluice.api.tokens import KeysError, TrySigner, load_keys
-from sluice.cli.common import fail
+from sluice.cli.errors import fail
 from sluice.executors.kubernetes import KubernetesExecutor, KubernetesSettings
 
 Namespace = Annotated[

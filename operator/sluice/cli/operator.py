@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from sluice.cli.common import fail
+from sluice.cli.errors import fail
 from sluice.config import DATABASE_URL_ENV
 
 PEERING_GROUP = "kopf.dev"

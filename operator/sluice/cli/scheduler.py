@@ -15,7 +15,8 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.cli import kubernetes as k8s
-from sluice.cli.common import DatabaseUrl, fail, load_manifests
+from sluice.cli.common import DatabaseUrl, load_manifests
+from sluice.cli.errors import fail
 from sluice.config import ConfigError, require_database_url
 from sluice.db.clock import DatabaseClock
 from sluice.db.dags import DagNameTaken, sync_dag

@@ -13,7 +13,8 @@ import typer
 from rich.console import Console
 from rich.live import Live
 
-from sluice.cli.common import DatabaseUrl, fail, load_manifests
+from sluice.cli.common import DatabaseUrl, load_manifests
+from sluice.cli.errors import fail
 from sluice.db.dags import DagNameTaken
 from sluice.logs import configure_logging
 from sluice.runtime import LocalRuntime

@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from sluice.api import protocol
 from sluice.executors.base import TaskLaunch
 from sluice.executors.kubernetes import names
 
@@ -180,11 +181,11 @@ def _add_sidecar(
         "restartPolicy": "Always",
         "command": ["sluice", "heartbeat"],
         "env": [
-            {"name": "SLUICE_TASK_API_URL", "value": settings.task_api_url},
-            {"name": "SLUICE_TI_ID", "value": str(launch.ti_id)},
-            {"name": "SLUICE_TRY_NUMBER", "value": str(launch.try_number)},
-            {"name": "SLUICE_TRY_TOKEN", "value": token or ""},
-            {"name": "SLUICE_HEARTBEAT_INTERVAL", "value": f"{settings.heartbeat_interval:g}"},
+            {"name": protocol.URL_ENV, "value": settings.task_api_url},
+            {"name": protocol.TI_ID_ENV, "value": str(launch.ti_id)},
+            {"name": protocol.TRY_NUMBER_ENV, "value": str(launch.try_number)},
+            {"name": protocol.TOKEN_ENV, "value": token or ""},
+            {"name": protocol.INTERVAL_ENV, "value": f"{settings.heartbeat_interval:g}"},
         ],
         "resources": {
             "requests": {"cpu": "10m", "memory": "32Mi"},

@@ -1,0 +1,28 @@
+"""Every `sluice` subcommand on one Typer app (imported only when one of them runs)."""
+
+from __future__ import annotations
+
+import typer
+
+from sluice.cli import backfill as backfill_cli
+from sluice.cli import dags as dags_cli
+from sluice.cli import db as db_cli
+from sluice.cli import heartbeat as heartbeat_cli
+from sluice.cli import operator as operator_cli
+from sluice.cli import scheduler as scheduler_cli
+from sluice.cli import standalone as standalone_cli
+
+app = typer.Typer(
+    name="sluice",
+    help="Airflow-style workflows on Kubernetes, scheduled by replicas on Postgres.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(dags_cli.app, name="dags")
+app.add_typer(db_cli.app, name="db")
+app.command("scheduler")(scheduler_cli.scheduler)
+app.command("standalone")(standalone_cli.standalone)
+app.command("backfill")(backfill_cli.backfill)
+app.command("operator")(operator_cli.operator)
+app.command("heartbeat")(heartbeat_cli.heartbeat)
