@@ -50,7 +50,7 @@ fi
 for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl coredns; do
   [[ -x "$SLUICE_BIN/$b" ]] || die "$SLUICE_BIN/$b missing: run hack/build-k8s.sh"
 done
-for f in pause.tar sluice.tar; do
+for f in pause.tar sluice.tar postgres.tar; do
   [[ -f "$SLUICE_CACHE/images/$f" ]] || die "$SLUICE_CACHE/images/$f missing: run hack/build-images.sh"
 done
 for b in containerd containerd-shim-runc-v2 ctr runc iptables conntrack openssl curl; do
@@ -92,6 +92,8 @@ ip netns add "$SLUICE_NETNS"
 in_netns ip link set lo up
 
 BRIDGE="${SLUICE_BRIDGE:-sluice0}"
+# Locally administered (02:...), so it can be no real card's.
+BRIDGE_MAC="${SLUICE_BRIDGE_MAC:-02:5c:00:00:00:01}"
 NODE_CIDR="${SLUICE_NODE_CIDR:-10.77.0.0/24}"
 SERVICE_CIDR="${SLUICE_SERVICE_CIDR:-10.77.1.0/24}"
 NODE_NAME="${SLUICE_NODE_NAME:-sluice-node}"
@@ -125,6 +127,7 @@ SLUICE_CLUSTER_DIR=$D
 NETNS=$SLUICE_NETNS
 NETNS_PATH=$SLUICE_NETNS_PATH
 BRIDGE=$BRIDGE
+BRIDGE_MAC=$BRIDGE_MAC
 NODE_CIDR=$NODE_CIDR
 SERVICE_CIDR=$SERVICE_CIDR
 NODE_IP=$NODE_IP
@@ -189,7 +192,14 @@ wait_up() {
 # subnet only (no default route), the service range is blackholed, and nothing
 # is masqueraded. The namespace itself has no link to the outside at all (no
 # veth to the root namespace), so no cluster traffic can leave it.
-in_netns ip link add "$BRIDGE" type bridge
+# The bridge gets a fixed MAC address. Without one, Linux gives a bridge the
+# lowest MAC among its ports, so it changes whenever a pod whose veth has a
+# lower one comes or goes, and every other pod's ARP entry for the node IP then
+# points at an address nobody answers for until it expires: their connections
+# to the task API hung for ~10 s at a time (a heartbeat sidecar missed two
+# heartbeats in a row and its try was killed as a zombie; see
+# tests/k8s/test_cluster_netns.py).
+in_netns ip link add "$BRIDGE" address "$BRIDGE_MAC" type bridge
 in_netns ip addr replace "$NODE_IP/$plen" dev "$BRIDGE"
 in_netns ip link set "$BRIDGE" up
 in_netns ip route replace blackhole "$SERVICE_CIDR"
@@ -438,23 +448,7 @@ for c in $("${CTR[@]}" containers ls -q); do
   "${CTR[@]}" tasks delete -f "$c" >/dev/null 2>&1 || true
   "${CTR[@]}" containers delete "$c" >/dev/null 2>&1 || true
 done
-# Import an image archive unless this very archive (by its build stamp) is
-# already in containerd's store.
-for tarball in pause sluice; do
-  stamp="$(cat "$SLUICE_CACHE/images/.stamp-$tarball" 2>/dev/null || echo none)"
-  marker="$CONTAINERD_ROOT/.imported-$tarball"
-  image="$([[ $tarball == pause ]] && echo "$PAUSE_IMAGE" || echo "$SLUICE_IMAGE")"
-  if [[ "$(cat "$marker" 2>/dev/null)" == "$stamp" ]] \
-    && "${CTR[@]}" images ls -q "name==$image" 2>/dev/null | grep -q .; then
-    log "$image: already in containerd"
-    continue
-  fi
-  t0=$SECONDS
-  "${CTR[@]}" images import "$SLUICE_CACHE/images/$tarball.tar" >>"$D/logs/ctr-import.log" 2>&1 \
-    || { tail_log "$D/logs/ctr-import.log"; die "ctr images import $tarball.tar failed"; }
-  echo "$stamp" >"$marker"
-  log "imported $tarball.tar into containerd ($((SECONDS - t0))s)"
-done
+import_images "$SOCK" "$CONTAINERD_ROOT" "$D/logs/ctr-import.log" pause sluice postgres
 
 # ---------------------------------------------------------------- kubelet
 cat >"$D/kubelet-config.yaml" <<EOF

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import secrets
 import socket
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,7 @@ class Fleet:
         self.keys = workdir / "task-api.keys"
         self.keys.write_text(secrets.token_hex(32) + "\n")
         self.replicas: list[Replica] = []
+        self.followed: list[tuple[str, subprocess.Popen[bytes], Path]] = []
         self.dags = workdir / "dags"
         self.dags.mkdir()
 
@@ -79,8 +81,28 @@ class Fleet:
         replica.registered(self.sessions)
         return replica
 
+    def follow(self, selector: str, container: str) -> None:
+        """Keep a container's log while its pods live (a deleted pod takes its log along);
+        `logs()` shows it."""
+        out = self.workdir / f"follow-{len(self.followed)}.log"
+        with out.open("w") as sink:
+            proc = subprocess.Popen(
+                [
+                    self.cluster.kubectl_bin, "--kubeconfig", str(self.cluster.kubeconfig),
+                    "-n", self.namespace, "logs", "-f", "--timestamps", "--prefix",
+                    "-l", selector, "-c", container,
+                ],
+                stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+        self.followed.append((f"{container} of {selector}", proc, out))
+
     def logs(self) -> str:
-        return "\n".join(f"===== {r.name} =====\n{r.output()}" for r in self.replicas)
+        replicas = [f"===== {r.name} =====\n{r.output()}" for r in self.replicas]
+        followed = [
+            f"===== {what} =====\n{out.read_text(errors='replace')[-12000:]}"
+            for what, _, out in self.followed
+        ]
+        return "\n".join(replicas + followed)
 
     def check_alive(self) -> None:
         for replica in self.replicas:
@@ -155,6 +177,9 @@ class Fleet:
     def stop(self) -> None:
         for replica in self.replicas:
             replica.stop()
+        for _, proc, _ in self.followed:
+            proc.terminate()
+            proc.wait()
 
 
 def dag_manifest(name: str, tasks: list[dict[str, Any]]) -> str:

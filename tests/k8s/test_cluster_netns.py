@@ -115,3 +115,26 @@ def test_the_cluster_namespace_has_no_default_route_and_no_way_out(
         ["bash", str(HACK / "netns-check.sh")], capture_output=True, text=True, check=False
     )
     assert check.returncode == 0, check.stderr
+
+
+def test_the_bridge_keeps_its_mac_address_when_pods_come_and_go(
+    local_cluster: dict[str, str],
+) -> None:
+    """A bridge without a MAC of its own takes its lowest port's, so a pod's veth
+    coming or going changed it, and every other pod's ARP entry for the node IP
+    went stale: their connections to the task API hung until it expired."""
+    bridge = local_cluster["BRIDGE"]
+    ns = netns.NETNS_PATH
+    before = _ip(ns, "link", "show", "dev", bridge)[0]["address"]
+    assert before == local_cluster["BRIDGE_MAC"], before
+    # A port whose MAC is lower than any other (what a pod's veth may have).
+    a, b = "sluice-mac-a", "sluice-mac-b"
+    sh = ["nsenter", f"--net={ns}", "--", "ip", "link"]
+    subprocess.run([*sh, "add", a, "address", "00:00:00:00:00:01", "type", "veth",
+                    "peer", "name", b], check=True)  # fmt: skip
+    try:
+        subprocess.run([*sh, "set", a, "master", bridge, "up"], check=True)
+        assert _ip(ns, "link", "show", "dev", bridge)[0]["address"] == before
+    finally:
+        subprocess.run([*sh, "del", a], check=True)
+    assert _ip(ns, "link", "show", "dev", bridge)[0]["address"] == before

@@ -26,7 +26,7 @@ import pytest
 from sqlalchemy import select
 
 from sluice.db.models import DagRun, TaskInstance
-from sluice.executors.kubernetes import names
+from sluice.executors.kubernetes import manifest, names
 from sluice.executors.kubernetes.executor import KubernetesSettings, api_client_factory
 from sluice.executors.kubernetes.watch import TryCache
 
@@ -237,11 +237,13 @@ def test_a_killed_replicas_job_is_adopted_not_started_again(fleet: Fleet) -> Non
     doomed = fleet.start("doomed")
     ti = fleet.wait_task("adopt", "t", lambda t: t.state == "running", "the try running")
     assert ti.running_by_job_id == doomed.job_id
+    fleet.follow(f"{names.TI_LABEL}={ti.id}", manifest.SIDECAR)
     survivor = fleet.start("survivor", sync=False)
     doomed.kill9()
     done = fleet.wait_task(
-        "adopt", "t", lambda t: t.state == "success", "the try to succeed", timeout=180
+        "adopt", "t", lambda t: t.state in ("success", "failed"), "the try to end", timeout=180
     )
+    assert done.state == "success", f"{fleet.state_dump('adopt')}\n{fleet.logs()}"
     assert done.try_number == 1
     assert done.running_by_job_id == survivor.job_id, "the survivor did not adopt it"
     survivor.stop()  # its log ends with what it asked of the API server
