@@ -22,7 +22,7 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 
 # A tick's phases: the four of the loop, the fourth in its three parts.
 PHASES = ("runs", "examine", "critical_section", "dispatch", "executor_events", "housekeeping")
-# An idle tick takes a few milliseconds; a tick in a database outage, seconds.
+# An idle tick takes a few milliseconds; one in a database outage may take seconds.
 _SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 # -- the loop (scheduler/loop.py) -------------------------------------------------------

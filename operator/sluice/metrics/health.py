@@ -8,11 +8,11 @@ record the loop writes and the probe endpoints read, on a monotonic clock
 - Ready: a tick ended within `stale_after` seconds. A replica whose loop has
   not ticked for that long is doing none of the work, so it is not ready.
 - Live: unless the loop's thread is gone, or no tick has ended for
-  `LIVENESS_FACTOR * stale_after` seconds since the loop began. A database
-  outage makes ticks slow (each phase waits for a connection, then fails and
-  is logged) but they still end, and a restart would not bring the database
-  back: only a loop stuck for far longer than an outage makes ticks is worth
-  a restart. Before the loop begins (the replica waits for the database to
+  `LIVENESS_FACTOR * stale_after` seconds since the loop began. In a database
+  outage ticks still end (each phase fails and is logged), slowly when
+  connections time out, and a restart would not bring the database back:
+  only a loop stuck for far longer than an outage makes ticks is worth a
+  restart. Before the loop begins (the replica waits for the database to
   migrate, sync and register) the replica is live and not ready.
 """
 
