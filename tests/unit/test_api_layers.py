@@ -9,7 +9,7 @@ from pathlib import Path
 import sluice.api
 
 API = Path(sluice.api.__file__).parent
-ALLOWED = ("sluice.api", "sluice.db", "sluice.spec", "sluice.logs")
+ALLOWED = ("sluice.api", "sluice.db", "sluice.spec", "sluice.logs", "sluice.metrics.families")
 # What `sluice heartbeat` loads in a task pod: nothing that reaches for Postgres.
 SIDECAR = ("sidecar.py", "tokens.py", "protocol.py")
 
@@ -18,7 +18,8 @@ def _sluice_imports(path: Path) -> set[str]:
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
+            # `from sluice.metrics import families` imports sluice.metrics.families
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
     return {name for name in names if name == "sluice" or name.startswith("sluice.")}

@@ -19,6 +19,7 @@ import structlog
 
 from sluice.api.heartbeats import TryKey, Verdict
 from sluice.logs import first_line
+from sluice.metrics import families
 
 log = structlog.get_logger("sluice.api")
 
@@ -73,6 +74,7 @@ class HeartbeatBuffer:
                     await asyncio.wait_for(self._full.wait(), self._flush_interval)
             batch = self._take()
             keys = list(batch)
+            families.HEARTBEAT_FLUSH_SIZE.observe(len(keys))
             try:
                 verdicts = await loop.run_in_executor(self._thread, self._write, keys)
             except asyncio.CancelledError:

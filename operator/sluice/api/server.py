@@ -30,7 +30,6 @@ from datetime import UTC, datetime
 
 import structlog
 from aiohttp import web
-from prometheus_client import Counter
 from sqlalchemy import Engine
 
 from sluice.api import protocol
@@ -38,15 +37,12 @@ from sluice.api.buffer import FlushFailed, HeartbeatBuffer
 from sluice.api.heartbeats import TryKey, Verdict, record_heartbeats
 from sluice.api.tokens import REFRESH_HEADER, TokenRejected, TrySigner
 from sluice.db.engine import session_factory
+from sluice.metrics import families
 
 log = structlog.get_logger("sluice.api")
 
-HEARTBEATS = Counter(
-    "sluice_task_api_heartbeats",
-    "Heartbeats posted by task pods, by outcome: accepted, not_running (409),"
-    " not_found (404), unauthorized (401), forbidden (403), unavailable (503)",
-    ["outcome"],
-)
+# By outcome: accepted, not_running, not_found, unauthorized, forbidden, unavailable.
+HEARTBEATS = families.TASK_API_HEARTBEATS
 
 _BEARER = re.compile(r"Bearer +(\S+)\s*\Z", re.IGNORECASE)
 # task_instance.id is a bigint, try_number an int: a larger number names no task instance.

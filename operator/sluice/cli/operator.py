@@ -6,6 +6,11 @@ and only the replica with the highest priority handles events, the others
 wait; when it stops, the next one resumes once its peering record is older
 than `--peering-lifetime`. Each replica picks a random priority unless told
 one: kopf pauses every replica that sees another of the same priority.
+
+`--health-port` serves kopf's own liveness endpoint at
+`http://0.0.0.0:PORT/healthz`: it answers while kopf's event loop runs (and
+runs the `@kopf.on.probe` handlers, none yet), on every replica, serving or
+waiting.
 """
 
 from __future__ import annotations
@@ -21,6 +26,12 @@ from sluice.config import DATABASE_URL_ENV
 
 PEERING_GROUP = "kopf.dev"
 PEERING_VERSION = "v1"
+HEALTH_PATH = "/healthz"
+
+
+def liveness_endpoint(port: int | None) -> str | None:
+    """kopf's `liveness_endpoint` for `--health-port` (None: no endpoint)."""
+    return None if port is None else f"http://0.0.0.0:{port}{HEALTH_PATH}"
 
 
 def operator(
@@ -46,6 +57,15 @@ def operator(
     standalone: Annotated[
         bool, typer.Option(help="no peering: this must be the only operator replica")
     ] = False,
+    health_port: Annotated[
+        int | None,
+        typer.Option(
+            help=f"serve kopf's liveness endpoint at http://0.0.0.0:PORT{HEALTH_PATH}"
+            " (default: off)",
+            min=1,
+            max=65535,
+        ),
+    ] = None,
 ) -> None:
     """Run the operator (any number of replicas; one handles events at a time)."""
     import kopf
@@ -74,6 +94,7 @@ def operator(
         priority=chosen,
         clusterwide=clusterwide,
         namespaces=namespaces,
+        liveness_endpoint=liveness_endpoint(health_port),
     )
 
 

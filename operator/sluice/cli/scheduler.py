@@ -11,9 +11,11 @@ from typing import Annotated
 
 import structlog
 import typer
+from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from sluice.api.server import TaskApi
 from sluice.cli import kubernetes as k8s
 from sluice.cli.common import DatabaseUrl, load_manifests
 from sluice.cli.errors import fail
@@ -29,6 +31,9 @@ from sluice.executors.kubernetes.executor import api_client_factory
 from sluice.executors.local import LocalExecutor
 from sluice.executors.noop import NoopExecutor
 from sluice.logs import configure_logging, first_line
+from sluice.metrics.health import DEFAULT_STALE_AFTER, LIVENESS_FACTOR, LoopHealth
+from sluice.metrics.sampler import Sampler
+from sluice.metrics.server import MetricsServer
 from sluice.scheduler.config import SchedulerConfig
 from sluice.scheduler.loop import SchedulerLoop, utcnow
 from sluice.status.publisher import StatusPublisher
@@ -95,6 +100,25 @@ def scheduler(
             " runs of DAGs without a namespace go to --namespace)"
         ),
     ] = True,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="serve /metrics (Prometheus), /readyz and /healthz on this port (default: off)",
+            min=0,
+            max=65535,
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str, typer.Option(help="the address --metrics-port listens on")
+    ] = "0.0.0.0",
+    health_stale_after: Annotated[
+        float,
+        typer.Option(
+            help="/readyz answers 503 once the loop's last tick ended longer ago than this"
+            f" (seconds); /healthz only after {LIVENESS_FACTOR} times as long (a stuck loop:"
+            " a restart does not cure a database outage)"
+        ),
+    ] = DEFAULT_STALE_AFTER,
     log_level: Annotated[str, typer.Option()] = "info",
     log_json: Annotated[bool, typer.Option()] = False,
 ) -> None:
@@ -133,6 +157,11 @@ def scheduler(
                 f"{name} ({seconds}s) must be longer than --heartbeat-interval"
                 f" ({heartbeat_interval}s), or {looks_like}"
             )
+    if health_stale_after <= tick_interval:
+        fail(
+            f"--health-stale-after ({health_stale_after}s) must be longer than --tick-interval"
+            f" ({tick_interval}s), or an idle replica looks stalled"
+        )
     chosen: Executor
     signer = None
     settings: KubernetesSettings | None = None
@@ -183,26 +212,44 @@ def scheduler(
     def stopped() -> bool:
         return stopping["now"]
 
-    # A Postgres restart or outage while the replica starts is waited out, as the loop
-    # waits it out later: it is no reason to exit (invariant 6).
-    if migrate and not until_reachable("db upgrade", lambda: upgrade(url), stopped):
-        return
-    engine = make_engine(url, prepare_statements=prepared_statements)
-    sessions = session_factory(engine)
-    # Every timestamp the replicas compare comes from the database's clock, never from
-    # this machine's wall clock (which may be off, or jump).
-    clock = DatabaseClock(engine, fallback=utcnow)
-    task_api = None if signer is None else k8s.start_task_api(engine, signer, listen, clock)
-    publisher = None
-    if settings is not None and publish_status:
-        publisher = StatusPublisher(
-            sessions,
-            api_client_factory(settings),
-            clock=clock,
-            default_namespace=settings.namespace,
+    # The probes answer from the start: live, and not ready while the replica waits for
+    # the database below.
+    health = LoopHealth()
+    server = None
+    if metrics_port is not None:
+        server = MetricsServer(
+            health, host=metrics_host, port=metrics_port, stale_after=health_stale_after
         )
+        try:
+            server.start()
+        except OSError as exc:
+            fail(f"--metrics-port {metrics_port} on {metrics_host}: {exc}")
+    engine: Engine | None = None
+    task_api: TaskApi | None = None
+    publisher: StatusPublisher | None = None
+    sampler: Sampler | None = None
     loop: SchedulerLoop | None = None
     try:
+        # A Postgres restart or outage while the replica starts is waited out, as the loop
+        # waits it out later: it is no reason to exit (invariant 6).
+        if migrate and not until_reachable("db upgrade", lambda: upgrade(url), stopped):
+            return
+        engine = make_engine(url, prepare_statements=prepared_statements)
+        sessions = session_factory(engine)
+        # Every timestamp the replicas compare comes from the database's clock, never from
+        # this machine's wall clock (which may be off, or jump).
+        clock = DatabaseClock(engine, fallback=utcnow)
+        task_api = None if signer is None else k8s.start_task_api(engine, signer, listen, clock)
+        if settings is not None and publish_status:
+            publisher = StatusPublisher(
+                sessions,
+                api_client_factory(settings),
+                clock=clock,
+                default_namespace=settings.namespace,
+            )
+        if server is not None:
+            sampler = Sampler(sessions)  # the numbers that need a query, every few seconds
+            sampler.start()
         if publisher is not None and not until_reachable(
             "starting the status publisher", publisher.start, stopped
         ):
@@ -215,7 +262,7 @@ def scheduler(
 
         def register() -> None:
             nonlocal loop
-            loop = SchedulerLoop(sessions, chosen, config, clock=clock, waker=waker)
+            loop = SchedulerLoop(sessions, chosen, config, clock=clock, waker=waker, health=health)
 
         if not until_reachable("registering the replica", register, stopped):
             return
@@ -236,7 +283,12 @@ def scheduler(
         if publisher is not None:
             publisher.stop()
             log.info("status publisher stopped", **vars(publisher.counts))
-        engine.dispose()
+        if sampler is not None:
+            sampler.stop()
+        if engine is not None:
+            engine.dispose()
+        if server is not None:
+            server.stop()
 
 
 def until_reachable(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
@@ -17,6 +18,9 @@ from sluice.cli.common import DatabaseUrl, load_manifests
 from sluice.cli.errors import fail
 from sluice.db.dags import DagNameTaken
 from sluice.logs import configure_logging
+from sluice.metrics.health import DEFAULT_STALE_AFTER
+from sluice.metrics.sampler import Sampler
+from sluice.metrics.server import MetricsServer
 from sluice.runtime import LocalRuntime
 from sluice.scheduler.config import SchedulerConfig
 from sluice.scheduler.loop import TickReport, utcnow
@@ -35,6 +39,14 @@ def standalone(
         typer.Option(help="keep the embedded database and task logs here (default: temporary)"),
     ] = None,
     tick_interval: Annotated[float, typer.Option(help="idle sleep between ticks (s)")] = 0.5,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="serve /metrics, /readyz and /healthz on 127.0.0.1:PORT (default: off)",
+            min=0,
+            max=65535,
+        ),
+    ] = None,
 ) -> None:
     """Schedule every DAG in DIR locally: tasks run as subprocesses."""
     if output not in ("table", "json"):
@@ -46,7 +58,22 @@ def standalone(
     stop = _stop_on_signals()
     console = Console(stderr=output == "json")
     config = SchedulerConfig(tick_interval=tick_interval)
-    with LocalRuntime(database_url=database_url, state_dir=state_dir, config=config) as runtime:
+    with (
+        LocalRuntime(database_url=database_url, state_dir=state_dir, config=config) as runtime,
+        contextlib.ExitStack() as metrics,
+    ):
+        if metrics_port is not None:
+            server = MetricsServer(
+                runtime.loop.health,
+                host="127.0.0.1",
+                port=metrics_port,
+                stale_after=DEFAULT_STALE_AFTER,
+            )
+            try:
+                metrics.enter_context(server)
+            except OSError as exc:
+                fail(f"--metrics-port {metrics_port}: {exc}")
+            metrics.enter_context(Sampler(runtime.sessions))
         try:
             runtime.register(manifests)
         except DagNameTaken as exc:

@@ -351,6 +351,9 @@ class StatusOutbox(Base):
     key: Mapped[str | None] = mapped_column(Text)
     not_before: Mapped[datetime] = mapped_column(server_default=func.now())
     attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    # When the change was enqueued (`not_before` moves with leases and retries): the
+    # age of the oldest row says how far behind publishing is (migration 0010).
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
 
     __table_args__ = (Index("ix_status_outbox_ready", "not_before", "id"),)
 

@@ -17,6 +17,10 @@ counted in the tick's report and survived; a batch it failed to start fails
 with the reason (and retries as the task allows). The
 clock is injected so tests can drive time. An idle loop sleeps one tick
 interval, or less when a `Waker` hears that work appeared.
+
+Each tick and phase is timed, and the numbers the loop already holds go to
+`metrics/families.py` with no statement of their own; `LoopHealth` records
+when ticks end, for the readiness and liveness probes (ADR 0020).
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from sluice.db.dags import SpecCache
 from sluice.db.wakeups import Waker
 from sluice.executors.base import Executor, TaskEvent, TaskLaunch
 from sluice.logs import first_line
+from sluice.metrics import families as metrics
+from sluice.metrics.health import LoopHealth
 from sluice.scheduler import housekeeping, past, reconcile
 from sluice.scheduler.config import SchedulerConfig
 from sluice.scheduler.critical import queue_schedulable_task_instances
@@ -97,6 +103,7 @@ class SchedulerLoop:
         clock: Clock = utcnow,
         sleep: Callable[[float], None] = time.sleep,
         waker: Waker | None = None,
+        health: LoopHealth | None = None,
     ) -> None:
         self.sessions = sessions
         self.executor = executor
@@ -104,6 +111,8 @@ class SchedulerLoop:
         self.clock = clock
         self.sleep = sleep
         self.waker = waker
+        # When ticks end, for the probes (`sluice scheduler --metrics-port`).
+        self.health = health or LoopHealth()
         self.specs = SpecCache()
         self._conn: Connection | None = None  # the tick's connection, while a tick runs
         # No fallback here: a replica that cannot register exits and is restarted.
@@ -128,8 +137,11 @@ class SchedulerLoop:
     # -- the tick -----------------------------------------------------------------
 
     def tick(self) -> TickReport:
-        with self._one_connection():
-            return self._tick()
+        self.health.tick_started()
+        with metrics.LOOP_TICK_SECONDS.time(), self._one_connection():
+            report = self._tick()
+        self.health.tick_ended()
+        return report
 
     @contextlib.contextmanager
     def _one_connection(self) -> Iterator[None]:
@@ -170,13 +182,36 @@ class SchedulerLoop:
 
         if self._runs_phase_due(now):
             self._last_runs_phase = now
-            report.runs_created, report.runs_started = self._transaction(
-                "runs", runs, (0, 0), report
-            )
+            with _timed("runs"):
+                report.runs_created, report.runs_started = self._transaction(
+                    "runs", runs, (0, 0), report
+                )
+            metrics.RUNS_CREATED.inc(report.runs_created)
             limit = cfg.runs_created_per_tick
             self._runs_backlog = report.runs_created >= limit or report.runs_started >= limit
 
         # Phase 2: examine running runs (quiet ones too, once per tick interval).
+        with _timed("examine"):
+            self._examine(now, report)
+
+        # Phase 3: the critical section.
+        with _timed("critical_section"):
+            self._queue_tasks(report)
+        if not report.critical_section_skipped:
+            metrics.TASKS_EXECUTABLE.set(report.tasks_queued)
+
+        # Phase 4: hand over, collect reports, housekeeping.
+        with _timed("dispatch"):
+            report.tasks_started = self._dispatch(report)
+        with _timed("executor_events"):
+            report.events_applied = self._sync_executor(report)
+        with _timed("housekeeping"):
+            self._housekeeping(now, report)
+        return report
+
+    def _examine(self, now: datetime, report: TickReport) -> None:
+        """Phase 2, in one transaction; then flag runs whose dependsOnPast tasks it freed."""
+        cfg = self.config
         quiet = (now - self._last_quiet_examine).total_seconds() >= cfg.tick_interval
         if quiet:
             self._last_quiet_examine = now
@@ -195,15 +230,6 @@ class SchedulerLoop:
                 self._runs_backlog = True  # a queued run may start now
             report.tasks_scheduled = stats.scheduled + stats.retried
             self._wake_next_runs(sorted(stats.settled_ok_runs), report)
-
-        # Phase 3: the critical section.
-        self._queue_tasks(report)
-
-        # Phase 4: hand over, collect reports, housekeeping.
-        report.tasks_started = self._dispatch(report)
-        report.events_applied = self._sync_executor(report)
-        self._housekeeping(now, report)
-        return report
 
     def _runs_phase_due(self, now: datetime) -> bool:
         """Does phase 1 have anything new to look at?
@@ -231,6 +257,7 @@ class SchedulerLoop:
         """
         cfg = self.config
         for _ in range(cfg.critical_batches_per_tick):
+            started = time.perf_counter()
             result = self._transaction(
                 "critical_section",
                 lambda s: queue_schedulable_task_instances(
@@ -241,6 +268,10 @@ class SchedulerLoop:
             )
             if result is None:
                 return
+            if result.entered:
+                metrics.CRITICAL_SECTION_SECONDS.observe(time.perf_counter() - started)
+            else:
+                metrics.CRITICAL_SECTION_BUSY.inc()
             report.critical_section_skipped = not result.entered
             report.tasks_queued += len(result.queued)
             if len(result.queued) < cfg.max_tis_per_query:
@@ -350,6 +381,7 @@ class SchedulerLoop:
         events = self._pending_events
         no_ids: dict[tuple[int, int], str] = {}
         running = self._executor_call("external_ids", self.executor.external_ids, no_ids, report)
+        metrics.EXECUTOR_RUNNING_TRIES.set(len(running))
         now = self.clock()
         every = (now - self._last_try_heartbeat).total_seconds() >= self.config.heartbeat_interval
         beat = running if every else {k: v for k, v in running.items() if k not in self._beaten}
@@ -385,6 +417,7 @@ class SchedulerLoop:
         applied, fence = outcome
         lost = set(fence.kill) | set(fence.release)
         recorded = [key for key in beat if key not in lost]
+        metrics.TRIES_KILLED_EXTERNALLY.inc(len(fence.kill))
         if recorded:
             self._executor_call(
                 "heartbeats_recorded",
@@ -451,6 +484,7 @@ class SchedulerLoop:
         )
         self._reconcile_after = None if step is None else step.through
         if step is not None and step.fixed:
+            metrics.COUNTER_FIXES.inc(step.fixed)
             log.warning("counters reconciled", rows_fixed=step.fixed)
 
     def _sweep_stale_tries(self, now: datetime, report: TickReport) -> None:
@@ -495,6 +529,7 @@ class SchedulerLoop:
             self._wake_past(settled, report)
             for applied in settled:
                 if applied.ti_id in stale.evidence:
+                    metrics.ZOMBIES.inc()
                     log.warning("zombie task", ti=applied.ti_id, try_number=applied.try_number)
             settled_keys = {(a.ti_id, a.try_number) for a in settled}
             for key in stale.kill:
@@ -515,6 +550,7 @@ class SchedulerLoop:
                 no_adoptions,
                 report,
             )
+            metrics.ADOPTIONS.inc(len(taken))
             for adoption in taken:
                 self._executor_call(
                     "adopt",
@@ -569,15 +605,18 @@ class SchedulerLoop:
     # -- running ------------------------------------------------------------------
 
     def run(self, should_stop: Callable[[], bool]) -> None:
-        while not should_stop():
-            try:
-                report = self.tick()
-            except Exception as exc:  # a defect outside any phase: never end the replica
-                self._record_error("tick", exc, None)
-                self.sleep(self.config.tick_interval)
-                continue
-            if not report.busy:
-                self.idle()
+        try:
+            while not should_stop():
+                try:
+                    report = self.tick()
+                except Exception as exc:  # a defect outside any phase: never end the replica
+                    self._record_error("tick", exc, None)
+                    self.sleep(self.config.tick_interval)
+                    continue
+                if not report.busy:
+                    self.idle()
+        finally:
+            self.health.stopped()
 
     def idle(self) -> None:
         """Wait one tick interval, or until the waker hears that work appeared."""
@@ -633,8 +672,14 @@ class SchedulerLoop:
     @staticmethod
     def _record_error(phase: str, exc: Exception, report: TickReport | None) -> None:
         log.error("phase failed", phase=phase, error=first_line(exc), exc_info=exc)
+        metrics.LOOP_ERRORS.labels(phase).inc()
         if report is not None:
             report.errors.append(f"{phase}: {first_line(exc)}")
 
 
 _DEADLOCK_RETRIES = 4
+
+
+def _timed(phase: str) -> contextlib.AbstractContextManager[Any]:
+    """Observe the block's duration in the phase histogram (even if it raises)."""
+    return metrics.LOOP_PHASE_SECONDS.labels(phase).time()
