@@ -7,6 +7,14 @@
 # test cluster (hack/build-images.sh) builds this same file with buildah over a
 # Debian base made with debootstrap and passes WHEELHOUSE, a directory of
 # wheels inside the build context, so that pip installs without an index.
+# VERSION, REVISION and SOURCE end up in the OCI labels (hack/build-images.sh
+# passes the package version, `git describe --always --dirty` and the
+# repository's origin URL, if it has one).
+#
+# The final stage holds the virtual environment and nothing else of the build;
+# it runs as 65532:65532 (numeric, so `runAsNonRoot` can check it) and writes
+# nothing outside /tmp, so it runs with a read-only root filesystem and an
+# emptyDir at /tmp (the Helm chart does this).
 ARG BASE_IMAGE=python:3.11-slim
 
 FROM ${BASE_IMAGE} AS build
@@ -23,6 +31,15 @@ RUN set -eu; \
     test -x /opt/sluice/bin/sluice
 
 FROM ${BASE_IMAGE}
+ARG VERSION=unknown
+ARG REVISION=unknown
+ARG SOURCE=unknown
+LABEL org.opencontainers.image.title="sluice" \
+      org.opencontainers.image.description="Airflow-style workflows on Kubernetes: scheduler, operator, task API, heartbeat sidecar and migrations (sluice ...)" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}"
 COPY --from=build /opt/sluice /opt/sluice
 ENV PATH=/opt/sluice/bin:$PATH \
     PYTHONUNBUFFERED=1 \

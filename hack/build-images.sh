@@ -8,6 +8,12 @@
 #   localhost/sluice:dev          the project's own Dockerfile, built with
 #                                 buildah over sluice-base, installing from
 #                                 wheels built on this host with `pip wheel`
+#   localhost/sluice-postgres:15  the chart's bundled database for this
+#                                 cluster: Debian's postgresql-15 over
+#                                 sluice-base, uid 999, with
+#                                 hack/postgres/docker-entrypoint.sh (the
+#                                 official image's interface: POSTGRES_USER,
+#                                 POSTGRES_PASSWORD, POSTGRES_DB, PGDATA)
 #
 # Each image is saved as a docker-archive under $SLUICE_CACHE/images/ for
 # `ctr images import`. A warm run with unchanged inputs is a no-op.
@@ -121,7 +127,12 @@ build_sluice() {
   done
   key="sluice $(cd "$ctx" && find "${inputs[@]}" -type f -print0 | sort -z | xargs -0 sha256sum \
     | sha256sum | cut -c1-16)"
-  key+=" base=$(image_id "$BASE_IMAGE_NAME") recipe=1"
+  # What the image's OCI labels say (part of the key, so a label never lies).
+  local version revision source
+  version="$(sed -n 's/^version = "\(.*\)"$/\1/p' "$ctx/pyproject.toml" | head -n1)"
+  revision="$(git -C "$SLUICE_ROOT" describe --always --dirty 2>/dev/null || echo unknown)"
+  source="$(git -C "$SLUICE_ROOT" remote get-url origin 2>/dev/null || echo unknown)"
+  key+=" base=$(image_id "$BASE_IMAGE_NAME") version=$version revision=$revision recipe=2"
   if [[ -f "$IMG_DIR/sluice.tar" && "$(cat "$IMG_DIR/.stamp-sluice" 2>/dev/null)" == "$key" ]] \
     && [[ -n "$(image_id "$SLUICE_IMAGE")" ]]; then
     log "sluice image: up to date ($SLUICE_IMAGE)"
@@ -140,6 +151,7 @@ build_sluice() {
   log "sluice image: buildah build -f Dockerfile --build-arg BASE_IMAGE=$BASE_IMAGE_NAME"
   "${BUILDAH[@]}" build --quiet --isolation chroot --layers=false --pull=never \
     --build-arg "BASE_IMAGE=$BASE_IMAGE_NAME" --build-arg WHEELHOUSE=wheelhouse \
+    --build-arg "VERSION=$version" --build-arg "REVISION=$revision" --build-arg "SOURCE=$source" \
     -f "$ctx/Dockerfile" -t "$SLUICE_IMAGE" "$ctx" >"$IMG_DIR/buildah-build.log" 2>&1 \
     || { tail_log "$IMG_DIR/buildah-build.log" 60; die "buildah build failed"; }
   save_image "$SLUICE_IMAGE" "$IMG_DIR/sluice.tar"
@@ -150,8 +162,46 @@ build_sluice() {
   log "sluice image: built $SLUICE_IMAGE"
 }
 
+build_postgres() {
+  local entry="$SLUICE_ROOT/hack/postgres/docker-entrypoint.sh"
+  local key
+  key="postgres-15 $(sha256sum "$entry" | cut -c1-16) base=$(image_id "$BASE_IMAGE_NAME") recipe=1"
+  if [[ -f "$IMG_DIR/postgres.tar" && "$(cat "$IMG_DIR/.stamp-postgres" 2>/dev/null)" == "$key" ]] \
+    && [[ -n "$(image_id "$POSTGRES_IMAGE")" ]]; then
+    log "postgres image: up to date ($POSTGRES_IMAGE)"
+    return
+  fi
+  log "postgres image: apt-get install postgresql-15 over $BASE_IMAGE_NAME"
+  local ctr t0=$SECONDS
+  ctr="$("${BUILDAH[@]}" from --pull=never "$BASE_IMAGE_NAME")"
+  # The official image's uid and gid (999), made before the package makes its own.
+  "${BUILDAH[@]}" run --isolation chroot "$ctr" -- sh -euc '
+    groupadd -r -g 999 postgres
+    useradd -r -u 999 -g 999 -d /var/lib/postgresql -s /bin/sh postgres
+    mkdir -p /etc/postgresql-common/createcluster.d
+    echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.d/no-main.conf
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql-15
+    rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb
+    mkdir -p /var/run/postgresql /var/lib/postgresql/data
+    chown -R 999:999 /var/run/postgresql /var/lib/postgresql
+    chmod 3777 /var/run/postgresql' >"$IMG_DIR/postgres-build.log" 2>&1 \
+    || { tail_log "$IMG_DIR/postgres-build.log"; die "building the postgres image failed"; }
+  "${BUILDAH[@]}" copy --quiet --chmod 0755 "$ctr" "$entry" /usr/local/bin/docker-entrypoint.sh >/dev/null
+  "${BUILDAH[@]}" config \
+    --env PATH=/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    --env PGDATA=/var/lib/postgresql/data --user 999:999 \
+    --entrypoint '["docker-entrypoint.sh"]' --cmd postgres --port 5432 \
+    --label org.opencontainers.image.title=sluice-postgres "$ctr"
+  "${BUILDAH[@]}" commit --quiet --rm "$ctr" "$POSTGRES_IMAGE" >/dev/null
+  save_image "$POSTGRES_IMAGE" "$IMG_DIR/postgres.tar"
+  echo "$key" >"$IMG_DIR/.stamp-postgres"
+  log "postgres image: built $POSTGRES_IMAGE ($(fmt_duration $((SECONDS - t0))))"
+}
+
 start=$SECONDS
 build_pause
 build_base
 build_sluice
+build_postgres
 log "build-images: done in $(fmt_duration $((SECONDS - start))) (archives in $IMG_DIR)"

@@ -24,6 +24,7 @@ COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
 # Image names used by the local cluster (never pulled from a registry).
 SLUICE_IMAGE="${SLUICE_IMAGE:-localhost/sluice:dev}"
 PAUSE_IMAGE="${PAUSE_IMAGE:-localhost/sluice-pause:3.10}"
+POSTGRES_IMAGE="${POSTGRES_IMAGE:-localhost/sluice-postgres:15}"
 
 # Go may be installed outside PATH (a non-login shell, CI).
 if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
@@ -106,4 +107,34 @@ cluster_lock() {
 fmt_duration() {
   local s="$1"
   printf '%dm%02ds' $((s / 60)) $((s % 60))
+}
+
+# import_images CONTAINERD_SOCK CONTAINERD_ROOT LOGFILE TARBALL...: import each
+# image archive ($SLUICE_CACHE/images/TARBALL.tar, made by build-images.sh) into
+# the cluster's containerd, unless this very archive (by its build stamp) is
+# already there. TARBALL is pause, sluice or postgres.
+import_images() {
+  local sock="$1" root="$2" logf="$3"
+  shift 3
+  local ctr=(ctr --address "$sock" -n k8s.io)
+  local tarball stamp marker image t0
+  for tarball in "$@"; do
+    stamp="$(cat "$SLUICE_CACHE/images/.stamp-$tarball" 2>/dev/null || echo none)"
+    marker="$root/.imported-$tarball"
+    case "$tarball" in
+      pause) image="$PAUSE_IMAGE" ;;
+      postgres) image="$POSTGRES_IMAGE" ;;
+      *) image="$SLUICE_IMAGE" ;;
+    esac
+    if [[ "$(cat "$marker" 2>/dev/null)" == "$stamp" ]] \
+      && "${ctr[@]}" images ls -q "name==$image" 2>/dev/null | grep -q .; then
+      log "$image: already in containerd"
+      continue
+    fi
+    t0=$SECONDS
+    "${ctr[@]}" images import "$SLUICE_CACHE/images/$tarball.tar" >>"$logf" 2>&1 \
+      || { tail_log "$logf"; die "ctr images import $tarball.tar failed"; }
+    echo "$stamp" >"$marker"
+    log "imported $tarball.tar into containerd ($((SECONDS - t0))s)"
+  done
 }
