@@ -709,6 +709,10 @@ def test_non_default_values(helm: str) -> None:
         monitor["spec"]["selector"]["matchLabels"].items() <= metrics["metadata"]["labels"].items()
     )
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    # Pull secrets on every pod, and on the task account (the sidecar is the Sluice image).
+    for where, pod_spec in pod_specs(docs):
+        assert pod_spec["imagePullSecrets"] == [{"name": "regcred"}], where
+    assert one(docs, "ServiceAccount", "sluice-task")["imagePullSecrets"] == [{"name": "regcred"}]
     labelled = [d for d in docs if not d["kind"].startswith("ValidatingAdmissionPolicy")]
     assert all(d["metadata"]["labels"]["team"] == "data" for d in labelled)
 
