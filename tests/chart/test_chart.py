@@ -469,19 +469,28 @@ def test_migrations_run_as_a_hook_and_in_every_pod(helm: str) -> None:
 
 def assert_retried_upgrade(c: Doc) -> None:
     assert c["command"] == ["/bin/sh", "-c"]
-    script = c["args"][0]
-    assert "until sluice db upgrade; do" in script
-    assert 'sleep "$SLUICE_DB_UPGRADE_DELAY"' in script
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert env["SLUICE_DB_UPGRADE_ATTEMPTS"] == "60"
     assert env["SLUICE_DB_UPGRADE_DELAY"] == "5"
     assert "SLUICE_DATABASE_URL" in env
-    # The script as a shell reads it: fails after the last attempt, says why.
-    done = subprocess.run(
+    assert "until sluice db upgrade; do" in c["args"][0]
+
+
+def run_upgrade_script(script: str, bin_dir: Path, fails: int, attempts: int) -> Any:
+    """The script under /bin/sh with a `sluice` that fails `fails` times, then succeeds."""
+    count = bin_dir / "count"
+    count.write_text("0")
+    fake = bin_dir / "sluice"
+    fake.write_text(
+        f"#!/bin/sh\nn=$(($(cat {count}) + 1)); echo $n > {count}\n"
+        f'[ "$1 $2" = "db upgrade" ] && [ "$n" -gt {fails} ]\n'
+    )
+    fake.chmod(0o755)
+    return subprocess.run(
         ["/bin/sh", "-c", script],
         env={
-            "PATH": "/nonexistent",
-            "SLUICE_DB_UPGRADE_ATTEMPTS": "2",
+            "PATH": f"{bin_dir}:/usr/bin:/bin",
+            "SLUICE_DB_UPGRADE_ATTEMPTS": str(attempts),
             "SLUICE_DB_UPGRADE_DELAY": "0",
         },
         capture_output=True,
@@ -489,9 +498,20 @@ def assert_retried_upgrade(c: Doc) -> None:
         timeout=30,
         check=False,
     )
+
+
+def test_the_upgrade_script_retries_then_gives_up(helm: str, tmp_path: Path) -> None:
+    """A database still starting: `sluice db upgrade` is tried again; one that never
+    answers: the container fails after the last attempt, saying why."""
+    job = one(render(helm), "Job", "sluice-migrations")
+    script = job["spec"]["template"]["spec"]["containers"][0]["args"][0]
+    done = run_upgrade_script(script, tmp_path, fails=2, attempts=3)
+    assert done.returncode == 0, done.stderr
+    assert "attempt 2 of 3" in done.stderr
+    assert (tmp_path / "count").read_text().strip() == "3"
+    done = run_upgrade_script(script, tmp_path, fails=5, attempts=3)
     assert done.returncode == 1
-    assert "attempt 1 of 2" in done.stderr
-    assert "failed 2 times; giving up" in done.stderr
+    assert "failed 3 times; giving up" in done.stderr
 
 
 # ---- images ------------------------------------------------------------------------
