@@ -1,0 +1,223 @@
+{{/*
+Names, labels and the pieces every Sluice pod shares. The image runs as 65532
+(Dockerfile: USER 65532:65532); the official Postgres image's user is 999.
+*/}}
+
+{{- define "sluice.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "sluice.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A component's name: "<fullname>-<component>", cut to 63 characters. */}}
+{{- define "sluice.componentName" -}}
+{{- printf "%s-%s" (include "sluice.fullname" .root) .component | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "sluice.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels of every object: call with (dict "root" $ "component" "scheduler"). */}}
+{{- define "sluice.labels" -}}
+helm.sh/chart: {{ include "sluice.chart" .root }}
+{{ include "sluice.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: sluice
+{{- with .root.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The labels a component's selectors match (never change them on upgrade). */}}
+{{- define "sluice.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "sluice.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "sluice.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* Where task Jobs run: tasks.namespace, else the release's namespace. */}}
+{{- define "sluice.tasksNamespace" -}}
+{{- default .Release.Namespace .Values.tasks.namespace -}}
+{{- end -}}
+
+{{/* The namespaces whose DAG, DagRun and Backfill objects Sluice serves (one per
+line; none with watch.allNamespaces). */}}
+{{- define "sluice.watchNamespaces" -}}
+{{- if not .Values.watch.allNamespaces -}}
+{{- range (.Values.watch.namespaces | default (list .Release.Namespace)) | uniq }}
+{{ . }}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "sluice.schedulerServiceAccount" -}}
+{{- if .Values.scheduler.serviceAccount.create -}}
+{{- default (include "sluice.componentName" (dict "root" . "component" "scheduler")) .Values.scheduler.serviceAccount.name -}}
+{{- else -}}
+{{- required "scheduler.serviceAccount.name is required when scheduler.serviceAccount.create is false" .Values.scheduler.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "sluice.operatorServiceAccount" -}}
+{{- if .Values.operator.serviceAccount.create -}}
+{{- default (include "sluice.componentName" (dict "root" . "component" "operator")) .Values.operator.serviceAccount.name -}}
+{{- else -}}
+{{- required "operator.serviceAccount.name is required when operator.serviceAccount.create is false" .Values.operator.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "sluice.taskServiceAccount" -}}
+{{- if .Values.tasks.serviceAccount.create -}}
+{{- default (include "sluice.componentName" (dict "root" . "component" "task")) .Values.tasks.serviceAccount.name -}}
+{{- else -}}
+{{- required "tasks.serviceAccount.name is required when tasks.serviceAccount.create is false" .Values.tasks.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The bundled Postgres runs unless database.existingSecret names an external one. */}}
+{{- define "sluice.bundledPostgres" -}}
+{{- if not .Values.database.existingSecret -}}true{{- end -}}
+{{- end -}}
+
+{{- define "sluice.postgresName" -}}
+{{- include "sluice.componentName" (dict "root" . "component" "postgres") -}}
+{{- end -}}
+
+{{/* The Secret and key holding SLUICE_DATABASE_URL. */}}
+{{- define "sluice.databaseSecretName" -}}
+{{- default (include "sluice.postgresName" .) .Values.database.existingSecret -}}
+{{- end -}}
+
+{{- define "sluice.databaseSecretKey" -}}
+{{- if .Values.database.existingSecret -}}{{ .Values.database.existingSecretKey }}{{- else -}}url{{- end -}}
+{{- end -}}
+
+{{- define "sluice.taskApiSecretName" -}}
+{{- default (include "sluice.componentName" (dict "root" . "component" "task-api")) .Values.taskApi.existingSecret -}}
+{{- end -}}
+
+{{- define "sluice.taskApiUrl" -}}
+{{- printf "http://%s.%s.svc:%d" (include "sluice.componentName" (dict "root" . "component" "task-api")) .Release.Namespace (int .Values.taskApi.port) -}}
+{{- end -}}
+
+{{/* The restricted Pod Security Standard, pod level (uid: the image's user). */}}
+{{- define "sluice.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: {{ .uid }}
+runAsGroup: {{ .uid }}
+fsGroup: {{ .uid }}
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* The restricted Pod Security Standard, container level. */}}
+{{- define "sluice.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "sluice.databaseEnv" -}}
+- name: SLUICE_DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "sluice.databaseSecretName" . }}
+      key: {{ include "sluice.databaseSecretKey" . }}
+{{- end -}}
+
+{{/*
+`sluice db upgrade`, tried again while it fails (the database may still be
+starting: the bundled Postgres initialises on first start, an external one may
+be restarting). Safe from several pods at once: the migrations take a Postgres
+advisory lock, and an up-to-date schema is a no-op.
+*/}}
+{{- define "sluice.dbUpgradeScript" -}}
+attempt=1
+until sluice db upgrade; do
+  if [ "$attempt" -ge "$SLUICE_DB_UPGRADE_ATTEMPTS" ]; then
+    echo "sluice db upgrade failed $attempt times; giving up (is SLUICE_DATABASE_URL right?)" >&2
+    exit 1
+  fi
+  echo "sluice db upgrade failed (attempt $attempt of $SLUICE_DB_UPGRADE_ATTEMPTS); the database may still be starting; again in ${SLUICE_DB_UPGRADE_DELAY}s" >&2
+  attempt=$((attempt + 1))
+  sleep "$SLUICE_DB_UPGRADE_DELAY"
+done
+{{- end -}}
+
+{{/* A container that runs the migrations (an init container, or the hook Job's). */}}
+{{- define "sluice.migrationsContainer" -}}
+- name: {{ .name }}
+  image: {{ include "sluice.image" .root }}
+  imagePullPolicy: {{ .root.Values.image.pullPolicy }}
+  command: ["/bin/sh", "-c"]
+  args:
+    - |
+      {{- include "sluice.dbUpgradeScript" .root | nindent 6 }}
+  env:
+    {{- include "sluice.databaseEnv" .root | nindent 4 }}
+    - name: SLUICE_DB_UPGRADE_ATTEMPTS
+      value: {{ .root.Values.migrations.attempts | quote }}
+    - name: SLUICE_DB_UPGRADE_DELAY
+      value: {{ .root.Values.migrations.retryDelaySeconds | quote }}
+  securityContext:
+    {{- include "sluice.containerSecurityContext" .root | nindent 4 }}
+  resources:
+    {{- toYaml .root.Values.migrations.resources | nindent 4 }}
+  volumeMounts:
+    - name: tmp
+      mountPath: /tmp
+{{- end -}}
+
+{{/*
+Preferred anti-affinity by host unless the component's `affinity` is set.
+Call with (dict "root" $ "component" "scheduler" "affinity" .Values.scheduler.affinity).
+*/}}
+{{- define "sluice.affinity" -}}
+{{- if .affinity -}}
+{{ toYaml .affinity }}
+{{- else -}}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "sluice.selectorLabels" . | nindent 12 }}
+{{- end -}}
+{{- end -}}
+
+{{/* topologySpreadConstraints; an item without a labelSelector selects the component's pods. */}}
+{{- define "sluice.topologySpread" -}}
+{{- $selector := dict "matchLabels" (include "sluice.selectorLabels" . | fromYaml) -}}
+{{- $items := list -}}
+{{- range .constraints -}}
+{{- if hasKey . "labelSelector" -}}
+{{- $items = append $items . -}}
+{{- else -}}
+{{- $items = append $items (merge (dict "labelSelector" $selector) .) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $items -}}
+{{- end -}}
