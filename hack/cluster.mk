@@ -5,6 +5,8 @@
 #   make cluster-down          stop everything, leave nothing running
 #   make sh-cluster            a shell inside the cluster's network namespace
 #                              (kubectl, helm, KUBECONFIG set; hack/in-cluster.sh)
+#   make demo-cluster          the cluster demo: cluster, images, helm install,
+#                              examples, kubectl get dagruns until every run ends
 #   make e2e                   the k8s test suite on the local cluster
 #   make e2e CLUSTER=kind      the same suite on a kind cluster (needs Docker)
 
@@ -14,7 +16,7 @@ CLUSTER ?= local
 E2E_ARGS ?=
 
 .PHONY: cluster-deps cluster-build cluster-images cluster-up cluster-down \
-	cluster-check cluster-status sh-cluster e2e kind-up kind-down
+	cluster-check cluster-status sh-cluster demo-cluster e2e kind-up kind-down
 
 cluster-deps:
 	bash $(SLUICE_REPO_DIR)/hack/install-deps.sh
@@ -40,6 +42,9 @@ cluster-status:
 
 sh-cluster:
 	bash $(SLUICE_REPO_DIR)/hack/in-cluster.sh
+
+demo-cluster:
+	bash $(SLUICE_REPO_DIR)/hack/demo-cluster.sh
 
 e2e:
 	CLUSTER=$(CLUSTER) bash $(SLUICE_REPO_DIR)/e2e/run.sh $(E2E_ARGS)

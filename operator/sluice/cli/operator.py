@@ -15,9 +15,11 @@ waiting.
 
 from __future__ import annotations
 
+import getpass
 import os
 import random
-from typing import Annotated, Any
+import socket
+from typing import Annotated, Any, cast
 
 import typer
 
@@ -89,6 +91,7 @@ def operator(
         settings.peering.lifetime = peering_lifetime
 
     kopf.run(
+        identity=cast(Any, peering_identity()),  # kopf's Identity: a NewType of str
         standalone=standalone,
         peering_name=None if standalone else peering,
         priority=chosen,
@@ -96,6 +99,20 @@ def operator(
         namespaces=namespaces,
         liveness_endpoint=liveness_endpoint(health_port),
     )
+
+
+def peering_identity() -> str:
+    """How this replica signs its peering entries: the pod's name (POD_ID, as kopf
+    reads it) or user@host/pid. Not kopf's own guess: it asks the password
+    database for the user, which has no entry for the image's uid 65532."""
+    pod = os.environ.get("POD_ID")
+    if pod:
+        return pod
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry and no USER/LOGNAME
+        user = f"uid{os.getuid()}"
+    return f"{user}@{socket.gethostname()}/{os.getpid()}"
 
 
 def ensure_peering(name: str, namespaces: list[str]) -> None:
