@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Rebuild the Sluice image (and the bundled Postgres one) from this checkout and
-# load them into the running
-# local cluster's containerd (no registry: the kubelet finds them there).
+# load them into the running local cluster's containerd (no registry: the
+# kubelet finds them there).
 #
 #   hack/load-image.sh
 #
-# A no-op when neither the image's inputs nor containerd's copy changed. Pods
+# A no-op when neither the images' inputs nor containerd's copies changed. Pods
 # started afterwards run the new image (it keeps its name, localhost/sluice:dev,
 # so running pods are not restarted: delete them, or `kubectl rollout restart`).
 set -euo pipefail
