@@ -1,0 +1,245 @@
+"""A release of charts/sluice on the local cluster, for the chart's end-to-end tests.
+
+`installed` makes what a user's `helm install` needs there (the namespace with
+the restricted Pod Security Standard enforced, a hostPath volume bound to the
+bundled Postgres's claim: the local cluster has no provisioner) and yields a
+`Release` to install and inspect; it uninstalls and cleans up after. The
+schedulers run in pods, so every Job in the namespace is theirs; what the
+database says is read with `psql` in the bundled Postgres's pod.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from sluice.executors.kubernetes import names
+
+from .cluster import CACHE, CLUSTER_DIR, ROOT, Cluster, apply_crds
+from .replicas import wait_for
+
+CHART = ROOT / "charts" / "sluice"
+LOCAL_VALUES = CHART / "ci" / "local-values.yaml"
+DAG_LABEL = names.LABEL_PREFIX + "dag"
+
+
+def helm_binary() -> str:
+    local = CACHE / "bin" / "helm"
+    found = str(local) if local.is_file() else shutil.which("helm")
+    if found is None:
+        pytest.fail("helm not found: make helm builds it into ~/.cache/sluice/bin", pytrace=False)
+    return found
+
+
+def _images_loaded(cluster: Cluster) -> bool:
+    # The node's image list, as the kubelet reports it.
+    node = cluster.get_json("nodes")["items"][0]
+    images = node["status"].get("images") or []
+    loaded = {n for image in images for n in image.get("names") or []}
+    return any("sluice-postgres" in n for n in loaded)
+
+
+class Release:
+    def __init__(self, cluster: Cluster, namespace: str, name: str, helm: str) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self.name = name
+        self.helm = helm
+        self.fullname = f"{name}-sluice"
+
+    # -- helm and kubectl ------------------------------------------------------------
+
+    def run_helm(self, *args: str, timeout: float = 600) -> str:
+        cmd = [self.helm, "--kubeconfig", str(self.cluster.kubeconfig), "-n", self.namespace, *args]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}"
+        return proc.stdout
+
+    def install(self, *flags: str, command: str = "install") -> None:
+        """`helm install` (or `upgrade`) with the local values and more helm `flags`."""
+        args = [command, self.name, str(CHART), "-f", str(LOCAL_VALUES)]
+        args += ["--set", "defaultPoolProtection.enabled=false"]  # apply_crds made one
+        self.run_helm(*args, *flags, "--wait", "--timeout", "8m")
+
+    def installed(self) -> bool:
+        return self.name in self.run_helm("list", "-q").split()
+
+    def k(self, *args: str, check: bool = True) -> str:
+        return self.cluster.kubectl("-n", self.namespace, *args, check=check).stdout
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.k("get", *args, "-o", "json"))
+
+    def can_i(self, account: str, *args: str) -> bool:
+        who = f"system:serviceaccount:{self.namespace}:{self.fullname}-{account}"
+        out = self.cluster.kubectl("auth", "can-i", *args, "--as", who, check=False).stdout
+        return out.strip() == "yes"
+
+    def pods(self, component: str) -> list[dict[str, Any]]:
+        selector = f"app.kubernetes.io/instance={self.name},app.kubernetes.io/component={component}"
+        items: list[dict[str, Any]] = self.json("pods", "-l", selector)["items"]
+        return items
+
+    def dump(self) -> str:
+        out = [self.k("get", "pods,jobs,dagruns", "-o", "wide", check=False)]
+        for component in ("scheduler", "operator"):
+            out.append(
+                self.k(
+                    "logs",
+                    "-l",
+                    f"app.kubernetes.io/component={component}",
+                    "--tail=40",
+                    "--prefix",
+                    "--all-containers",
+                    check=False,
+                )
+            )
+        tasks = ["-l", "sluice.io/dag", "--tail=15", "--prefix", "--all-containers"]
+        out.append(self.k("logs", *tasks, "--max-log-requests", "50", check=False))
+        return "\n".join(out)
+
+    # -- the database, through psql in the bundled Postgres's pod ------------------------
+
+    def sql(self, query: str) -> list[list[str]]:
+        """Rows of `query` (tab-separated fields), as the chart's database role sees them."""
+        out = self.k(
+            "exec", f"{self.fullname}-postgres-0", "-c", "postgres", "--",
+            "psql", "-U", "sluice", "-d", "sluice", "-X", "-q", "-t", "-A", "-F", "\t",
+            "-v", "ON_ERROR_STOP=1", "-c", query,
+        )  # fmt: skip
+        return [line.split("\t") for line in out.splitlines() if line]
+
+    def running_tries_by_host(self) -> dict[str, set[str]]:
+        """Task instance ids with a running try, by the live scheduler pod that holds it
+        (a replica's hostname is its pod's name)."""
+        rows = self.sql(
+            "SELECT j.hostname, ti.id FROM task_instance ti"
+            " JOIN scheduler_job j ON j.id = ti.running_by_job_id"
+            " WHERE ti.state = 'running' AND j.state = 'running'"
+        )
+        live = {p["metadata"]["name"] for p in self.pods("scheduler")}
+        held: dict[str, set[str]] = {}
+        for host, ti in rows:
+            if host in live:  # not a killed replica that is not yet seen dead
+                held.setdefault(host, set()).add(ti)
+        return held
+
+    def task_states(self, ti_ids: set[str]) -> dict[str, tuple[str, int]]:
+        """(state, try number) of each task instance."""
+        rows = self.sql(
+            f"SELECT id, state, try_number FROM task_instance WHERE id IN ({','.join(ti_ids)})"
+        )
+        return {ti: (state, int(try_number)) for ti, state, try_number in rows}
+
+    # -- DAGs, runs and Jobs ------------------------------------------------------------------
+
+    def apply(self, manifest: str) -> None:
+        self.cluster.apply(manifest.replace("busybox:1.36", self.cluster.image), self.namespace)
+
+    def wait_run(self, dag: str, timeout: float) -> dict[str, Any]:
+        """The DagRun object of `dag`'s run once its published state is final."""
+
+        def ended() -> dict[str, Any] | None:
+            for item in self.json("dagruns")["items"]:
+                status = item.get("status") or {}
+                if item["spec"]["dagName"] == dag and status.get("state") in ("success", "failed"):
+                    return dict(item)
+            return None
+
+        try:
+            return wait_for(f"the run of {dag} to end", ended, timeout=timeout, every=2)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.dump()}") from None
+
+    def jobs(self, dag: str | None = None) -> list[dict[str, Any]]:
+        selector = f"{DAG_LABEL}={dag}" if dag else names.SELECTOR
+        items: list[dict[str, Any]] = self.json("jobs", "-l", selector)["items"]
+        return items
+
+    def tries_started(self, dag: str | None = None) -> Counter[tuple[str, str]]:
+        """How many Jobs each (task instance, try) has: 1 each, or a try started twice."""
+        return Counter(
+            (j["metadata"]["labels"][names.TI_LABEL], j["metadata"]["labels"][names.TRY_LABEL])
+            for j in self.jobs(dag)
+        )
+
+    def running_jobs(self, dag: str) -> list[dict[str, Any]] | None:
+        return [j for j in self.jobs(dag) if j.get("status", {}).get("active")] or None
+
+
+def _wait_for_service_account(cluster: Cluster, namespace: str) -> None:
+    # Pods cannot be created before the namespace's default service account.
+    wait_for(
+        f"the default service account of {namespace}",
+        lambda: (
+            cluster.kubectl(
+                "-n", namespace, "get", "serviceaccount", "default", check=False
+            ).returncode
+            == 0
+        ),
+        timeout=60,
+    )
+
+
+@contextlib.contextmanager
+def installed(cluster: Cluster, namespace: str | None = None) -> Iterator[Release]:
+    """A release's namespace (made here unless given) and volume; uninstalled after.
+
+    The caller installs (`Release.install`), so that it can choose the values.
+    """
+    if not _images_loaded(cluster):
+        pytest.fail(
+            "localhost/sluice-postgres:15 is not on the node: hack/load-image.sh loads it",
+            pytrace=False,
+        )
+    apply_crds(cluster)  # as the other k8s tests do: the default Pool's protection is there
+    own_namespace = namespace is None
+    ns = namespace or f"sluice-chart-{uuid.uuid4().hex[:8]}"
+    if own_namespace:
+        cluster.kubectl("create", "namespace", ns)
+        _wait_for_service_account(cluster, ns)
+    cluster.kubectl(
+        "label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted", "--overwrite"
+    )
+    rel = Release(cluster, ns, f"t{uuid.uuid4().hex[:6]}", helm_binary())
+    # The bundled Postgres's volume: hostPath, reserved for the StatefulSet's claim.
+    volume = CLUSTER_DIR / "volumes" / f"{ns}-{rel.name}"
+    volume.mkdir(parents=True)
+    os.chown(volume, 999, 999)
+    volume.chmod(0o700)
+    pv = f"{ns}-{rel.name}-postgres"
+    cluster.apply(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": pv},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "storageClassName": "",
+                    "claimRef": {"namespace": ns, "name": f"data-{rel.fullname}-postgres-0"},
+                    "hostPath": {"path": str(volume), "type": "Directory"},
+                },
+            }
+        )
+    )
+    try:
+        yield rel
+    finally:
+        if rel.installed():
+            rel.run_helm("uninstall", rel.name, "--wait", timeout=300)
+        cluster.kubectl("delete", "pv", pv, "--wait=false", check=False)
+        if own_namespace:
+            cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        shutil.rmtree(volume, ignore_errors=True)
