@@ -9,7 +9,11 @@
 - `poll` judges each try this replica owns from the watch cache
   (`outcome.judge`): ended tries become `TaskEvent`s; tries whose pod could
   not start within the pod start timeout fail with the reason (and their Job
-  is deleted); nothing is read from the API server per task.
+  is deleted); nothing is read from the API server per task. A verdict
+  depends only on the Job, its pod and, for a try still starting, whether its
+  pod start timeout has passed; so a try is judged again only when its Job or
+  pod changed (`TryCache.take_touched`) or that timeout comes, not on every
+  poll.
 - `inspect` answers from the same cache for any try, including another
   replica's: "alive" while its pod starts or runs, "gone" with the outcome if
   it ended, "gone" with the evidence if its Job or pod vanished, and
@@ -87,6 +91,10 @@ class _Try:
     pending_body: dict[str, Any] | None = None  # a create to retry
     last_error: str | None = None
     blind_at_start: float = 0.0  # the executor's blind seconds when it took the try
+    # Judged since its Job and pod last changed; and if it was starting then, when its pod
+    # start timeout runs out (its verdict can change with time only then).
+    judged: bool = False
+    late_at: datetime | None = None
 
 
 @dataclass
@@ -273,10 +281,15 @@ class KubernetesExecutor:
             self._blind_total += blind
             self._blind_since = None
             log.info("the watches see the cluster again", blind_seconds=round(blind, 1))
+        touched = self.cache.take_touched()  # before the reads below: later changes come next
         for key, entry in list(self._tries.items()):
             if entry.pending_body is not None:
                 continue
-            verdict = self._judge(entry, now)
+            unchanged = touched is not None and entry.job_name not in touched
+            if entry.judged and unchanged and (entry.late_at is None or now < entry.late_at):
+                continue  # the same objects, and not yet late: the same verdict
+            verdict, entry.late_at = self._judge(entry, now)
+            entry.judged = True
             if verdict.phase != "ended":
                 continue
             assert verdict.state is not None
@@ -288,17 +301,26 @@ class KubernetesExecutor:
                 self._to_delete[entry.job_name] = verdict.reason or ""
         return events
 
-    def _judge(self, entry: _Try, now: datetime) -> Verdict:
+    def _judge(self, entry: _Try, now: datetime) -> tuple[Verdict, datetime | None]:
+        """The try's verdict, and for a try still starting, when its pod start timeout
+        runs out (it only moves later, as the time the watches could not see is added)."""
         job = self.cache.job(entry.job_name)
         unseen = timedelta(seconds=self._blind_total - entry.blind_at_start)
-        return judge(
+        started = _created(job, entry.started) + unseen
+        verdict = judge(
             job,
             self.cache.newest_pod(entry.job_name),
             now=now,
-            started=_created(job, entry.started) + unseen,
+            started=started,
             pod_start_timeout=self.settings.pod_start_timeout,
             skip_on_exit_code=entry.skip_on_exit_code,
         )
+        late_at = (
+            started + timedelta(seconds=self.settings.pod_start_timeout)
+            if verdict.phase == "starting"
+            else None
+        )
+        return verdict, late_at
 
     def alive(self) -> list[Key]:
         return list(self._tries)
