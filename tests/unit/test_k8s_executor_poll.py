@@ -25,14 +25,17 @@ class _Created:
     data: bytes
 
 
-class FakeBatch:
+class FakeApi:
     """Creates Jobs as the API server answers (a uid, a version, a creation time)."""
 
     def __init__(self) -> None:
         self.created: list[dict[str, Any]] = []
         self.deleted: list[str] = []
 
-    def create_namespaced_job(self, namespace: str, body: dict[str, Any], **_: Any) -> _Created:
+    def create_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, body: Any, **_: Any
+    ) -> _Created:
+        assert (group, version, plural) == ("batch", "v1", "jobs")
         job = json.loads(json.dumps(body))
         job["metadata"].update(
             uid=f"uid-{len(self.created)}",
@@ -66,7 +69,7 @@ def setup(
         clock=clock,
         sync_timeout=0,
     )
-    executor._batch = FakeBatch()  # type: ignore[assignment]
+    executor._batch = executor._custom = FakeApi()  # type: ignore[assignment]
     for kind in ("jobs", "pods"):  # synced: a bookmark, as after a first LIST
         executor.cache._apply(
             executor.cache._kinds[kind],
