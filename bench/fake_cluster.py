@@ -150,7 +150,7 @@ class FakeCluster:
         class Handler(_Handler):
             owner = cluster
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         port = self._server.server_address[1]
         for target, name in (
@@ -554,6 +554,11 @@ def _status(code: int, reason: str, message: str) -> dict[str, Any]:
         "reason": reason,
         "code": code,
     }
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A replica that stopped mid-request: nothing to report."""
 
 
 class _Handler(BaseHTTPRequestHandler):
