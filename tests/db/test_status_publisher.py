@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from sqlalchemy import func, select, text, update
+from sqlalchemy import Engine, func, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.models import Dag, DagRun, RunPublication, StatusOutbox, TaskInstance
@@ -30,6 +30,7 @@ from tests.support import (
     T0,
     FakeClock,
     ScriptedExecutor,
+    count_queries,
     make_loop,
     manifest,
     register,
@@ -502,3 +503,37 @@ def test_rows_a_dead_publisher_took_come_back_after_the_lease(
     drain(survivor)
     (obj,) = kube.dagruns()
     assert obj["status"]["state"] == "queued"
+
+
+def test_a_cycles_statements_do_not_grow_with_its_runs_but_for_one_upsert_each(
+    sessions: sessionmaker[Session], engine: Engine
+) -> None:
+    """Deferring (the rate limit), dropping and deleting rows are a statement each per
+    cycle, whatever the number of runs in it; publishing adds one upsert per run."""
+    kube = FakeKube()
+    clock = Clock()
+    pub = publisher(sessions, kube, clock, min_interval=1.0)
+    register_in(sessions, manifest("one", [{"name": "a"}], schedule=None))
+    register_in(sessions, manifest("ten", [{"name": "a"}], schedule=None, maxActiveRuns=10))
+    trigger(sessions, "one", T0)
+    for i in range(10):
+        trigger(sessions, "ten", T0, logical_date=T0 + timedelta(hours=i))
+    drain(pub)  # every run published once: a change within the second is deferred
+
+    def cycle(dag: str) -> int:
+        with sessions.begin() as session:
+            session.execute(text("DELETE FROM status_outbox"))
+            store.enqueue(
+                session,
+                session.execute(select(DagRun.id).where(DagRun.dag_id == dag)).scalars(),
+            )
+        with count_queries(engine) as statements:
+            pub.run_once()
+        return len(statements)
+
+    assert cycle("one") == cycle("ten")  # deferred
+    assert pub.counts.deferred == 11
+    clock.advance(1.0)
+    published = pub.counts.published
+    assert cycle("ten") - cycle("one") == 9  # published: one upsert per run
+    assert pub.counts.published == published + 11

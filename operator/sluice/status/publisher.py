@@ -179,6 +179,8 @@ class StatusPublisher:
                 session, [(t.kind, t.key) for t in objects]
             )
             work: list[tuple[store.Taken, Callable[[], Outcome], Any]] = []
+            finished: list[int] = []  # rows with nothing to publish
+            deferred: list[tuple[list[int], datetime]] = []
             for item in taken:
                 publication: Any
                 job: Callable[[], Outcome] | None
@@ -203,15 +205,17 @@ class StatusPublisher:
                         else functools.partial(self._publish_object, item.kind, view, seen)
                     )
                 if job is None:
-                    store.done(session, item.row_ids)  # deleted, or nowhere to publish it
+                    finished.extend(item.row_ids)  # deleted, or nowhere to publish it
                     continue
                 if published_at is not None:
                     ready_at = published_at + timedelta(seconds=self.min_interval)
                     if ready_at > now:
-                        store.release(session, item.row_ids, ready_at)
+                        deferred.append((item.row_ids, ready_at))
                         self.counts.deferred += 1
                         continue
                 work.append((item, job, publication))
+            store.done(session, finished)
+            store.release_each(session, deferred)
         outcomes: list[tuple[store.Taken, Outcome, Any]] = []
         down = ""
         for item, job, publication in work:
@@ -229,6 +233,8 @@ class StatusPublisher:
 
     def _record(self, outcomes: list[tuple[store.Taken, Outcome, Any]]) -> None:
         now = self.clock()
+        finished: list[int] = []
+        released: list[tuple[list[int], datetime]] = []
         with self.sessions.begin() as session:
             for item, outcome, publication in outcomes:
                 expected = None if publication is None else publication.resource_version
@@ -249,14 +255,14 @@ class StatusPublisher:
 
                 if outcome.kind in ("published", "gone"):
                     record(outcome.values)
-                    store.done(session, item.row_ids)
+                    finished.extend(item.row_ids)
                     if outcome.kind == "published":
                         self.counts.published += 1
                 elif outcome.kind == "conflict":
                     self.counts.conflicts += 1
                     if outcome.values:
                         record(outcome.values)
-                    store.release(session, item.row_ids, now)
+                    released.append((item.row_ids, now))
                 else:
                     self.counts.failures += 1
                     delay = min(2.0 ** min(item.attempts, 5), MAX_BACKOFF)
@@ -267,7 +273,9 @@ class StatusPublisher:
                         retry_in=delay,
                         error=outcome.error,
                     )
-                    store.release(session, item.row_ids, now + timedelta(seconds=delay))
+                    released.append((item.row_ids, now + timedelta(seconds=delay)))
+            store.done(session, finished)
+            store.release_each(session, released)
 
     # -- pools --------------------------------------------------------------------------
 
