@@ -10,6 +10,7 @@ stamped by `now()` in the triggers).
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -537,3 +538,67 @@ def test_a_cycles_statements_do_not_grow_with_its_runs_but_for_one_upsert_each(
     published = pub.counts.published
     assert cycle("ten") - cycle("one") == 9  # published: one upsert per run
     assert pub.counts.published == published + 11
+
+
+def test_an_idle_publisher_waits_to_be_woken_then_publishes_within_its_interval(
+    sessions: sessionmaker[Session],
+) -> None:
+    kube = FakeKube()
+    pub = publisher(sessions, kube, interval=0.05, idle_interval=600.0, pool_interval=600.0)
+    cycles = []
+    run_once = pub.run_once
+
+    def counted() -> int:
+        cycles.append(1)
+        return run_once()
+
+    pub.run_once = counted  # type: ignore[method-assign]
+    register_in(sessions, manifest("idle", [{"name": "a"}], schedule=None))
+    pub.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not cycles:  # the first cycle, at start
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        trigger(sessions, "idle", T0)  # a row in the outbox; nobody wakes the publisher
+        time.sleep(0.5)  # ten intervals: an idle publisher used to take it by now
+        assert len(cycles) == 1
+        assert kube.dagruns() == []
+        pub.wake()  # what the replica's loop does after a tick that changed something
+        while not kube.dagruns():
+            assert time.monotonic() < deadline, "woken, but nothing was published"
+            time.sleep(0.01)
+    finally:
+        pub.stop()
+
+
+def test_a_publisher_comes_back_for_the_rows_it_deferred_without_being_woken(
+    sessions: sessionmaker[Session],
+) -> None:
+    kube = FakeKube()
+    pub = publisher(
+        sessions, kube, interval=0.05, idle_interval=600.0, pool_interval=600.0, min_interval=0.5
+    )
+    register_in(sessions, manifest("again", [{"name": "a"}], schedule=None))
+    run_id = trigger(sessions, "again", T0)
+    drain(pub)  # published once: a change within min_interval is deferred
+    with sessions.begin() as session:
+        session.execute(update(DagRun).where(DagRun.id == run_id).values(state="running"))
+    pub.start()
+    try:
+        deadline = time.monotonic() + 30
+        while (
+            kube.dagrun(NS, render.object_name(_view(sessions, run_id)))
+            .get("status", {})
+            .get("state")
+            != "running"
+        ):
+            assert time.monotonic() < deadline, "the deferred row was never published"
+            time.sleep(0.01)
+    finally:
+        pub.stop()
+
+
+def _view(sessions: sessionmaker[Session], run_id: int) -> render.RunView:
+    with sessions() as session:
+        return store.read_runs(session, [run_id], NS)[run_id]

@@ -304,3 +304,26 @@ def test_a_slot_this_replica_frees_is_taken_at_the_next_tick(
     report = loop.tick()  # the same second: no tick interval has passed
     assert (report.tasks_queued, report.tasks_started) == (1, 1)
     assert len(executor.started) == 2
+
+
+def test_the_loop_wakes_the_status_publisher_after_a_change_or_a_notification(
+    sessions: sessionmaker[Session],
+) -> None:
+    clock = FakeClock()
+    loop, waker, executor = _waiting_for_a_slot(sessions, clock)
+    woken: list[str] = []
+    loop.on_change = lambda: woken.append("woken")
+    loop.tick()
+    assert woken == []  # nothing changed: nothing to publish
+    executor.hold.clear()
+    assert loop.tick().events_applied == 1
+    assert woken == ["woken"]  # a try ended: its run's status changed
+    woken.clear()
+    while loop.tick().busy:
+        pass
+    woken.clear()
+    loop.tick()
+    assert woken == []
+    waker.heard = True  # another process inserted or ended a run, or (un)paused a DAG
+    loop.tick()
+    assert woken == ["woken"]

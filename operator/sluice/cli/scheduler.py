@@ -41,6 +41,11 @@ from sluice.status.publisher import StatusPublisher
 _defaults = SchedulerConfig()
 log = structlog.get_logger("sluice.scheduler")
 
+# The status publisher runs when the loop wakes it (a change, a notification); rows no one
+# woke it for (a dead publisher's lease ending, a DAG version from the operator) wait at
+# most this long (seconds).
+STATUS_IDLE_INTERVAL = 5.0
+
 
 def scheduler(
     database_url: DatabaseUrl = None,
@@ -246,6 +251,7 @@ def scheduler(
                 api_client_factory(settings),
                 clock=clock,
                 default_namespace=settings.namespace,
+                idle_interval=STATUS_IDLE_INTERVAL,
             )
         if server is not None:
             sampler = Sampler(sessions)  # the numbers that need a query, every few seconds
@@ -262,7 +268,15 @@ def scheduler(
 
         def register() -> None:
             nonlocal loop
-            loop = SchedulerLoop(sessions, chosen, config, clock=clock, waker=waker, health=health)
+            loop = SchedulerLoop(
+                sessions,
+                chosen,
+                config,
+                clock=clock,
+                waker=waker,
+                health=health,
+                on_change=None if publisher is None else publisher.wake,
+            )
 
         if not until_reachable("registering the replica", register, stopped):
             return

@@ -135,6 +135,7 @@ class SchedulerLoop:
         sleep: Callable[[float], None] = time.sleep,
         waker: Waker | None = None,
         health: LoopHealth | None = None,
+        on_change: Callable[[], None] | None = None,
     ) -> None:
         self.sessions = sessions
         self.executor = executor
@@ -142,6 +143,10 @@ class SchedulerLoop:
         self.clock = clock
         self.sleep = sleep
         self.waker = waker
+        # Called after a tick that changed a state or heard a notification (the status
+        # publisher's `wake`: the outbox may have rows).
+        self.on_change = on_change
+        self._changed = False  # this tick settled a try outside the report's counts
         # When ticks end, for the probes (`sluice scheduler --metrics-port`).
         self.health = health or LoopHealth()
         self.specs = SpecCache()
@@ -176,6 +181,11 @@ class SchedulerLoop:
         with metrics.LOOP_TICK_SECONDS.time(), self._one_connection():
             report = self._tick()
         self.health.tick_ended()
+        if self.on_change is not None and (report.busy or self._changed):
+            try:
+                self.on_change()
+            except Exception as exc:  # never the loop's problem
+                self._record_error("on_change", exc, report)
         return report
 
     @contextlib.contextmanager
@@ -209,6 +219,7 @@ class SchedulerLoop:
         # as its heartbeat has its local lease renewed to (`heartbeats_recorded`).
         self._tick_monotonic = time.monotonic()
         now = self.clock()
+        self._changed = False
         self._listen()
 
         # Phase 1: runs.
@@ -306,6 +317,7 @@ class SchedulerLoop:
         if self.waker is not None and (self.waker.pending() or self._heard):
             for due in (self._runs_due, self._examine_due, self._queue_due, self._claims_due):
                 due.tell()
+            self._changed = True  # another process changed a run or a DAG: status to publish
         self._heard = False
 
     def _queue_tasks(self, now: datetime, report: TickReport) -> bool:
@@ -457,6 +469,7 @@ class SchedulerLoop:
         try's alert is in the outbox (this replica looks for it next tick)."""
         if not applied:
             return
+        self._changed = True
         self._examine_due.tell()
         self._queue_due.tell()
         if any(a.state in (TaskState.FAILED, TaskState.UP_FOR_RETRY) for a in applied):

@@ -1,6 +1,8 @@
 """Status flows out: a thread in each scheduler replica publishes runs to DagRun objects.
 
-One cycle (every `interval`, at once again while cycles come back full):
+One cycle (at most every `interval`, at once again while cycles come back full;
+with an `idle_interval`, only when woken, when a row it deferred comes due, or
+once per `idle_interval`: see `wake`):
 
 1. In one short transaction, take ready `status_outbox` rows (SKIP LOCKED,
    leased), and read the runs they name as they are now, with their last
@@ -106,6 +108,7 @@ class StatusPublisher:
         lease: float = 30.0,
         horizon: timedelta = timedelta(hours=24),
         pool_interval: float = 5.0,
+        idle_interval: float | None = None,
     ) -> None:
         self.sessions = sessions
         self.clock = clock
@@ -116,6 +119,12 @@ class StatusPublisher:
         self.lease = lease
         self.horizon = horizon
         self.pool_interval = pool_interval
+        # None: a cycle every `interval`, whatever happened. Else cycles run when `wake`
+        # says the outbox may have rows, when rows this publisher deferred come due, and
+        # otherwise once per `idle_interval` (rows no one woke it for).
+        self.idle_interval = idle_interval
+        self._woken = threading.Event()
+        self._next_due = float("inf")  # monotonic: the earliest row this publisher deferred
         api = api_client()
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
@@ -135,14 +144,23 @@ class StatusPublisher:
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
+        self._woken.set()
         if self._thread is not None:
             self._thread.join(timeout)
+
+    def wake(self) -> None:
+        """Rows may be in the outbox (the replica's loop changed a state, or heard that
+        another process did): the next cycle runs within `interval`, not `idle_interval`."""
+        self._woken.set()
 
     def _run(self) -> None:
         pause = self.interval
         resynced = False
         pools_at = 0.0
         while not self._stop.is_set():
+            self._woken.clear()  # a wake from now on is for rows this cycle may not see
+            cycle_at = time.monotonic()
+            idle = False
             try:
                 if not resynced:
                     resynced = True  # once: a failed resync must not stop publishing
@@ -152,16 +170,24 @@ class StatusPublisher:
                     self.publish_pools()
                 full = self.run_once() >= self.batch
                 pause = 0.0 if full else self.interval
+                idle = not full
             except Exception as exc:  # the database or the API server; never the loop's
                 log.warning("status publishing failed; trying again", error=first_line(exc))
                 pause = min(max(pause * 2, 1.0), MAX_BACKOFF)
-            self._stop.wait(pause)
+            if self._stop.wait(pause):
+                return
+            if idle and self.idle_interval is not None:
+                until = min(
+                    cycle_at + self.idle_interval, pools_at + self.pool_interval, self._next_due
+                )
+                self._woken.wait(max(0.0, until - time.monotonic()))
 
     # -- one cycle ----------------------------------------------------------------------
 
     def run_once(self) -> int:
         """Publish what is ready; returns how many outbox rows were taken."""
         now = self.clock()
+        self._next_due = float("inf")
         with self.sessions.begin() as session:
             taken = store.take(session, now, limit=self.batch, lease=self.lease)
             if not taken:
@@ -216,6 +242,7 @@ class StatusPublisher:
                 work.append((item, job, publication))
             store.done(session, finished)
             store.release_each(session, deferred)
+            self._due_at(now, [when for _, when in deferred])
         outcomes: list[tuple[store.Taken, Outcome, Any]] = []
         down = ""
         for item, job, publication in work:
@@ -276,6 +303,13 @@ class StatusPublisher:
                     released.append((item.row_ids, now + timedelta(seconds=delay)))
             store.done(session, finished)
             store.release_each(session, released)
+        self._due_at(now, [when for _, when in released])
+
+    def _due_at(self, now: datetime, times: list[datetime]) -> None:
+        """Rows this publisher gave back come due then: an idle wait ends by the first."""
+        if times:
+            wait = (min(times) - now).total_seconds()
+            self._next_due = min(self._next_due, time.monotonic() + max(0.0, wait))
 
     # -- pools --------------------------------------------------------------------------
 
