@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.dags import set_paused
@@ -258,16 +258,24 @@ def _waiting_for_a_slot(
     return loop, waker, executor
 
 
-def test_a_tick_with_nothing_new_sends_no_statement(
+def test_a_tick_with_nothing_new_sends_no_statement_and_takes_no_connection(
     sessions: sessionmaker[Session], engine: Engine
 ) -> None:
     clock = FakeClock()
     loop, _, _ = _waiting_for_a_slot(sessions, clock)
-    with count_queries(engine) as statements:
-        assert not loop.tick().busy
+    checkouts: list[object] = []
+    listener = lambda *args: checkouts.append(args[0])  # noqa: E731
+    event.listen(engine, "checkout", listener)
+    try:
+        with count_queries(engine) as statements:
+            assert not loop.tick().busy
+    finally:
+        event.remove(engine, "checkout", listener)
     # Without a report, a notification or a tick interval, no phase can find anything:
-    # not the examine, critical-section or claim statements a busy tick's follower sent.
+    # not the examine, critical-section or claim statements a busy tick's follower sent,
+    # and the tick takes no connection from the pool (nor pings it).
     assert statements == []
+    assert checkouts == []
 
 
 def test_every_phase_looks_again_once_per_tick_interval_or_when_notified(

@@ -151,6 +151,7 @@ class SchedulerLoop:
         self.health = health or LoopHealth()
         self.specs = SpecCache()
         self._conn: Connection | None = None  # the tick's connection, while a tick runs
+        self._share = False  # a tick runs and has not tried to check its connection out yet
         # No fallback here: a replica that cannot register exits and is restarted.
         with self.sessions() as session:
             self.job_id: int = housekeeping.register_scheduler(session, self.clock())
@@ -190,23 +191,32 @@ class SchedulerLoop:
 
     @contextlib.contextmanager
     def _one_connection(self) -> Iterator[None]:
-        """Every phase of a tick on one pooled connection: one checkout (and ping) per tick.
+        """Every phase of a tick on one pooled connection: at most one checkout (and ping)
+        per tick, by the first phase that opens a transaction (a tick that opens none
+        takes none).
 
         Each phase is still its own transaction. If the connection cannot be had,
         or a phase fails on it, the phases go back to a session each from the pool.
         """
-        bind = self.sessions.kw.get("bind")
-        if isinstance(bind, Engine):
-            try:
-                self._conn = bind.connect()
-            except DBAPIError:
-                self._conn = None
+        self._share = True
         try:
             yield
         finally:
+            self._share = False
             self._drop_connection()
 
+    def _tick_connection(self) -> Connection | None:
+        """The tick's shared connection, checked out on first use."""
+        if self._conn is None and self._share:
+            self._share = False  # one try per tick
+            bind = self.sessions.kw.get("bind")
+            if isinstance(bind, Engine):
+                with contextlib.suppress(DBAPIError):
+                    self._conn = bind.connect()
+        return self._conn
+
     def _drop_connection(self) -> None:
+        self._share = False  # the rest of the tick: a session each
         conn, self._conn = self._conn, None
         if conn is not None:
             with contextlib.suppress(DBAPIError):
@@ -759,7 +769,8 @@ class SchedulerLoop:
         """Run one unit of work in its own transaction, with the loop's error policy."""
         isolate = False
         for attempt in range(_DEADLOCK_RETRIES):
-            bound = {} if self._conn is None else {"bind": self._conn}
+            conn = self._tick_connection()
+            bound = {} if conn is None else {"bind": conn}
             failure: Exception | None = None
             with self.sessions(**bound, info={ISOLATE: isolate}) as session:
                 try:
