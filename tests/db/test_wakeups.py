@@ -286,7 +286,7 @@ def test_every_phase_looks_again_once_per_tick_interval_or_when_notified(
     looks = {
         "runs": "WITH waiting AS",
         "examine": "last_scheduling_decision = :now",
-        "critical section": "FOR UPDATE NOWAIT",
+        "critical section": "NOWAIT",
         "claims": "WITH taken AS",
     }
     clock.advance(seconds=1)  # what other replicas changed, or the clock
