@@ -360,6 +360,9 @@ def main() -> int:
     )
     parser.add_argument("--profile", action="store_true", help="cProfile replica 0's loop")
     args = parser.parse_args()
+    # A SIGTERM (or a SIGINT where a background shell ignores it) stops the replicas, the
+    # stand-in cluster and Postgres on the way out, like Ctrl-C.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(f"stopped by signal {signum}"))
     pg = Postgres()
     results = []
     try:
