@@ -301,8 +301,11 @@ class SchedulerLoop:
             self._queue_due.tell()  # tasks wait for a slot, or an ended run freed some
         # Runs taken without the quiet ones all had work, and what they did may leave
         # more (a full batch, a run at the cap of settling rounds): look again next tick.
-        worked = stats.runs >= cfg.runs_examined_per_tick or (stats.runs > 0 and not quiet)
-        self._examine_due.ran(now, again=worked or bool(stats.settled or report.tasks_scheduled))
+        # So does a pass that decided anything. (A full quiet pass alone says nothing:
+        # the runs with work come first in it.)
+        worked = stats.runs > 0 and not quiet
+        decided = stats.settled or report.tasks_scheduled or stats.finished_runs
+        self._examine_due.ran(now, again=worked or bool(decided))
         self._wake_next_runs(sorted(stats.settled_ok_runs), report)
 
     def _runs_phase_due(self, now: datetime) -> bool:
