@@ -140,6 +140,7 @@ class FakeCluster:
         self._threads: list[threading.Thread] = []
         self._server: ThreadingHTTPServer | None = None
         self.heartbeats = {"sent": 0, "refused": 0, "failed": 0}
+        self.jobs_created = 0
         self.api_url = ""
 
     # -- running ----------------------------------------------------------------------
@@ -234,6 +235,7 @@ class FakeCluster:
             ]
             job["status"] = {}
             created = self.store.write("jobs", "ADDED", job)
+            self.jobs_created += 1
             response = json.loads(json.dumps(created))
         span = self.task_seconds * (1 + self.random.uniform(-self.spread, self.spread))
         self._plan_pod(name, span)

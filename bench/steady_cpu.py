@@ -40,7 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -220,6 +220,7 @@ def _trial(args: argparse.Namespace, pg: Postgres, trial: int) -> dict[str, Any]
         in_flight = cluster.running_pods()
         pg_before = cpu_seconds(pg.pid)
         events_before = dict(cluster.store.events)
+        calls_before = len(cluster.kube.calls)
         beats_before = dict(cluster.heartbeats)
         db_start = _db_now(engine)
         start = _probe(replicas)
@@ -228,6 +229,8 @@ def _trial(args: argparse.Namespace, pg: Postgres, trial: int) -> dict[str, Any]
         db_end = _db_now(engine)
         pg_cpu = cpu_seconds(pg.pid) - pg_before
         in_flight_end = cluster.running_pods()
+        calls = Counter(verb for verb, _ in cluster.kube.calls[calls_before:])
+        jobs_created = cluster.jobs_created
         with engine.connect() as conn:
             ended = conn.execute(
                 text(
@@ -268,6 +271,8 @@ def _trial(args: argparse.Namespace, pg: Postgres, trial: int) -> dict[str, Any]
             {k: float(v) for k, v in cluster.store.events.items()},
         ),
         "heartbeats": {k: cluster.heartbeats[k] - beats_before[k] for k in beats_before},
+        "status_api_calls": dict(calls),
+        "jobs_created_total": jobs_created,
         "replicas": [],
         "work": str(work),
     }
@@ -287,6 +292,10 @@ def _trial(args: argparse.Namespace, pg: Postgres, trial: int) -> dict[str, Any]
             {k: float(v) for k, v in a["loop_statements"].items()},
             {k: float(v) for k, v in b["loop_statements"].items()},
         )
+        publisher_statements = _diff(
+            {k: float(v) for k, v in a.get("publisher_statements", {}).items()},
+            {k: float(v) for k, v in b.get("publisher_statements", {}).items()},
+        )
         ticks = b["ticks"].get("tick_count", 0) - a["ticks"].get("tick_count", 0)
         figures["replicas"].append(
             {
@@ -298,6 +307,7 @@ def _trial(args: argparse.Namespace, pg: Postgres, trial: int) -> dict[str, Any]
                 "statements": {_group(k): v for k, v in statements.items() if _group(k) != "other"}
                 | {"other": sum(v for k, v in statements.items() if _group(k) == "other")},
                 "loop_statements": {k: v for k, v in loop_statements.items() if v},
+                "publisher_statements": {k: v for k, v in publisher_statements.items() if v},
                 "phases": _diff(a["phases"], b["phases"]),
                 "phase_cpu_s": _diff(a.get("phase_cpu", {}), b.get("phase_cpu", {})),
             }
@@ -313,6 +323,7 @@ def _print(result: dict[str, Any]) -> None:
         f"trial {result['trial']}: window {window:.1f}s, {tasks} tasks ended"
         f" ({tasks / window:.2f}/s), pods in flight {result['pods_in_flight']},"
         f" watch events {result['watch_events']}, heartbeats {result['heartbeats']},"
+        f" status API calls {result['status_api_calls']},"
         f" Postgres {1000 * result['postgres_cpu_s'] / window:.1f} ms/s"
     )
     total = 0.0

@@ -41,6 +41,7 @@ from sluice.scheduler import loop as loop_module
 
 _statements: Counter[str] = Counter()  # by thread name
 _loop_statements: Counter[str] = Counter()  # the loop's, by the statement as sent
+_publisher_statements: Counter[str] = Counter()  # the status publisher's
 _SPACES = re.compile(r"\s+")
 _phase_cpu: defaultdict[str, float] = defaultdict(float)  # the loop thread's CPU s per phase
 _timed = loop_module._timed
@@ -68,6 +69,8 @@ def _count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
     _statements[name] += 1
     if name == "MainThread":
         _loop_statements[statement] += 1
+    elif name == "status-publisher":
+        _publisher_statements[statement] += 1
 
 
 def _labelled(counts: Counter[str]) -> dict[str, int]:
@@ -108,6 +111,7 @@ def snapshot() -> dict[str, Any]:
         "threads": thread_cpu(),
         "statements": dict(_statements),
         "loop_statements": _labelled(_loop_statements),
+        "publisher_statements": _labelled(_publisher_statements),
         "ticks": _samples(families.LOOP_TICK_SECONDS),
         "phases": _samples(families.LOOP_PHASE_SECONDS),
         "phase_cpu": dict(_phase_cpu),
