@@ -602,3 +602,32 @@ def test_a_publisher_comes_back_for_the_rows_it_deferred_without_being_woken(
 def _view(sessions: sessionmaker[Session], run_id: int) -> render.RunView:
     with sessions() as session:
         return store.read_runs(session, [run_id], NS)[run_id]
+
+
+def test_the_changes_of_a_burst_after_a_wake_are_one_patch(
+    sessions: sessionmaker[Session],
+) -> None:
+    kube = FakeKube()
+    pub = publisher(sessions, kube, interval=0.5, idle_interval=600.0, pool_interval=600.0)
+    register_in(sessions, manifest("burst", [{"name": "a"}], schedule=None))
+    run_id = trigger(sessions, "burst", T0)
+    drain(pub)  # the run's object exists
+    patches = sum(1 for verb, _ in kube.calls if verb == "patch")
+    pub.start()
+    try:
+        time.sleep(1.0)  # its first cycle (nothing new) and the interval after it: idle
+        with sessions.begin() as session:  # a report: the run starts...
+            session.execute(update(DagRun).where(DagRun.id == run_id).values(state="running"))
+        pub.wake()
+        time.sleep(0.1)  # ...and the next tick, milliseconds later, ends it
+        with sessions.begin() as session:
+            session.execute(update(DagRun).where(DagRun.id == run_id).values(state="success"))
+        pub.wake()
+        deadline = time.monotonic() + 30
+        name = render.object_name(_view(sessions, run_id))
+        while kube.dagrun(NS, name).get("status", {}).get("state") != "success":
+            assert time.monotonic() < deadline, "the burst was never published"
+            time.sleep(0.01)
+    finally:
+        pub.stop()
+    assert sum(1 for verb, _ in kube.calls if verb == "patch") == patches + 1

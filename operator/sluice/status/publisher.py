@@ -150,7 +150,8 @@ class StatusPublisher:
 
     def wake(self) -> None:
         """Rows may be in the outbox (the replica's loop changed a state, or heard that
-        another process did): the next cycle runs within `interval`, not `idle_interval`."""
+        another process did): the next cycle runs `interval` later (what else the burst
+        changes is published with it), not after `idle_interval`."""
         self._woken.set()
 
     def _run(self) -> None:
@@ -180,7 +181,13 @@ class StatusPublisher:
                 until = min(
                     cycle_at + self.idle_interval, pools_at + self.pool_interval, self._next_due
                 )
-                self._woken.wait(max(0.0, until - time.monotonic()))
+                woken = self._woken.wait(max(0.0, until - time.monotonic()))
+                # A wake comes with the first change of a burst (a report, then the tasks
+                # it made ready queued and claimed, a few ticks within milliseconds): one
+                # interval lets the rest land, so a run gets one patch for them all, as
+                # when the publisher polled every interval.
+                if woken and self._stop.wait(self.interval):
+                    return
 
     # -- one cycle ----------------------------------------------------------------------
 
