@@ -20,14 +20,15 @@ interval, or less when a `Waker` hears that work appeared.
 
 Each tick and phase is timed, and the numbers the loop already holds go to
 `metrics/families.py` with no statement of their own; `LoopHealth` records
-when ticks end, for the readiness and liveness probes (ADR 0020).
+when ticks end and whether they reached the database, for the readiness and
+liveness probes (ADR 0020).
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -76,6 +77,16 @@ class TickReport:
     events_applied: int = 0
     critical_section_skipped: bool = False
     errors: list[str] = field(default_factory=list)
+    # Did any of the tick's transactions get an answer from the database (a commit, or
+    # a lock conflict)? And the first database failure, `phase: error`, if any.
+    database_answered: bool = False
+    database_error: str | None = None
+
+    @property
+    def database_unreached(self) -> str | None:
+        """Why the tick got nothing done in the database (its first failure), or None if
+        it did: a tick whose every transaction failed did none of the replica's work."""
+        return None if self.database_answered else self.database_error
 
     @property
     def busy(self) -> bool:
@@ -138,26 +149,34 @@ class SchedulerLoop:
 
     def tick(self) -> TickReport:
         self.health.tick_started()
-        with metrics.LOOP_TICK_SECONDS.time(), self._one_connection():
-            report = self._tick()
-        self.health.tick_ended()
+        with metrics.LOOP_TICK_SECONDS.time():
+            report = self._connected_tick()
+        self.health.tick_ended(database_error=report.database_unreached)
         return report
 
-    @contextlib.contextmanager
-    def _one_connection(self) -> Iterator[None]:
+    def _connected_tick(self) -> TickReport:
         """Every phase of a tick on one pooled connection: one checkout (and ping) per tick.
 
-        Each phase is still its own transaction. If the connection cannot be had,
-        or a phase fails on it, the phases go back to a session each from the pool.
+        Each phase is still its own transaction; if a phase fails on the connection,
+        the phases after it go back to a session each from the pool. A tick that
+        cannot get the connection runs no phase, since every phase would wait out
+        the same refusal or timeout on its own: in an outage whose connections time
+        out (10 s each), such a tick took over three minutes (about 18 attempts,
+        the database clock's included), close to the liveness limit. It ends at once
+        instead, with the error (readiness counts it as a tick that did not reach
+        the database), and the replica tries again after its idle wait; the
+        executor's reports wait in the executor meanwhile.
         """
         bind = self.sessions.kw.get("bind")
         if isinstance(bind, Engine):
             try:
                 self._conn = bind.connect()
-            except DBAPIError:
-                self._conn = None
+            except DBAPIError as exc:
+                report = TickReport()
+                self._record_error("connect", exc, report)
+                return report
         try:
-            yield
+            return self._tick()
         finally:
             self._drop_connection()
 
@@ -649,6 +668,8 @@ class SchedulerLoop:
                 try:
                     result = work(session)
                     session.commit()
+                    if report is not None:
+                        report.database_answered = True
                     return result
                 except Exception as exc:
                     session.rollback()
@@ -659,7 +680,10 @@ class SchedulerLoop:
                 continue
             self._drop_connection()  # maybe broken: the next phase takes a fresh one
             if isinstance(failure, DBAPIError):
-                if locks.is_lock_not_available(failure):
+                conflict = locks.is_lock_not_available(failure)
+                if report is not None and (conflict or locks.is_retryable_conflict(failure)):
+                    report.database_answered = True  # it answered: another replica holds a lock
+                if conflict:
                     return default
                 if locks.is_retryable_conflict(failure) and attempt + 1 < _DEADLOCK_RETRIES:
                     log.info("lock conflict, retrying", phase=phase, attempt=attempt + 1)
@@ -675,6 +699,8 @@ class SchedulerLoop:
         metrics.LOOP_ERRORS.labels(phase).inc()
         if report is not None:
             report.errors.append(f"{phase}: {first_line(exc)}")
+            if not phase.startswith("executor.") and report.database_error is None:
+                report.database_error = report.errors[-1]
 
 
 _DEADLOCK_RETRIES = 4
