@@ -119,9 +119,10 @@ def scheduler(
     health_stale_after: Annotated[
         float,
         typer.Option(
-            help="/readyz answers 503 once the loop's last tick ended longer ago than this"
-            f" (seconds); /healthz only after {LIVENESS_FACTOR} times as long (a stuck loop:"
-            " a restart does not cure a database outage)"
+            help="/readyz answers 503 once the loop's last tick that reached the database"
+            f" ended longer ago than this (seconds); /healthz only after {LIVENESS_FACTOR}"
+            " times as long without any tick (a stuck loop: a restart does not cure a"
+            " database outage)"
         ),
     ] = DEFAULT_STALE_AFTER,
     log_level: Annotated[str, typer.Option()] = "info",

@@ -30,7 +30,8 @@ interval, or less when a `Waker` hears that work appeared.
 
 Each tick and phase is timed, and the numbers the loop already holds go to
 `metrics/families.py` with no statement of their own; `LoopHealth` records
-when ticks end, for the readiness and liveness probes (ADR 0020).
+when ticks end and whether they reached the database, for the readiness and
+liveness probes (ADR 0020).
 """
 
 from __future__ import annotations
@@ -107,6 +108,19 @@ class TickReport:
     events_applied: int = 0
     critical_section_skipped: bool = False
     errors: list[str] = field(default_factory=list)
+    # Did any of the tick's transactions get an answer from the database (a commit, or
+    # a lock conflict)? And the first database failure, `phase: error`, if any.
+    database_answered: bool = False
+    database_error: str | None = None
+    # Did the tick try the database at all? (A tick whose phases had nothing due opens
+    # no transaction; it says nothing about the database either way.)
+    database_used: bool = False
+
+    @property
+    def database_unreached(self) -> str | None:
+        """Why the tick got nothing done in the database (its first failure), or None if
+        it did: a tick whose every transaction failed did none of the replica's work."""
+        return None if self.database_answered else self.database_error
 
     @property
     def busy(self) -> bool:
@@ -152,6 +166,7 @@ class SchedulerLoop:
         self.specs = SpecCache()
         self._conn: Connection | None = None  # the tick's connection, while a tick runs
         self._share = False  # a tick runs and has not tried to check its connection out yet
+        self._unreachable = False  # this tick could not check its connection out
         # No fallback here: a replica that cannot register exits and is restarted.
         with self.sessions() as session:
             self.job_id: int = housekeeping.register_scheduler(session, self.clock())
@@ -181,7 +196,9 @@ class SchedulerLoop:
         self.health.tick_started()
         with metrics.LOOP_TICK_SECONDS.time(), self._one_connection():
             report = self._tick()
-        self.health.tick_ended()
+        self.health.tick_ended(
+            database_error=report.database_unreached, used_database=report.database_used
+        )
         if self.on_change is not None and (report.busy or self._changed):
             try:
                 self.on_change()
@@ -195,24 +212,37 @@ class SchedulerLoop:
         per tick, by the first phase that opens a transaction (a tick that opens none
         takes none).
 
-        Each phase is still its own transaction. If the connection cannot be had,
-        or a phase fails on it, the phases go back to a session each from the pool.
+        Each phase is still its own transaction; if a phase fails on the connection,
+        the phases after it go back to a session each from the pool. When the
+        connection cannot be had, the tick's remaining transactions are not tried,
+        since each would wait out the same refusal or timeout on its own: in an
+        outage whose connections time out (10 s each), such a tick took over three
+        minutes (about 18 attempts, the database clock's included), close to the
+        liveness limit. It ends at once instead, with the error (readiness counts it
+        as a tick that did not reach the database), and the replica tries again
+        after its idle wait; the executor's reports wait in the loop meanwhile.
         """
         self._share = True
+        self._unreachable = False
         try:
             yield
         finally:
             self._share = False
+            self._unreachable = False
             self._drop_connection()
 
-    def _tick_connection(self) -> Connection | None:
-        """The tick's shared connection, checked out on first use."""
+    def _tick_connection(self, report: TickReport | None) -> Connection | None:
+        """The tick's shared connection, checked out on first use. If that fails, the
+        error is recorded (phase `connect`) and the tick's transactions are skipped."""
         if self._conn is None and self._share:
             self._share = False  # one try per tick
             bind = self.sessions.kw.get("bind")
             if isinstance(bind, Engine):
-                with contextlib.suppress(DBAPIError):
+                try:
                     self._conn = bind.connect()
+                except DBAPIError as exc:
+                    self._unreachable = True
+                    self._record_error("connect", exc, report)
         return self._conn
 
     def _drop_connection(self) -> None:
@@ -772,13 +802,19 @@ class SchedulerLoop:
         """Run one unit of work in its own transaction, with the loop's error policy."""
         isolate = False
         for attempt in range(_DEADLOCK_RETRIES):
-            conn = self._tick_connection()
+            if report is not None:
+                report.database_used = True
+            conn = self._tick_connection(report)
+            if self._unreachable:  # this tick could not connect: no transaction is tried
+                return default
             bound = {} if conn is None else {"bind": conn}
             failure: Exception | None = None
             with self.sessions(**bound, info={ISOLATE: isolate}) as session:
                 try:
                     result = work(session)
                     session.commit()
+                    if report is not None:
+                        report.database_answered = True
                     return result
                 except Exception as exc:
                     session.rollback()
@@ -789,7 +825,10 @@ class SchedulerLoop:
                 continue
             self._drop_connection()  # maybe broken: the next phase takes a fresh one
             if isinstance(failure, DBAPIError):
-                if locks.is_lock_not_available(failure):
+                conflict = locks.is_lock_not_available(failure)
+                if report is not None and (conflict or locks.is_retryable_conflict(failure)):
+                    report.database_answered = True  # it answered: another replica holds a lock
+                if conflict:
                     return default
                 if locks.is_retryable_conflict(failure) and attempt + 1 < _DEADLOCK_RETRIES:
                     log.info("lock conflict, retrying", phase=phase, attempt=attempt + 1)
@@ -805,6 +844,8 @@ class SchedulerLoop:
         metrics.LOOP_ERRORS.labels(phase).inc()
         if report is not None:
             report.errors.append(f"{phase}: {first_line(exc)}")
+            if not phase.startswith("executor.") and report.database_error is None:
+                report.database_error = report.errors[-1]
 
 
 _DEADLOCK_RETRIES = 4
