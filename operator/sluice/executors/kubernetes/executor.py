@@ -379,7 +379,10 @@ class KubernetesExecutor:
         )
         if verdict.phase in ("starting", "running"):
             return Inspection(
-                state="alive", running=verdict.phase == "running", evidence=verdict.evidence
+                state="alive",
+                running=verdict.phase == "running",
+                evidence=verdict.evidence,
+                running_since=verdict.running_since,
             )
         if verdict.phase == "ended":
             return Inspection(
