@@ -6,12 +6,13 @@
 #   make bench-smoke    tiny workload, under a minute, figures printed, no timing asserted (CI)
 #   make bench-scale    the scheduler alone with 10,000 DAGs and 100,000 task instances
 #   make bench-k8s      the Job executor on the local cluster (hack/), 1 and 3 replicas
+#   make bench-steady   a replica's CPU per thread while it mostly waits (Postgres only)
 # Extra arguments: make bench BENCH_ARGS="--shapes linear,grid --replicas 1"
 
 BENCH_ARGS ?=
 BENCH_PY := PYTHONPATH=. COLUMNS=$${COLUMNS:-220} $(BIN)/python -m bench.run
 
-.PHONY: bench bench-compare bench-smoke bench-scale bench-deps bench-k8s
+.PHONY: bench bench-compare bench-smoke bench-scale bench-deps bench-k8s bench-steady
 
 $(BIN)/.bench-deps: $(BIN)/.installed
 	$(BIN)/pip install --quiet 'matplotlib>=3.8,<4'
@@ -37,3 +38,10 @@ bench-scale: bench-deps
 #   make bench-k8s BENCH_ARGS="--dags 4 --tasks 5 --replicas 1"   a small trial first
 bench-k8s: install
 	hack/in-cluster.sh env PYTHONPATH=. COLUMNS=$${COLUMNS:-220} $(BIN)/python -m bench.k8s $(BENCH_ARGS)
+
+# A replica's CPU while it mostly waits (bench/README.md, "A replica at steady state"): real
+# `sluice scheduler --executor kubernetes` processes against Postgres and a stand-in API
+# server, kubelet and sidecars (bench/fake_cluster.py); no cluster. ~2.5 min a trial.
+#   make bench-steady BENCH_ARGS="--trials 3"
+bench-steady: install
+	PYTHONPATH=. $(BIN)/python -m bench.steady_cpu $(BENCH_ARGS)

@@ -7,6 +7,7 @@
 #                              (kubectl, helm, KUBECONFIG set; hack/in-cluster.sh)
 #   make demo-cluster          the cluster demo: cluster, images, helm install,
 #                              examples, kubectl get dagruns until every run ends
+#   make demo-cluster CLUSTER=kind   the same demo on a kind cluster (needs Docker)
 #   make e2e                   the k8s test suite on the local cluster
 #   make e2e CLUSTER=kind      the same suite on a kind cluster (needs Docker)
 
@@ -43,8 +44,16 @@ cluster-status:
 sh-cluster:
 	bash $(SLUICE_REPO_DIR)/hack/in-cluster.sh
 
+# CLUSTER=kind: e2e/kind.sh demo (kind's node, no network namespace, the
+# official Postgres image); otherwise the local cluster's hack/demo-cluster.sh.
 demo-cluster:
+ifeq ($(CLUSTER),kind)
+	bash $(SLUICE_REPO_DIR)/e2e/kind.sh demo
+else ifeq ($(CLUSTER),local)
 	bash $(SLUICE_REPO_DIR)/hack/demo-cluster.sh
+else
+	$(error CLUSTER must be local or kind, not '$(CLUSTER)')
+endif
 
 e2e:
 	CLUSTER=$(CLUSTER) bash $(SLUICE_REPO_DIR)/e2e/run.sh $(E2E_ARGS)

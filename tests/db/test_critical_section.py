@@ -262,3 +262,28 @@ def test_with_nothing_scheduled_the_tasks_in_flight_are_not_counted(
     assert result.entered
     assert not result.queued
     assert [s.split()[0] for s in statements] == ["SELECT"]  # the lock, which says "no work"
+
+
+def test_with_every_pool_full_the_waiting_tasks_are_not_read(
+    sessions: sessionmaker[Session], engine: Engine
+) -> None:
+    _add_pool(sessions, "small", 2)
+    register(sessions, manifest("full", _wide("full", 5, pool="small")))
+    trigger(sessions, "full", T0)
+    _schedule_all(sessions)
+    assert len(_queue(sessions)) == 2  # the pool is full; three tasks wait for a slot
+    with count_queries(engine) as statements, sessions() as session:
+        result = queue_schedulable_task_instances(session, T0, job_id=None, max_tis=16)
+        session.commit()
+    assert result.entered
+    assert not result.queued
+    assert "small" in result.starved_pools
+    # The lock says every pool with waiting tasks is full: nothing is read, nothing locked.
+    assert [s.split()[0] for s in statements] == ["SELECT"]
+    with sessions() as session:  # a slot frees: the next pass reads and queues again
+        session.execute(
+            text("UPDATE task_instance SET state = 'success' WHERE state = 'queued' AND id = ("
+                 "SELECT min(id) FROM task_instance WHERE state = 'queued')")
+        )  # fmt: skip
+        session.commit()
+    assert len(_queue(sessions)) == 1

@@ -227,6 +227,29 @@ def test_a_running_pod_that_stopped_heartbeating_is_killed_past_the_longer_thres
     assert "sent no heartbeat" in (row.evidence or {})["verdict"]
 
 
+def test_a_pod_that_started_late_is_silent_only_from_its_start(
+    sessions: sessionmaker[Session],
+) -> None:
+    """The kill threshold counts from the later of the last heartbeat and the main
+    container's start: a pod that took long to start on a busy node is not silent."""
+    clock, executor, loop, ti = _running_try(sessions)
+    clock.advance(seconds=50)  # the pod started 50 s after the try
+    started = clock()
+    executor.seen = Inspection(state="alive", running=True, running_since=started)
+    clock.advance(seconds=30)  # 80 s since the last heartbeat, 30 s since its start
+    loop.tick()
+    with sessions() as session:
+        assert ti_row(session, "seam", "t").state == TaskState.RUNNING
+    assert executor.killed == []
+    clock.advance(seconds=31)  # 61 s silent since it started, past 60
+    loop.tick()
+    with sessions() as session:
+        row = ti_row(session, "seam", "t")
+    assert (ti.id, 1) in executor.killed
+    assert row.state == TaskState.UP_FOR_RETRY
+    assert "sent no heartbeat for 61s since it started" in (row.evidence or {})["verdict"]
+
+
 def test_a_starting_pod_is_not_a_zombie_however_long_it_starts(
     sessions: sessionmaker[Session],
 ) -> None:

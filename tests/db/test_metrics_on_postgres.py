@@ -144,7 +144,7 @@ def test_a_loop_that_stopped_running_is_not_ready(sessions: sessionmaker[Session
     ticks = iter(range(3))
     with MetricsServer(health, host="127.0.0.1", port=0, stale_after=60) as server:
         loop.run(lambda: next(ticks, None) is None)  # three ticks, then asked to stop
-        assert health.last_tick is not None
+        assert health.ticks.last_ended is not None
         assert get(f"{server.url}/readyz") == (503, "the loop has stopped\n")
         assert get(f"{server.url}/healthz") == (503, "the loop has stopped\n")
 

@@ -10,12 +10,13 @@ stamped by `now()` in the triggers).
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from kubernetes import client
-from sqlalchemy import func, select, text, update
+from sqlalchemy import Engine, func, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.models import Dag, DagRun, RunPublication, StatusOutbox, TaskInstance
@@ -30,6 +31,7 @@ from tests.support import (
     T0,
     FakeClock,
     ScriptedExecutor,
+    count_queries,
     make_loop,
     manifest,
     register,
@@ -502,3 +504,130 @@ def test_rows_a_dead_publisher_took_come_back_after_the_lease(
     drain(survivor)
     (obj,) = kube.dagruns()
     assert obj["status"]["state"] == "queued"
+
+
+def test_a_cycles_statements_do_not_grow_with_its_runs_but_for_one_upsert_each(
+    sessions: sessionmaker[Session], engine: Engine
+) -> None:
+    """Deferring (the rate limit), dropping and deleting rows are a statement each per
+    cycle, whatever the number of runs in it; publishing adds one upsert per run."""
+    kube = FakeKube()
+    clock = Clock()
+    pub = publisher(sessions, kube, clock, min_interval=1.0)
+    register_in(sessions, manifest("one", [{"name": "a"}], schedule=None))
+    register_in(sessions, manifest("ten", [{"name": "a"}], schedule=None, maxActiveRuns=10))
+    trigger(sessions, "one", T0)
+    for i in range(10):
+        trigger(sessions, "ten", T0, logical_date=T0 + timedelta(hours=i))
+    drain(pub)  # every run published once: a change within the second is deferred
+
+    def cycle(dag: str) -> int:
+        with sessions.begin() as session:
+            session.execute(text("DELETE FROM status_outbox"))
+            store.enqueue(
+                session,
+                session.execute(select(DagRun.id).where(DagRun.dag_id == dag)).scalars(),
+            )
+        with count_queries(engine) as statements:
+            pub.run_once()
+        return len(statements)
+
+    assert cycle("one") == cycle("ten")  # deferred
+    assert pub.counts.deferred == 11
+    clock.advance(1.0)
+    published = pub.counts.published
+    assert cycle("ten") - cycle("one") == 9  # published: one upsert per run
+    assert pub.counts.published == published + 11
+
+
+def test_an_idle_publisher_waits_to_be_woken_then_publishes_within_its_interval(
+    sessions: sessionmaker[Session],
+) -> None:
+    kube = FakeKube()
+    pub = publisher(sessions, kube, interval=0.05, idle_interval=600.0, pool_interval=600.0)
+    cycles = []
+    run_once = pub.run_once
+
+    def counted() -> int:
+        cycles.append(1)
+        return run_once()
+
+    pub.run_once = counted  # type: ignore[method-assign]
+    register_in(sessions, manifest("idle", [{"name": "a"}], schedule=None))
+    pub.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not cycles:  # the first cycle, at start
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        trigger(sessions, "idle", T0)  # a row in the outbox; nobody wakes the publisher
+        time.sleep(0.5)  # ten intervals: an idle publisher used to take it by now
+        assert len(cycles) == 1
+        assert kube.dagruns() == []
+        pub.wake()  # what the replica's loop does after a tick that changed something
+        while not kube.dagruns():
+            assert time.monotonic() < deadline, "woken, but nothing was published"
+            time.sleep(0.01)
+    finally:
+        pub.stop()
+
+
+def test_a_publisher_comes_back_for_the_rows_it_deferred_without_being_woken(
+    sessions: sessionmaker[Session],
+) -> None:
+    kube = FakeKube()
+    pub = publisher(
+        sessions, kube, interval=0.05, idle_interval=600.0, pool_interval=600.0, min_interval=0.5
+    )
+    register_in(sessions, manifest("again", [{"name": "a"}], schedule=None))
+    run_id = trigger(sessions, "again", T0)
+    drain(pub)  # published once: a change within min_interval is deferred
+    with sessions.begin() as session:
+        session.execute(update(DagRun).where(DagRun.id == run_id).values(state="running"))
+    pub.start()
+    try:
+        deadline = time.monotonic() + 30
+        while (
+            kube.dagrun(NS, render.object_name(_view(sessions, run_id)))
+            .get("status", {})
+            .get("state")
+            != "running"
+        ):
+            assert time.monotonic() < deadline, "the deferred row was never published"
+            time.sleep(0.01)
+    finally:
+        pub.stop()
+
+
+def _view(sessions: sessionmaker[Session], run_id: int) -> render.RunView:
+    with sessions() as session:
+        return store.read_runs(session, [run_id], NS)[run_id]
+
+
+def test_the_changes_of_a_burst_after_a_wake_are_one_patch(
+    sessions: sessionmaker[Session],
+) -> None:
+    kube = FakeKube()
+    pub = publisher(sessions, kube, interval=0.5, idle_interval=600.0, pool_interval=600.0)
+    register_in(sessions, manifest("burst", [{"name": "a"}], schedule=None))
+    run_id = trigger(sessions, "burst", T0)
+    drain(pub)  # the run's object exists
+    patches = sum(1 for verb, _ in kube.calls if verb == "patch")
+    pub.start()
+    try:
+        time.sleep(1.0)  # its first cycle (nothing new) and the interval after it: idle
+        with sessions.begin() as session:  # a report: the run starts...
+            session.execute(update(DagRun).where(DagRun.id == run_id).values(state="running"))
+        pub.wake()
+        time.sleep(0.1)  # ...and the next tick, milliseconds later, ends it
+        with sessions.begin() as session:
+            session.execute(update(DagRun).where(DagRun.id == run_id).values(state="success"))
+        pub.wake()
+        deadline = time.monotonic() + 30
+        name = render.object_name(_view(sessions, run_id))
+        while kube.dagrun(NS, name).get("status", {}).get("state") != "success":
+            assert time.monotonic() < deadline, "the burst was never published"
+            time.sleep(0.01)
+    finally:
+        pub.stop()
+    assert sum(1 for verb, _ in kube.calls if verb == "patch") == patches + 1

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.dags import set_paused
@@ -22,6 +22,7 @@ from tests.support import (
     FakeClock,
     ScriptedExecutor,
     chain,
+    count_queries,
     make_loop,
     manifest,
     register,
@@ -235,3 +236,102 @@ def test_a_full_phase_one_is_followed_by_another_at_once(
     assert loop.tick().runs_started == 0  # nothing heard, this interval looked at already
     clock.advance(seconds=1)
     assert [loop.tick().runs_started for _ in range(4)] == [2, 2, 1, 0]
+
+
+def _waiting_for_a_slot(
+    sessions: sessionmaker[Session], clock: FakeClock
+) -> tuple[SchedulerLoop, RecordingWaker, ScriptedExecutor]:
+    """A loop with a waker, one try running in a pool of one slot and one task waiting for
+    it, after the ticks that got it there (the clock stands still)."""
+    register(sessions, manifest("slot", [{"name": "a"}, {"name": "b"}], schedule=None))
+    with sessions() as session:
+        session.execute(text("UPDATE slot_pool SET slots = 1 WHERE name = 'default'"))
+        session.commit()
+    trigger(sessions, "slot", clock.now)
+    executor = ScriptedExecutor()
+    executor.hold.update({"a", "b"})
+    loop = make_loop(sessions, executor, clock, tick_interval=1.0)
+    loop.waker = waker = RecordingWaker()
+    for _ in range(3):
+        loop.tick()
+    assert len(executor.running) == 1
+    return loop, waker, executor
+
+
+def test_a_tick_with_nothing_new_sends_no_statement_and_takes_no_connection(
+    sessions: sessionmaker[Session], engine: Engine
+) -> None:
+    clock = FakeClock()
+    loop, _, _ = _waiting_for_a_slot(sessions, clock)
+    checkouts: list[object] = []
+    listener = lambda *args: checkouts.append(args[0])  # noqa: E731
+    event.listen(engine, "checkout", listener)
+    try:
+        with count_queries(engine) as statements:
+            assert not loop.tick().busy
+    finally:
+        event.remove(engine, "checkout", listener)
+    # Without a report, a notification or a tick interval, no phase can find anything:
+    # not the examine, critical-section or claim statements a busy tick's follower sent,
+    # and the tick takes no connection from the pool (nor pings it).
+    assert statements == []
+    assert checkouts == []
+
+
+def test_every_phase_looks_again_once_per_tick_interval_or_when_notified(
+    sessions: sessionmaker[Session], engine: Engine
+) -> None:
+    clock = FakeClock()
+    loop, waker, _ = _waiting_for_a_slot(sessions, clock)
+    looks = {
+        "runs": "WITH waiting AS",
+        "examine": "last_scheduling_decision = :now",
+        "critical section": "NOWAIT",
+        "claims": "WITH taken AS",
+    }
+    clock.advance(seconds=1)  # what other replicas changed, or the clock
+    with count_queries(engine) as statements:
+        loop.tick()
+    assert {what for what, sql in looks.items() if any(sql in s for s in statements)} == set(looks)
+    with count_queries(engine) as statements:
+        loop.tick()
+    assert statements == []
+    waker.heard = True  # a notification: an unpause, a run inserted or ended elsewhere
+    with count_queries(engine) as statements:
+        loop.tick()
+    assert {what for what, sql in looks.items() if any(sql in s for s in statements)} == set(looks)
+
+
+def test_a_slot_this_replica_frees_is_taken_at_the_next_tick(
+    sessions: sessionmaker[Session],
+) -> None:
+    clock = FakeClock()
+    loop, _, executor = _waiting_for_a_slot(sessions, clock)
+    executor.hold.clear()
+    assert loop.tick().events_applied == 1  # the running try ends: its slot is free
+    report = loop.tick()  # the same second: no tick interval has passed
+    assert (report.tasks_queued, report.tasks_started) == (1, 1)
+    assert len(executor.started) == 2
+
+
+def test_the_loop_wakes_the_status_publisher_after_a_change_or_a_notification(
+    sessions: sessionmaker[Session],
+) -> None:
+    clock = FakeClock()
+    loop, waker, executor = _waiting_for_a_slot(sessions, clock)
+    woken: list[str] = []
+    loop.on_change = lambda: woken.append("woken")
+    loop.tick()
+    assert woken == []  # nothing changed: nothing to publish
+    executor.hold.clear()
+    assert loop.tick().events_applied == 1
+    assert woken == ["woken"]  # a try ended: its run's status changed
+    woken.clear()
+    while loop.tick().busy:
+        pass
+    woken.clear()
+    loop.tick()
+    assert woken == []
+    waker.heard = True  # another process inserted or ended a run, or (un)paused a DAG
+    loop.tick()
+    assert woken == ["woken"]

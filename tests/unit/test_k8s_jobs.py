@@ -320,6 +320,9 @@ def test_running_and_starting() -> None:
     running = verdict(job_obj(), pod_obj({"running": {}}, phase="Running"))
     assert running.phase == "running"
     assert running.evidence["node"] == "n1"
+    assert running.running_since is None  # no startedAt: the last heartbeat counts alone
+    since = verdict(job_obj(), pod_obj({"running": {"startedAt": "2026-12-04T04:49:12Z"}}))
+    assert since.running_since == datetime(2026, 12, 4, 4, 49, 12, tzinfo=UTC)
     assert verdict(job_obj(), None, waited=5).phase == "starting"
     never = verdict(job_obj(), None, waited=500)
     assert never.phase == "ended"

@@ -9,6 +9,7 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,8 +24,16 @@ import sluice.metrics
 import sluice.scheduler.loop
 from sluice.cli import app
 from sluice.metrics import families, health, sampler
-from sluice.metrics.health import LIVENESS_FACTOR, LoopHealth, liveness, readiness
+from sluice.metrics.health import (
+    LIVENESS_FACTOR,
+    LoopHealth,
+    Ticks,
+    after_tick,
+    liveness,
+    readiness,
+)
 from sluice.metrics.server import MetricsServer
+from sluice.scheduler.loop import TickReport
 
 UNBOUNDED_LABELS = {"run_id", "task_id", "dag_id", "ti", "ti_id", "try_number", "dag_run_id"}
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,44 +50,142 @@ class FakeMonotonic:
 # -- the decisions ------------------------------------------------------------------------
 
 
+def ticked(at: float, started: float = 900.0) -> Ticks:
+    """A loop that began at `started` and whose last tick, which reached the database,
+    ended at `at`."""
+    return after_tick(Ticks(started=started), at, None)
+
+
+REFUSED = "connect: connection to server at 10.0.0.5, port 5432 failed: Connection refused"
+
+
 def test_not_ready_before_the_first_tick() -> None:
-    assert readiness(None, 5.0, 60) == health.Verdict(False, "the loop has not ticked yet")
+    assert readiness(Ticks(), 5.0, 60) == health.Verdict(False, "the loop has not ticked yet")
 
 
 @pytest.mark.parametrize(
     ("ago", "ready"), [(0.0, True), (59.9, True), (60.0, True), (60.1, False), (93.0, False)]
 )
 def test_ready_while_the_last_tick_is_recent(ago: float, ready: bool) -> None:
-    verdict = readiness(1000.0, 1000.0 + ago, 60)
+    verdict = readiness(ticked(1000.0), 1000.0 + ago, 60)
     assert verdict.ok is ready
     assert verdict.reason == f"the loop's last tick ended {ago:.0f} s ago"
 
 
 def test_a_stopped_loop_is_neither_ready_nor_live() -> None:
-    assert readiness(1000.0, 1000.0, 60, loop_running=False) == health.Verdict(
+    assert readiness(ticked(1000.0), 1000.0, 60, loop_running=False) == health.Verdict(
         False, "the loop has stopped"
     )
-    assert not liveness(1000.0, 900.0, 1000.0, 60, loop_running=False).ok
+    assert not liveness(ticked(1000.0), 1000.0, 60, loop_running=False).ok
 
 
 def test_live_while_waiting_to_start_and_for_5_windows_after() -> None:
-    assert liveness(None, None, 1e9, 60).ok  # waiting for the database to start
+    assert liveness(Ticks(), 1e9, 60).ok  # waiting for the database to start
     limit = LIVENESS_FACTOR * 60
-    assert liveness(None, 1000.0, 1000.0 + limit, 60).ok  # started, first tick slow
-    stuck = liveness(None, 1000.0, 1000.0 + limit + 1, 60)
+    assert liveness(Ticks(started=1000.0), 1000.0 + limit, 60).ok  # started, first tick slow
+    stuck = liveness(Ticks(started=1000.0), 1000.0 + limit + 1, 60)
     assert not stuck.ok
     assert "has not ticked" in stuck.reason
 
 
 def test_slow_is_not_ready_but_still_live_stuck_is_neither() -> None:
-    last, stale_after = 1000.0, 60.0
-    slow = last + 2 * stale_after  # ticks slowed down by a database outage
+    last, stale_after = ticked(1000.0, started=0.0), 60.0
+    slow = 1000.0 + 2 * stale_after  # a tick that has not ended for two windows
     assert not readiness(last, slow, stale_after).ok
-    assert liveness(last, 0.0, slow, stale_after).ok
-    stuck = last + LIVENESS_FACTOR * stale_after + 1
-    verdict = liveness(last, 0.0, stuck, stale_after)
+    assert liveness(last, slow, stale_after).ok
+    stuck = 1000.0 + LIVENESS_FACTOR * stale_after + 1
+    verdict = liveness(last, stuck, stale_after)
     assert not verdict.ok
     assert verdict.reason == "the loop ended its last tick 301 s ago (limit 300 s): stuck"
+
+
+def test_after_tick_counts_the_ticks_that_did_not_reach_the_database() -> None:
+    ticks = ticked(1000.0)
+    assert (ticks.last_ended, ticks.last_reached, ticks.unreached) == (1000.0, 1000.0, 0)
+    ticks = after_tick(ticks, 1001.0, "examine: timeout")
+    ticks = after_tick(ticks, 1002.0, REFUSED)
+    assert ticks == Ticks(
+        started=900.0,
+        last_ended=1002.0,
+        last_reached=1000.0,
+        unreached=2,
+        database_error=REFUSED,  # the latest tick's
+    )
+    assert after_tick(ticks, 1003.0, None) == Ticks(900.0, 1003.0, 1003.0, 0, "")
+
+
+def test_a_tick_that_used_no_database_proves_nothing_about_it() -> None:
+    """With a waker most ticks of a quiet replica open no transaction: they move
+    last_ended (liveness) but neither end nor extend an outage."""
+    ticks = after_tick(ticked(1000.0), 1001.0, REFUSED)
+    idle = after_tick(ticks, 1002.0, None, used_database=False)
+    assert idle == replace(ticks, last_ended=1002.0)
+    assert not readiness(idle, 1070.0, 60.0).ok  # still unready once the window passes
+    healthy = after_tick(ticked(1000.0), 1050.0, None, used_database=False)
+    assert (healthy.last_reached, healthy.unreached) == (1000.0, 0)
+    assert readiness(healthy, 1050.0, 60.0).ok
+
+
+def test_ticks_that_cannot_use_the_database_end_readiness_after_the_window_not_liveness() -> None:
+    """A refused connection fails a tick at once: ticks go on ending every second, but
+    readiness counts only the ones that reached the database."""
+    stale_after = 60.0
+    ticks = ticked(1000.0)
+    for second in range(1, 61):
+        ticks = after_tick(ticks, 1000.0 + second, REFUSED)
+    within = readiness(ticks, 1060.0, stale_after)
+    assert within == health.Verdict(
+        True,
+        "the loop's last 60 ticks could not use the database (the last that could ended"
+        f" 60 s ago): {REFUSED}",
+    )
+    ticks = after_tick(ticks, 1061.0, REFUSED)
+    after = readiness(ticks, 1061.0, stale_after)
+    assert after == health.Verdict(
+        False,
+        "the loop's last 61 ticks could not use the database (the last that could ended"
+        f" 61 s ago): {REFUSED}",
+    )
+    # Ticks still end: the replica is live for as long as the outage lasts.
+    for second in range(62, 3600):
+        ticks = after_tick(ticks, 1000.0 + second, REFUSED)
+    assert liveness(ticks, 4600.0, stale_after) == health.Verdict(
+        True, "the loop's last tick ended 1 s ago"
+    )
+    assert not readiness(ticks, 4600.0, stale_after).ok
+    # The database is back: the next tick that reaches it makes the replica ready again.
+    ticks = after_tick(ticks, 4601.0, None)
+    assert readiness(ticks, 4601.0, stale_after) == health.Verdict(
+        True, "the loop's last tick ended 0 s ago"
+    )
+
+
+def test_one_failed_tick_is_not_an_outage_and_a_loop_that_never_reached_it_is_not_ready() -> None:
+    ticks = after_tick(ticked(1000.0), 1001.0, REFUSED)
+    assert readiness(ticks, 1001.0, 60) == health.Verdict(
+        True,
+        f"the loop's last tick could not use the database (the last that could ended 1 s ago):"
+        f" {REFUSED}",
+    )
+    # The database went away between registering and the first tick.
+    never = after_tick(Ticks(started=1000.0), 1000.5, REFUSED)
+    assert readiness(never, 1000.5, 60) == health.Verdict(
+        False, f"the loop's only tick could not use the database: {REFUSED}"
+    )
+    never = after_tick(after_tick(never, 1001.5, REFUSED), 1002.5, REFUSED)
+    assert readiness(never, 1002.5, 60) == health.Verdict(
+        False, f"none of the loop's 3 ticks could use the database: {REFUSED}"
+    )
+    assert liveness(never, 1002.5, 60).ok
+
+
+def test_a_tick_reached_the_database_unless_every_transaction_failed() -> None:
+    report = TickReport()
+    assert report.database_unreached is None  # no transaction, no failure
+    report.database_error = "examine: boom"
+    assert report.database_unreached == "examine: boom"  # every one it tried failed
+    report.database_answered = True
+    assert report.database_unreached is None  # one got an answer: the tick did work
 
 
 def test_loop_health_follows_ticks_on_its_clock() -> None:
@@ -92,6 +199,10 @@ def test_loop_health_follows_ticks_on_its_clock() -> None:
     assert loop.readiness(60).ok
     clock.now += 93
     assert loop.readiness(60) == health.Verdict(False, "the loop's last tick ended 93 s ago")
+    assert loop.liveness(60).ok
+    loop.tick_ended(database_error=REFUSED)
+    assert loop.readiness(60).reason.startswith("the loop's last tick could not use the database")
+    assert not loop.readiness(60).ok
     assert loop.liveness(60).ok
     loop.stopped()
     assert not loop.readiness(60).ok
@@ -244,6 +355,23 @@ def test_the_server_answers_the_three_paths_on_port_0(
     assert get(f"{server.url}/healthz")[0] == 200
     clock.now += 5 * 60
     assert get(f"{server.url}/healthz")[0] == 503
+
+
+def test_readyz_says_why_ticks_did_not_count(
+    served: tuple[MetricsServer, FakeMonotonic],
+) -> None:
+    server, clock = served
+    server.health.tick_started()
+    server.health.tick_ended()
+    for _ in range(12):
+        clock.now += 6
+        server.health.tick_ended(database_error=REFUSED)
+    assert get(f"{server.url}/readyz") == (
+        503,
+        "the loop's last 12 ticks could not use the database (the last that could ended"
+        f" 72 s ago): {REFUSED}\n",
+    )
+    assert get(f"{server.url}/healthz") == (200, "the loop's last tick ended 0 s ago\n")
 
 
 def test_other_paths_and_methods_are_refused(served: tuple[MetricsServer, FakeMonotonic]) -> None:

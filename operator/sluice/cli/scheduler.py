@@ -41,6 +41,11 @@ from sluice.status.publisher import StatusPublisher
 _defaults = SchedulerConfig()
 log = structlog.get_logger("sluice.scheduler")
 
+# The status publisher runs when the loop wakes it (a change, a notification); rows no one
+# woke it for (a dead publisher's lease ending, a DAG version from the operator) wait at
+# most this long (seconds).
+STATUS_IDLE_INTERVAL = 5.0
+
 
 def scheduler(
     database_url: DatabaseUrl = None,
@@ -114,9 +119,10 @@ def scheduler(
     health_stale_after: Annotated[
         float,
         typer.Option(
-            help="/readyz answers 503 once the loop's last tick ended longer ago than this"
-            f" (seconds); /healthz only after {LIVENESS_FACTOR} times as long (a stuck loop:"
-            " a restart does not cure a database outage)"
+            help="/readyz answers 503 once the loop's last tick that reached the database"
+            f" ended longer ago than this (seconds); /healthz only after {LIVENESS_FACTOR}"
+            " times as long without any tick (a stuck loop: a restart does not cure a"
+            " database outage)"
         ),
     ] = DEFAULT_STALE_AFTER,
     log_level: Annotated[str, typer.Option()] = "info",
@@ -246,6 +252,7 @@ def scheduler(
                 api_client_factory(settings),
                 clock=clock,
                 default_namespace=settings.namespace,
+                idle_interval=STATUS_IDLE_INTERVAL,
             )
         if server is not None:
             sampler = Sampler(sessions)  # the numbers that need a query, every few seconds
@@ -262,7 +269,15 @@ def scheduler(
 
         def register() -> None:
             nonlocal loop
-            loop = SchedulerLoop(sessions, chosen, config, clock=clock, waker=waker, health=health)
+            loop = SchedulerLoop(
+                sessions,
+                chosen,
+                config,
+                clock=clock,
+                waker=waker,
+                health=health,
+                on_change=None if publisher is None else publisher.wake,
+            )
 
         if not until_reachable("registering the replica", register, stopped):
             return

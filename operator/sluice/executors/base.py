@@ -93,6 +93,10 @@ class Inspection:
     executor cannot see, it stops by itself at most this many seconds after the
     last heartbeat the database recorded for it (a local try's lease, ADR 0015);
     no zombie verdict before then. None: no such bound.
+
+    `running_since`: when its main process started, if the executor knows; a try
+    that heartbeats itself is not judged silent for the time before that (its pod
+    may take long to start on a busy node).
     """
 
     state: Literal["alive", "gone", "unknown", "unreachable"]
@@ -102,6 +106,7 @@ class Inspection:
     running: bool = True
     evidence: dict[str, Any] = field(default_factory=dict)
     stops_within: float | None = None
+    running_since: datetime | None = None
 
 
 class Executor(Protocol):

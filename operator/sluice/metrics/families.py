@@ -42,7 +42,7 @@ LOOP_TICK_SECONDS = Histogram(
 LOOP_ERRORS = Counter(
     "sluice_loop_errors",
     "Errors the loop logged and survived, by the step that failed (a phase's transaction,"
-    " or an executor call such as executor.start)",
+    " an executor call such as executor.start, or connect: a tick that could not connect)",
     ["phase"],
 )
 CRITICAL_SECTION_SECONDS = Histogram(

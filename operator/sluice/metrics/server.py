@@ -5,8 +5,9 @@ Three paths, GET only:
 - `/metrics`: every metric in prometheus_client's default registry (Sluice's
   own, `families.py`, and the client's process and Python collectors), in the
   Prometheus text format (or OpenMetrics, if the scraper asks for it);
-- `/readyz`: 200 while the loop ended a tick within `stale_after` seconds,
-  else 503; the body is the one-line reason (`health.readiness`);
+- `/readyz`: 200 while a tick of the loop that reached the database ended
+  within `stale_after` seconds, else 503; the body is the one-line reason
+  (`health.readiness`);
 - `/healthz`: 200 unless the loop is stuck or gone (`health.liveness`).
 
 prometheus_client's WSGI app and threading server do the HTTP; the probes

@@ -2,7 +2,9 @@
 
 Entry is `SELECT ... FROM slot_pool FOR UPDATE NOWAIT`: one replica at a time
 counts free slots, and a replica that finds the lock busy skips this tick
-rather than waiting (the holder is already doing the work). Inside, scheduled
+rather than waiting (the holder is already doing the work). The same statement
+says whether anything is scheduled, and in which pools with a free slot: when
+none, the section ends there. Inside, scheduled
 task instances are read by priority weight, logical date and id with
 `FOR UPDATE SKIP LOCKED` and a batch limit, checked against pool slots and each
 DAG's maxActiveTasks, moved to `queued` with their try number bumped, and one
@@ -49,17 +51,29 @@ _QUEUE = Prepared(
 )
 
 
-# The critical section's lock: every pool row, NOWAIT (a busy lock skips the tick); and
-# whether anything is scheduled at all, so an idle tick never counts the tasks in flight.
-_LOCK_POOLS = Prepared(
-    """
-    SELECT name, slots, EXISTS (SELECT FROM task_instance WHERE state = 'scheduled') AS work
-    FROM slot_pool ORDER BY id FOR UPDATE NOWAIT
-    """
-)
-
 # The states that hold a pool slot, as SQL literals (the same text every time).
 _OCCUPYING = ", ".join(f"'{state.value}'" for state in sorted(OCCUPYING_TASK_STATES))
+
+# The critical section's lock: every pool row, NOWAIT (a busy lock skips the tick); and
+# whether anything is scheduled at all, so an idle tick never counts the tasks in flight.
+# Only when something is, each pool's slots in use and whether tasks wait in it: when no
+# pool with waiting tasks has a free slot (a full pool, the steady state of a busy
+# cluster), nothing can be queued and the read below is not made.
+_LOCK_POOLS = Prepared(
+    f"""
+    SELECT p.name, p.slots, s.work,
+           CASE WHEN s.work THEN (
+               SELECT COALESCE(sum(t.pool_slots), 0) FROM task_instance t
+               WHERE t.pool = p.name AND t.state IN ({_OCCUPYING}))
+           END AS used,
+           CASE WHEN s.work THEN EXISTS (
+               SELECT FROM task_instance t WHERE t.pool = p.name AND t.state = 'scheduled')
+           END AS waiting
+    FROM slot_pool p
+    CROSS JOIN (SELECT EXISTS (SELECT FROM task_instance WHERE state = 'scheduled') AS work) s
+    ORDER BY p.id FOR UPDATE OF p NOWAIT
+    """
+)
 
 # One read under that lock: slots in use per pool and tasks in flight per DAG (the
 # rows with `candidate` false), then the scheduled instances by priority weight,
@@ -129,6 +143,9 @@ def queue_schedulable_task_instances(
         raise
     if not any(row.work for row in locked):
         return CriticalSectionResult(entered=True)
+    if not any(row.waiting and row.used < row.slots for row in locked):
+        full = {row.name for row in locked if row.used >= row.slots}
+        return CriticalSectionResult(entered=True, starved_pools=full)
     pools: dict[str, int] = {row.name: row.slots for row in locked}
 
     pool_used: dict[str, int] = defaultdict(int)

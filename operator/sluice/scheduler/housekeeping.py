@@ -272,6 +272,10 @@ def plan_stale_tries(
             continue  # cannot look now: never a zombie on a stale heartbeat alone
         assert row.last_heartbeat_at is not None
         stale_for = (now - row.last_heartbeat_at).total_seconds()
+        # Silent since its last heartbeat, or since its process started if that is later:
+        # a pod that took long to start (a busy node, a slow pull) is not a silent one.
+        silent_since = max(row.last_heartbeat_at, seen.running_since or row.last_heartbeat_at)
+        silent_for = (now - silent_since).total_seconds()
         if seen.state == "alive" and row.external_id is not None:
             if owner != job_id:
                 plan.adoptions.append(
@@ -285,9 +289,14 @@ def plan_stale_tries(
                     )
                 )
             elif (
-                self_beating and seen.running and kill_after is not None and stale_for >= kill_after
+                self_beating
+                and seen.running
+                and kill_after is not None
+                and silent_for >= kill_after
             ):
-                verdict = f"its process runs but sent no heartbeat for {stale_for:.0f}s"
+                verdict = f"its process runs but sent no heartbeat for {silent_for:.0f}s" + (
+                    " since it started" if silent_since > row.last_heartbeat_at else ""
+                )
                 _zombie(plan, row, now, job_id, threshold, owner, live_jobs, seen, verdict)
                 plan.evidence[row.id]["kill_after_seconds"] = kill_after
                 plan.kill.append(key)

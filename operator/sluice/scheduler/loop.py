@@ -10,6 +10,16 @@
    transaction, apply its reports and heartbeats, scheduler heartbeats,
    zombies, counter reconciliation.
 
+With a `Waker`, phases 2 to 4 run like phase 1, when something may have
+given them work (`Due`): this replica did (a report applied frees a slot and
+may make tasks ready, tasks scheduled wait for the critical section, tries
+queued wait for a claim), a notification came, or their last pass came back
+full or failed; and otherwise once per tick interval (what other replicas, the
+clock or a lost notification may have brought). A tick that follows a busy one
+so skips the statements that would find nothing, and an idle replica still
+looks at everything once per tick interval. Without a waker every phase runs
+every tick.
+
 A phase that meets a busy lock skips this tick; a deadlock is retried with
 backoff; any other error is logged and the loop goes on (invariant 6). The
 executor gets the same policy: an error from any of its calls is logged,
@@ -20,7 +30,8 @@ interval, or less when a `Waker` hears that work appeared.
 
 Each tick and phase is timed, and the numbers the loop already holds go to
 `metrics/families.py` with no statement of their own; `LoopHealth` records
-when ticks end, for the readiness and liveness probes (ADR 0020).
+when ticks end and whether they reached the database, for the readiness and
+liveness probes (ADR 0020).
 """
 
 from __future__ import annotations
@@ -65,6 +76,27 @@ def utcnow() -> datetime:
 
 
 @dataclass
+class Due:
+    """When a step runs: when told that something may have given it work (`tell`), and
+    otherwise once per `interval` seconds since it last ran."""
+
+    interval: float
+    last: datetime
+    told: bool = True  # a new loop looks at once
+
+    def __call__(self, now: datetime) -> bool:
+        return self.told or (now - self.last).total_seconds() >= self.interval
+
+    def tell(self) -> None:
+        self.told = True
+
+    def ran(self, now: datetime, *, again: bool = False) -> None:
+        """It ran at `now`; `again`: it may have left work (a full batch, a failure)."""
+        self.last = now
+        self.told = again
+
+
+@dataclass
 class TickReport:
     runs_created: int = 0
     runs_started: int = 0
@@ -76,6 +108,19 @@ class TickReport:
     events_applied: int = 0
     critical_section_skipped: bool = False
     errors: list[str] = field(default_factory=list)
+    # Did any of the tick's transactions get an answer from the database (a commit, or
+    # a lock conflict)? And the first database failure, `phase: error`, if any.
+    database_answered: bool = False
+    database_error: str | None = None
+    # Did the tick try the database at all? (A tick whose phases had nothing due opens
+    # no transaction; it says nothing about the database either way.)
+    database_used: bool = False
+
+    @property
+    def database_unreached(self) -> str | None:
+        """Why the tick got nothing done in the database (its first failure), or None if
+        it did: a tick whose every transaction failed did none of the replica's work."""
+        return None if self.database_answered else self.database_error
 
     @property
     def busy(self) -> bool:
@@ -104,6 +149,7 @@ class SchedulerLoop:
         sleep: Callable[[float], None] = time.sleep,
         waker: Waker | None = None,
         health: LoopHealth | None = None,
+        on_change: Callable[[], None] | None = None,
     ) -> None:
         self.sessions = sessions
         self.executor = executor
@@ -111,10 +157,16 @@ class SchedulerLoop:
         self.clock = clock
         self.sleep = sleep
         self.waker = waker
+        # Called after a tick that changed a state or heard a notification (the status
+        # publisher's `wake`: the outbox may have rows).
+        self.on_change = on_change
+        self._changed = False  # this tick settled a try outside the report's counts
         # When ticks end, for the probes (`sluice scheduler --metrics-port`).
         self.health = health or LoopHealth()
         self.specs = SpecCache()
         self._conn: Connection | None = None  # the tick's connection, while a tick runs
+        self._share = False  # a tick runs and has not tried to check its connection out yet
+        self._unreachable = False  # this tick could not check its connection out
         # No fallback here: a replica that cannot register exits and is restarted.
         with self.sessions() as session:
             self.job_id: int = housekeeping.register_scheduler(session, self.clock())
@@ -123,14 +175,18 @@ class SchedulerLoop:
         self._last_heartbeat = self.clock()
         self._last_try_heartbeat = self.clock()
         self._beaten: set[tuple[int, int]] = set()  # tries heartbeated since the last full beat
-        self._alerts_due = True
-        self._last_alert_look = self.clock()
         self._last_zombie_check = self.clock()
         self._last_reconcile = self.clock()
         self._reconcile_after: int | None = None  # a pass under way: the last run id reached
-        self._last_quiet_examine = self.clock() - timedelta(seconds=self.config.tick_interval)
-        self._last_runs_phase = self._last_quiet_examine
-        self._runs_backlog = True  # phase 1 runs on the first tick
+        # Each runs on the first tick, then when told or once per tick interval.
+        every = self.config.tick_interval
+        long_ago = self.clock() - timedelta(seconds=every)
+        self._runs_due = Due(every, long_ago)  # phase 1 (with a waker; without, every tick)
+        self._quiet_due = Due(every, long_ago, told=False)  # phase 2's round of quiet runs
+        self._examine_due = Due(every, long_ago)  # phase 2, runs with work
+        self._queue_due = Due(every, long_ago)  # phase 3
+        self._claims_due = Due(every, long_ago)  # phase 4: queued tries to claim
+        self._alerts_due = Due(every, long_ago)  # phase 4: alerts to deliver
         self._heard = False  # the idle wait was woken by a notification
         self._tick_monotonic = time.monotonic()
 
@@ -140,28 +196,57 @@ class SchedulerLoop:
         self.health.tick_started()
         with metrics.LOOP_TICK_SECONDS.time(), self._one_connection():
             report = self._tick()
-        self.health.tick_ended()
+        self.health.tick_ended(
+            database_error=report.database_unreached, used_database=report.database_used
+        )
+        if self.on_change is not None and (report.busy or self._changed):
+            try:
+                self.on_change()
+            except Exception as exc:  # never the loop's problem
+                self._record_error("on_change", exc, report)
         return report
 
     @contextlib.contextmanager
     def _one_connection(self) -> Iterator[None]:
-        """Every phase of a tick on one pooled connection: one checkout (and ping) per tick.
+        """Every phase of a tick on one pooled connection: at most one checkout (and ping)
+        per tick, by the first phase that opens a transaction (a tick that opens none
+        takes none).
 
-        Each phase is still its own transaction. If the connection cannot be had,
-        or a phase fails on it, the phases go back to a session each from the pool.
+        Each phase is still its own transaction; if a phase fails on the connection,
+        the phases after it go back to a session each from the pool. When the
+        connection cannot be had, the tick's remaining transactions are not tried,
+        since each would wait out the same refusal or timeout on its own: in an
+        outage whose connections time out (10 s each), such a tick took over three
+        minutes (about 18 attempts, the database clock's included), close to the
+        liveness limit. It ends at once instead, with the error (readiness counts it
+        as a tick that did not reach the database), and the replica tries again
+        after its idle wait; the executor's reports wait in the loop meanwhile.
         """
-        bind = self.sessions.kw.get("bind")
-        if isinstance(bind, Engine):
-            try:
-                self._conn = bind.connect()
-            except DBAPIError:
-                self._conn = None
+        self._share = True
+        self._unreachable = False
         try:
             yield
         finally:
+            self._share = False
+            self._unreachable = False
             self._drop_connection()
 
+    def _tick_connection(self, report: TickReport | None) -> Connection | None:
+        """The tick's shared connection, checked out on first use. If that fails, the
+        error is recorded (phase `connect`) and the tick's transactions are skipped."""
+        if self._conn is None and self._share:
+            self._share = False  # one try per tick
+            bind = self.sessions.kw.get("bind")
+            if isinstance(bind, Engine):
+                try:
+                    self._conn = bind.connect()
+                except DBAPIError as exc:
+                    self._unreachable = True
+                    self._record_error("connect", exc, report)
+        return self._conn
+
     def _drop_connection(self) -> None:
+        self._share = False  # the rest of the tick: a session each
         conn, self._conn = self._conn, None
         if conn is not None:
             with contextlib.suppress(DBAPIError):
@@ -174,6 +259,8 @@ class SchedulerLoop:
         # as its heartbeat has its local lease renewed to (`heartbeats_recorded`).
         self._tick_monotonic = time.monotonic()
         now = self.clock()
+        self._changed = False
+        self._listen()
 
         # Phase 1: runs.
         def runs(session: Session) -> tuple[int, int]:
@@ -181,14 +268,16 @@ class SchedulerLoop:
             return created, start_queued_runs(session, now, cfg.runs_created_per_tick)
 
         if self._runs_phase_due(now):
-            self._last_runs_phase = now
             with _timed("runs"):
                 report.runs_created, report.runs_started = self._transaction(
                     "runs", runs, (0, 0), report
                 )
             metrics.RUNS_CREATED.inc(report.runs_created)
             limit = cfg.runs_created_per_tick
-            self._runs_backlog = report.runs_created >= limit or report.runs_started >= limit
+            full = report.runs_created >= limit or report.runs_started >= limit
+            self._runs_due.ran(now, again=full)
+            if report.runs_started:
+                self._examine_due.tell()  # their first tasks wait to be decided
 
         # Phase 2: examine running runs (quiet ones too, once per tick interval).
         with _timed("examine"):
@@ -196,13 +285,13 @@ class SchedulerLoop:
 
         # Phase 3: the critical section.
         with _timed("critical_section"):
-            self._queue_tasks(report)
-        if not report.critical_section_skipped:
+            entered = self._queue_tasks(now, report)
+        if entered:
             metrics.TASKS_EXECUTABLE.set(report.tasks_queued)
 
         # Phase 4: hand over, collect reports, housekeeping.
         with _timed("dispatch"):
-            report.tasks_started = self._dispatch(report)
+            report.tasks_started = self._dispatch(now, report)
         with _timed("executor_events"):
             report.events_applied = self._sync_executor(report)
         with _timed("housekeeping"):
@@ -210,11 +299,16 @@ class SchedulerLoop:
         return report
 
     def _examine(self, now: datetime, report: TickReport) -> None:
-        """Phase 2, in one transaction; then flag runs whose dependsOnPast tasks it freed."""
+        """Phase 2, in one transaction; then flag runs whose dependsOnPast tasks it freed.
+
+        Runs with work are looked for when this replica may have made some (reports,
+        runs started, a last pass that did something), and once per tick interval
+        with the quiet runs (timeouts, and what other replicas left).
+        """
         cfg = self.config
-        quiet = (now - self._last_quiet_examine).total_seconds() >= cfg.tick_interval
-        if quiet:
-            self._last_quiet_examine = now
+        quiet = self._quiet_due(now)
+        if not quiet and not self._due(self._examine_due, now):
+            return
         stats = self._transaction(
             "examine",
             lambda s: examine_running_runs(
@@ -223,13 +317,26 @@ class SchedulerLoop:
             None,
             report,
         )
-        if stats is not None:
-            report.runs_examined = stats.runs
-            report.runs_finished = len(stats.finished_runs)
-            if stats.finished_runs:
-                self._runs_backlog = True  # a queued run may start now
-            report.tasks_scheduled = stats.scheduled + stats.retried
-            self._wake_next_runs(sorted(stats.settled_ok_runs), report)
+        if quiet:
+            self._quiet_due.ran(now)
+        if stats is None:
+            self._examine_due.ran(now, again=True)
+            return
+        report.runs_examined = stats.runs
+        report.runs_finished = len(stats.finished_runs)
+        if stats.finished_runs:
+            self._runs_due.tell()  # a queued run may start now
+        report.tasks_scheduled = stats.scheduled + stats.retried
+        if report.tasks_scheduled or stats.finished_runs:
+            self._queue_due.tell()  # tasks wait for a slot, or an ended run freed some
+        # Runs taken without the quiet ones all had work, and what they did may leave
+        # more (a full batch, a run at the cap of settling rounds): look again next tick.
+        # So does a pass that decided anything. (A full quiet pass alone says nothing:
+        # the runs with work come first in it.)
+        worked = stats.runs > 0 and not quiet
+        decided = stats.settled or report.tasks_scheduled or stats.finished_runs
+        self._examine_due.ran(now, again=worked or bool(decided))
+        self._wake_next_runs(sorted(stats.settled_ok_runs), report)
 
     def _runs_phase_due(self, now: datetime) -> bool:
         """Does phase 1 have anything new to look at?
@@ -240,22 +347,38 @@ class SchedulerLoop:
         interval (schedules falling due, anything a notification missed). A busy
         replica so skips two queries per tick that would find nothing.
         """
-        if self.waker is None:
-            return True
-        heard = self.waker.pending() or self._heard
-        self._heard = False
-        if heard or self._runs_backlog:
-            return True
-        return (now - self._last_runs_phase).total_seconds() >= self.config.tick_interval
+        return self._due(self._runs_due, now)
 
-    def _queue_tasks(self, report: TickReport) -> None:
-        """Critical-section batches, each committed (releasing the pool lock) before the next.
+    def _due(self, due: Due, now: datetime) -> bool:
+        """Without a waker, a step runs every tick: nothing would tell it what other
+        processes changed (an unpause, a manual run) before the next tick interval."""
+        return self.waker is None or due(now)
+
+    def _listen(self) -> None:
+        """A notification (a DAG registered or unpaused, a run inserted or ended, by any
+        process) may have given every phase work: each looks this tick."""
+        if self.waker is not None and (self.waker.pending() or self._heard):
+            for due in (self._runs_due, self._examine_due, self._queue_due, self._claims_due):
+                due.tell()
+            self._changed = True  # another process changed a run or a DAG: status to publish
+        self._heard = False
+
+    def _queue_tasks(self, now: datetime, report: TickReport) -> bool:
+        """Critical-section batches, each committed (releasing the pool lock) before the next;
+        True if one took the lock.
 
         Another batch follows only while the last one came back full, so a
         backlog drains within a tick and the lock is never held for more than
-        one batch.
+        one batch. It runs when tasks may have become queueable through this
+        replica (scheduled, or a slot freed), when the last pass was full, busy
+        or failed, and otherwise once per tick interval (slots other replicas
+        freed, tasks they scheduled and left).
         """
         cfg = self.config
+        if not self._due(self._queue_due, now):
+            return False
+        entered = False
+        again = False
         for _ in range(cfg.critical_batches_per_tick):
             started = time.perf_counter()
             result = self._transaction(
@@ -267,54 +390,70 @@ class SchedulerLoop:
                 report,
             )
             if result is None:
-                return
+                again = True
+                break
             if result.entered:
+                entered = True
                 metrics.CRITICAL_SECTION_SECONDS.observe(time.perf_counter() - started)
             else:
                 metrics.CRITICAL_SECTION_BUSY.inc()
             report.critical_section_skipped = not result.entered
             report.tasks_queued += len(result.queued)
-            if len(result.queued) < cfg.max_tis_per_query:
-                return
+            if not result.entered:  # another replica holds the lock: this tick skips it
+                again = True
+                break
+            again = len(result.queued) >= cfg.max_tis_per_query
+            if not again:
+                break
+        self._queue_due.ran(now, again=again)
+        if report.tasks_queued:
+            self._claims_due.tell()
+        return entered
 
-    def _dispatch(self, report: TickReport) -> int:
+    def _dispatch(self, now: datetime, report: TickReport) -> int:
         """Claim queued tries and pending alerts, a batch per transaction; act after each commit.
 
-        Alerts are looked for when this replica failed a try since its last look
-        (it wrote the alert), when the last look came back full, and otherwise
-        once per tick interval (alerts written by replicas that died since).
+        Queued tries are claimed when this replica queued some, when the last
+        claim came back full or failed, and otherwise once per tick interval
+        (tries other replicas queued and did not claim). Alerts are looked for
+        when this replica failed a try since its last look (it wrote the alert),
+        when the last look came back full, and otherwise once per tick interval
+        (alerts written by replicas that died since).
         """
         nothing: tuple[list[TaskLaunch], list[dict[str, Any]]] = ([], [])
         batch = self.config.dispatch_batch
-        started_at = self.clock()
-        alerts_wanted = (
-            self._alerts_due
-            or (started_at - self._last_alert_look).total_seconds() >= self.config.tick_interval
-        )
-        if alerts_wanted:
-            self._alerts_due = False
-            self._last_alert_look = started_at
+        starts_wanted = self._due(self._claims_due, now)
+        alerts_wanted = self._alerts_due(now)
+        if not starts_wanted and not alerts_wanted:
+            return 0
 
         def claim(session: Session) -> tuple[list[TaskLaunch], list[dict[str, Any]]]:
             claimed_at = time.monotonic()  # no later than the claim: a local try's lease
             now = self.clock()
-            launches = [
-                replace(launch, claimed_at=claimed_at)
-                for launch in claim_task_starts(
-                    session,
-                    self.specs,
-                    now,
-                    job_id=self.job_id,
-                    executor_name=self.executor.name,
-                    limit=batch,
-                    planned_id=self.executor.planned_external_id,
-                )
-            ]
+            launches = (
+                [
+                    replace(launch, claimed_at=claimed_at)
+                    for launch in claim_task_starts(
+                        session,
+                        self.specs,
+                        now,
+                        job_id=self.job_id,
+                        executor_name=self.executor.name,
+                        limit=batch,
+                        planned_id=self.executor.planned_external_id,
+                    )
+                ]
+                if starts_wanted
+                else []
+            )
             return launches, claim_alerts(session, now, limit=batch) if alerts_wanted else []
 
         started = 0
+        more_starts = more_alerts = False
         for _ in range(self.config.critical_batches_per_tick):
+            errors = len(report.errors)
             launches, alerts = self._transaction("dispatch", claim, nothing, report)
+            failed = len(report.errors) > errors
             # Delivered at once after the commit that took them off the outbox (at most
             # once): not after the starts, which may take long, or never come.
             for alert in alerts:
@@ -322,11 +461,15 @@ class SchedulerLoop:
             # Started only after the claim committed: at most one start per try.
             if launches:
                 self._start(launches, report)
-            if len(alerts) >= batch:
-                self._alerts_due = True  # more may wait: look again next tick
+            more_alerts = more_alerts or failed or len(alerts) >= batch  # look again next tick
+            more_starts = failed or len(launches) >= batch
             started += len(launches)
-            if len(launches) < batch:
+            if not more_starts:
                 break
+        if starts_wanted:
+            self._claims_due.ran(now, again=more_starts)
+        if alerts_wanted:
+            self._alerts_due.ran(now, again=more_alerts)
         return started
 
     def _start(self, launches: list[TaskLaunch], report: TickReport) -> None:
@@ -363,10 +506,17 @@ class SchedulerLoop:
             self._record_error(f"executor.{what}", exc, report)
             return default
 
-    def _wrote_alerts(self, applied: list[Applied]) -> None:
-        """A failed try's alert is in the outbox: this replica looks for it next tick."""
+    def _settled(self, applied: list[Applied]) -> None:
+        """Tries this replica settled: their slots are free and their downstream tasks
+        may be ready or their runs complete (phases 2 and 3 look next tick); a failed
+        try's alert is in the outbox (this replica looks for it next tick)."""
+        if not applied:
+            return
+        self._changed = True
+        self._examine_due.tell()
+        self._queue_due.tell()
         if any(a.state in (TaskState.FAILED, TaskState.UP_FOR_RETRY) for a in applied):
-            self._alerts_due = True
+            self._alerts_due.tell()
 
     def _sync_executor(self, report: TickReport) -> int:
         """Apply the executor's reports; heartbeat (and fence) the tries it runs.
@@ -385,6 +535,11 @@ class SchedulerLoop:
         now = self.clock()
         every = (now - self._last_try_heartbeat).total_seconds() >= self.config.heartbeat_interval
         beat = running if every else {k: v for k, v in running.items() if k not in self._beaten}
+        if not events and not beat:  # nothing to apply or to heartbeat: no transaction
+            if every:
+                self._last_try_heartbeat = now
+                self._beaten = set(running)
+            return 0
 
         beat_at = time.monotonic()
 
@@ -402,7 +557,7 @@ class SchedulerLoop:
             fence = housekeeping.heartbeat_tries(
                 session, beat, self.job_id, now, refresh=not self.executor.pods_heartbeat
             )
-            self._wrote_alerts(applied)
+            self._settled(applied)
             return applied, fence
 
         outcome = self._transaction("executor_events", apply, None, report)
@@ -452,6 +607,7 @@ class SchedulerLoop:
     def _wake_next_runs(self, run_ids: list[int], report: TickReport) -> None:
         if run_ids:
             self._transaction("wake_past", lambda s: past.wake_next_runs(s, run_ids), 0, report)
+            self._examine_due.tell()  # the tasks it flagged are decided next tick
 
     def _housekeeping(self, now: datetime, report: TickReport) -> None:
         cfg = self.config
@@ -525,7 +681,7 @@ class SchedulerLoop:
                 nothing,
                 report,
             )
-            self._wrote_alerts(settled)
+            self._settled(settled)
             self._wake_past(settled, report)
             for applied in settled:
                 if applied.ti_id in stale.evidence:
@@ -599,6 +755,9 @@ class SchedulerLoop:
             0,
             report,
         )
+        self._settled(failed)
+        if requeued:
+            self._queue_due.tell()  # scheduled again: they wait for a slot
         if requeued or failed:
             log.warning("tasks stuck in queued", requeued=requeued, failed=len(failed))
 
@@ -643,12 +802,19 @@ class SchedulerLoop:
         """Run one unit of work in its own transaction, with the loop's error policy."""
         isolate = False
         for attempt in range(_DEADLOCK_RETRIES):
-            bound = {} if self._conn is None else {"bind": self._conn}
+            if report is not None:
+                report.database_used = True
+            conn = self._tick_connection(report)
+            if self._unreachable:  # this tick could not connect: no transaction is tried
+                return default
+            bound = {} if conn is None else {"bind": conn}
             failure: Exception | None = None
             with self.sessions(**bound, info={ISOLATE: isolate}) as session:
                 try:
                     result = work(session)
                     session.commit()
+                    if report is not None:
+                        report.database_answered = True
                     return result
                 except Exception as exc:
                     session.rollback()
@@ -659,7 +825,10 @@ class SchedulerLoop:
                 continue
             self._drop_connection()  # maybe broken: the next phase takes a fresh one
             if isinstance(failure, DBAPIError):
-                if locks.is_lock_not_available(failure):
+                conflict = locks.is_lock_not_available(failure)
+                if report is not None and (conflict or locks.is_retryable_conflict(failure)):
+                    report.database_answered = True  # it answered: another replica holds a lock
+                if conflict:
                     return default
                 if locks.is_retryable_conflict(failure) and attempt + 1 < _DEADLOCK_RETRIES:
                     log.info("lock conflict, retrying", phase=phase, attempt=attempt + 1)
@@ -675,6 +844,8 @@ class SchedulerLoop:
         metrics.LOOP_ERRORS.labels(phase).inc()
         if report is not None:
             report.errors.append(f"{phase}: {first_line(exc)}")
+            if not phase.startswith("executor.") and report.database_error is None:
+                report.database_error = report.errors[-1]
 
 
 _DEADLOCK_RETRIES = 4

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, cast
 
 import structlog
-from sqlalchemy import Row, Table, func, select
+from sqlalchemy import Table, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
@@ -26,7 +26,7 @@ from sluice.db.prepared import Prepared
 from sluice.logs import first_line
 from sluice.scheduler import endings
 from sluice.spec.compiled import CompiledDag
-from sluice.spec.states import ACTIVE_RUN_STATES, RunState, RunType
+from sluice.spec.states import RunState, RunType
 from sluice.spec.timetables import RunInfo
 
 log = structlog.get_logger("sluice.scheduler")
@@ -169,16 +169,6 @@ _INSERT_TASKS = Prepared(
 )
 
 
-def _active_runs(dag_id_column: Any, *, backfill: bool) -> Any:
-    """Correlated count of a DAG's queued and running runs (of one kind)."""
-    kind = DagRun.backfill_id.is_not(None) if backfill else DagRun.backfill_id.is_(None)
-    return (
-        select(func.count())
-        .where(DagRun.dag_id == dag_id_column, DagRun.state.in_(ACTIVE_RUN_STATES), kind)
-        .scalar_subquery()
-    )
-
-
 def create_due_runs(session: Session, specs: SpecCache, now: datetime, limit: int) -> int:
     """Create up to `limit` scheduled runs whose data interval has ended.
 
@@ -218,28 +208,43 @@ def create_due_runs(session: Session, specs: SpecCache, now: datetime, limit: in
     return sum(1 for new in insert_runs(session, requests, now) if new is not None)
 
 
+# Due DAG rows, locked SKIP LOCKED, earliest first, with their queued and running
+# scheduled runs (not a backfill's), leaving out the ones this tick has seen. Phase 1
+# runs it once per tick interval and it almost always finds nothing, so it is a
+# prepared text; the DAGs it finds are then loaded as ORM objects, already locked.
+_DUE_DAGS = Prepared(
+    """
+    SELECT d.dag_id, a.active
+    FROM dag d CROSS JOIN LATERAL (
+        SELECT count(*) AS active FROM dag_run r
+        WHERE r.dag_id = d.dag_id AND r.state IN ('queued', 'running')
+          AND r.backfill_id IS NULL
+    ) a
+    WHERE d.is_active AND NOT d.is_paused AND d.next_run_after <= :now
+      AND d.broken_reason IS NULL AND d.current_version_id IS NOT NULL
+      AND a.active < d.max_active_runs
+      AND NOT d.dag_id = ANY(CAST(:seen AS text[]))
+    ORDER BY d.next_run_after, d.dag_id
+    LIMIT :limit
+    FOR UPDATE OF d SKIP LOCKED
+    """
+)
+
+
 def _take_due_dags(
     session: Session, now: datetime, limit: int, seen: set[str]
-) -> Sequence[Row[Dag, int]]:
+) -> list[tuple[Dag, int]]:
     """Due DAG rows, locked, earliest first, leaving out the ones this tick has seen."""
-    active = _active_runs(Dag.dag_id, backfill=False)
-    query = (
-        select(Dag, active.label("active"))
-        .where(
-            Dag.is_active,
-            Dag.is_paused.is_(False),
-            Dag.next_run_after <= now,
-            Dag.broken_reason.is_(None),
-            Dag.current_version_id.is_not(None),
-            active < Dag.max_active_runs,
-        )
-        .order_by(Dag.next_run_after, Dag.dag_id)
-        .limit(limit)
-        .with_for_update(of=Dag, skip_locked=True)
-    )
-    if seen:
-        query = query.where(Dag.dag_id.not_in(seen))
-    return session.execute(query).all()
+    due = _DUE_DAGS(session, {"now": now, "limit": limit, "seen": sorted(seen)}).all()
+    if not due:
+        return []
+    loaded = {
+        dag.dag_id: dag
+        for dag in session.execute(
+            select(Dag).where(Dag.dag_id.in_([row.dag_id for row in due]))
+        ).scalars()
+    }
+    return [(loaded[row.dag_id], int(row.active)) for row in due]
 
 
 def _mark_broken(dag: Dag, error: StoredSpecError, now: datetime) -> None:

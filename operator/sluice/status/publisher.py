@@ -1,6 +1,8 @@
 """Status flows out: a thread in each scheduler replica publishes runs to DagRun objects.
 
-One cycle (every `interval`, at once again while cycles come back full):
+One cycle (at most every `interval`, at once again while cycles come back full;
+with an `idle_interval`, only when woken, when a row it deferred comes due, or
+once per `idle_interval`: see `wake`):
 
 1. In one short transaction, take ready `status_outbox` rows (SKIP LOCKED,
    leased), and read the runs they name as they are now, with their last
@@ -106,6 +108,7 @@ class StatusPublisher:
         lease: float = 30.0,
         horizon: timedelta = timedelta(hours=24),
         pool_interval: float = 5.0,
+        idle_interval: float | None = None,
     ) -> None:
         self.sessions = sessions
         self.clock = clock
@@ -116,6 +119,12 @@ class StatusPublisher:
         self.lease = lease
         self.horizon = horizon
         self.pool_interval = pool_interval
+        # None: a cycle every `interval`, whatever happened. Else cycles run when `wake`
+        # says the outbox may have rows, when rows this publisher deferred come due, and
+        # otherwise once per `idle_interval` (rows no one woke it for).
+        self.idle_interval = idle_interval
+        self._woken = threading.Event()
+        self._next_due = float("inf")  # monotonic: the earliest row this publisher deferred
         api = api_client()
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
@@ -135,14 +144,24 @@ class StatusPublisher:
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
+        self._woken.set()
         if self._thread is not None:
             self._thread.join(timeout)
+
+    def wake(self) -> None:
+        """Rows may be in the outbox (the replica's loop changed a state, or heard that
+        another process did): the next cycle runs `interval` later (what else the burst
+        changes is published with it), not after `idle_interval`."""
+        self._woken.set()
 
     def _run(self) -> None:
         pause = self.interval
         resynced = False
         pools_at = 0.0
         while not self._stop.is_set():
+            self._woken.clear()  # a wake from now on is for rows this cycle may not see
+            cycle_at = time.monotonic()
+            idle = False
             try:
                 if not resynced:
                     resynced = True  # once: a failed resync must not stop publishing
@@ -152,16 +171,30 @@ class StatusPublisher:
                     self.publish_pools()
                 full = self.run_once() >= self.batch
                 pause = 0.0 if full else self.interval
+                idle = not full
             except Exception as exc:  # the database or the API server; never the loop's
                 log.warning("status publishing failed; trying again", error=first_line(exc))
                 pause = min(max(pause * 2, 1.0), MAX_BACKOFF)
-            self._stop.wait(pause)
+            if self._stop.wait(pause):
+                return
+            if idle and self.idle_interval is not None:
+                until = min(
+                    cycle_at + self.idle_interval, pools_at + self.pool_interval, self._next_due
+                )
+                woken = self._woken.wait(max(0.0, until - time.monotonic()))
+                # A wake comes with the first change of a burst (a report, then the tasks
+                # it made ready queued and claimed, a few ticks within milliseconds): one
+                # interval lets the rest land, so a run gets one patch for them all, as
+                # when the publisher polled every interval.
+                if woken and self._stop.wait(self.interval):
+                    return
 
     # -- one cycle ----------------------------------------------------------------------
 
     def run_once(self) -> int:
         """Publish what is ready; returns how many outbox rows were taken."""
         now = self.clock()
+        self._next_due = float("inf")
         with self.sessions.begin() as session:
             taken = store.take(session, now, limit=self.batch, lease=self.lease)
             if not taken:
@@ -179,6 +212,8 @@ class StatusPublisher:
                 session, [(t.kind, t.key) for t in objects]
             )
             work: list[tuple[store.Taken, Callable[[], Outcome], Any]] = []
+            finished: list[int] = []  # rows with nothing to publish
+            deferred: list[tuple[list[int], datetime]] = []
             for item in taken:
                 publication: Any
                 job: Callable[[], Outcome] | None
@@ -203,15 +238,18 @@ class StatusPublisher:
                         else functools.partial(self._publish_object, item.kind, view, seen)
                     )
                 if job is None:
-                    store.done(session, item.row_ids)  # deleted, or nowhere to publish it
+                    finished.extend(item.row_ids)  # deleted, or nowhere to publish it
                     continue
                 if published_at is not None:
                     ready_at = published_at + timedelta(seconds=self.min_interval)
                     if ready_at > now:
-                        store.release(session, item.row_ids, ready_at)
+                        deferred.append((item.row_ids, ready_at))
                         self.counts.deferred += 1
                         continue
                 work.append((item, job, publication))
+            store.done(session, finished)
+            store.release_each(session, deferred)
+            self._due_at(now, [when for _, when in deferred])
         outcomes: list[tuple[store.Taken, Outcome, Any]] = []
         down = ""
         for item, job, publication in work:
@@ -229,6 +267,8 @@ class StatusPublisher:
 
     def _record(self, outcomes: list[tuple[store.Taken, Outcome, Any]]) -> None:
         now = self.clock()
+        finished: list[int] = []
+        released: list[tuple[list[int], datetime]] = []
         with self.sessions.begin() as session:
             for item, outcome, publication in outcomes:
                 expected = None if publication is None else publication.resource_version
@@ -249,14 +289,14 @@ class StatusPublisher:
 
                 if outcome.kind in ("published", "gone"):
                     record(outcome.values)
-                    store.done(session, item.row_ids)
+                    finished.extend(item.row_ids)
                     if outcome.kind == "published":
                         self.counts.published += 1
                 elif outcome.kind == "conflict":
                     self.counts.conflicts += 1
                     if outcome.values:
                         record(outcome.values)
-                    store.release(session, item.row_ids, now)
+                    released.append((item.row_ids, now))
                 else:
                     self.counts.failures += 1
                     delay = min(2.0 ** min(item.attempts, 5), MAX_BACKOFF)
@@ -267,7 +307,16 @@ class StatusPublisher:
                         retry_in=delay,
                         error=outcome.error,
                     )
-                    store.release(session, item.row_ids, now + timedelta(seconds=delay))
+                    released.append((item.row_ids, now + timedelta(seconds=delay)))
+            store.done(session, finished)
+            store.release_each(session, released)
+        self._due_at(now, [when for _, when in released])
+
+    def _due_at(self, now: datetime, times: list[datetime]) -> None:
+        """Rows this publisher gave back come due then: an idle wait ends by the first."""
+        if times:
+            wait = (min(times) - now).total_seconds()
+            self._next_due = min(self._next_due, time.monotonic() + max(0.0, wait))
 
     # -- pools --------------------------------------------------------------------------
 

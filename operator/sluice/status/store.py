@@ -11,13 +11,14 @@ publishes the run again.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, select, text, tuple_, update
+from sqlalchemy import Table, Text, bindparam, func, select, text, tuple_
 from sqlalchemy.dialects.postgresql import distinct_on, insert
 from sqlalchemy.orm import Session
 
@@ -99,24 +100,31 @@ def enqueue(session: Session, run_ids: Iterable[int]) -> None:
         session.execute(insert(StatusOutbox), [{"dag_run_id": i} for i in ids])
 
 
-def release(session: Session, row_ids: Sequence[int], not_before: datetime) -> None:
-    """Give taken rows back, to be taken again from `not_before` on."""
-    if row_ids:
+_RELEASE = text(
+    """
+    UPDATE status_outbox o SET not_before = v.not_before
+      FROM unnest(CAST(:ids AS bigint[]), CAST(:times AS timestamptz[])) AS v(id, not_before)
+     WHERE o.id = v.id
+    """
+)
+
+
+def release_each(session: Session, releases: Sequence[tuple[Sequence[int], datetime]]) -> None:
+    """Give taken rows back, each object's to be taken again from its own time on (one
+    statement for them all)."""
+    pairs = [(row_id, when) for row_ids, when in releases for row_id in row_ids]
+    if pairs:
         session.execute(
-            update(StatusOutbox)
-            .where(StatusOutbox.id.in_(row_ids))
-            .values(not_before=not_before)
-            .execution_options(synchronize_session=False)
+            _RELEASE, {"ids": [i for i, _ in pairs], "times": [when for _, when in pairs]}
         )
+
+
+_DONE = text("DELETE FROM status_outbox WHERE id = ANY(CAST(:ids AS bigint[]))")
 
 
 def done(session: Session, row_ids: Sequence[int]) -> None:
     if row_ids:
-        session.execute(
-            delete(StatusOutbox)
-            .where(StatusOutbox.id.in_(row_ids))
-            .execution_options(synchronize_session=False)
-        )
+        session.execute(_DONE, {"ids": list(row_ids)})
 
 
 def read_runs(
@@ -127,7 +135,7 @@ def read_runs(
     if not run_ids:
         return {}
     runs = session.execute(
-        select(DagRun, Dag.namespace)
+        select(*_RUN_COLUMNS, Dag.namespace)
         .join(Dag, Dag.dag_id == DagRun.dag_id)
         .where(DagRun.id.in_(run_ids))
     ).all()
@@ -142,7 +150,7 @@ def read_runs(
             TaskInstance.reason,
             TaskInstance.start_date,
             TaskInstance.end_date,
-        ).where(TaskInstance.dag_run_id.in_([run.id for run, _ in runs]))
+        ).where(TaskInstance.dag_run_id.in_([run.id for run in runs]))
     ):
         tasks[ti.dag_run_id].append(
             TaskView(
@@ -156,8 +164,8 @@ def read_runs(
             )
         )
     out = {}
-    for run, namespace in runs:
-        where = namespace or default_namespace
+    for run in runs:
+        where = run.namespace or default_namespace
         if where is None:
             continue
         out[run.id] = RunView(
@@ -181,9 +189,29 @@ def read_runs(
     return out
 
 
+# What a run's view needs, as columns (rows, not ORM objects: nothing here is written).
+_RUN_COLUMNS = (
+    DagRun.id,
+    DagRun.dag_id,
+    DagRun.run_id,
+    DagRun.run_type,
+    DagRun.state,
+    DagRun.logical_date,
+    DagRun.data_interval_start,
+    DagRun.data_interval_end,
+    DagRun.created_at,
+    DagRun.start_date,
+    DagRun.end_date,
+    DagRun.tasks_total,
+    DagRun.tasks_done,
+    DagRun.object_name,
+)
+
+
 def read_publications(session: Session, run_ids: Sequence[int]) -> dict[int, Publication]:
     if not run_ids:
         return {}
+    p = RunPublication
     return {
         row.dag_run_id: Publication(
             row.namespace,
@@ -196,8 +224,18 @@ def read_publications(session: Session, run_ids: Sequence[int]) -> dict[int, Pub
             row.gone,
         )
         for row in session.execute(
-            select(RunPublication).where(RunPublication.dag_run_id.in_(run_ids))
-        ).scalars()
+            select(
+                p.dag_run_id,
+                p.namespace,
+                p.object_name,
+                p.uid,
+                p.resource_version,
+                p.generation,
+                p.published_at,
+                p.summary,
+                p.gone,
+            ).where(p.dag_run_id.in_(run_ids))
+        )
     }
 
 
@@ -221,18 +259,26 @@ def _record(
     values: dict[str, Any],
 ) -> bool:
     """Insert the publication, or update it only if it is still at `expected_version`."""
-    columns = [getattr(model, name) for name in key]
-    statement = (
-        insert(model)
-        .values(**key, **values)
-        .on_conflict_do_update(
-            index_elements=columns,
-            set_=values,
-            where=model.resource_version.is_not_distinct_from(expected_version),
-        )
-        .returning(columns[0])
+    statement = _upsert(model.__table__, tuple(key), tuple(values))
+    params = {**key, **values, "expected_version": expected_version}
+    return session.execute(statement, params).first() is not None
+
+
+@functools.cache
+def _upsert(table: Table, key: tuple[str, ...], values: tuple[str, ...]) -> Any:
+    """The upsert of one shape of publication (which columns it sets), built once: a
+    publication's columns come in a few shapes, and building the statement every time
+    cost more than running it."""
+    insert_ = insert(table).values(
+        {name: bindparam(name, type_=table.c[name].type) for name in (*key, *values)}
     )
-    return session.execute(statement).first() is not None
+    return insert_.on_conflict_do_update(
+        index_elements=[table.c[name] for name in key],
+        set_={name: insert_.excluded[name] for name in values},
+        where=table.c.resource_version.is_not_distinct_from(
+            bindparam("expected_version", type_=Text())
+        ),
+    ).returning(table.c[key[0]])
 
 
 def resync(session: Session, now: datetime, *, horizon: timedelta) -> int:

@@ -9,7 +9,11 @@
 - `poll` judges each try this replica owns from the watch cache
   (`outcome.judge`): ended tries become `TaskEvent`s; tries whose pod could
   not start within the pod start timeout fail with the reason (and their Job
-  is deleted); nothing is read from the API server per task.
+  is deleted); nothing is read from the API server per task. A verdict
+  depends only on the Job, its pod and, for a try still starting, whether its
+  pod start timeout has passed; so a try is judged again only when its Job or
+  pod changed (`TryCache.take_touched`) or that timeout comes, not on every
+  poll.
 - `inspect` answers from the same cache for any try, including another
   replica's: "alive" while its pod starts or runs, "gone" with the outcome if
   it ended, "gone" with the evidence if its Job or pod vanished, and
@@ -28,7 +32,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 import structlog
 import urllib3
@@ -87,6 +91,10 @@ class _Try:
     pending_body: dict[str, Any] | None = None  # a create to retry
     last_error: str | None = None
     blind_at_start: float = 0.0  # the executor's blind seconds when it took the try
+    # Judged since its Job and pod last changed; and if it was starting then, when its pod
+    # start timeout runs out (its verdict can change with time only then).
+    judged: bool = False
+    late_at: datetime | None = None
 
 
 @dataclass
@@ -97,6 +105,27 @@ class ApiCounts:
 
     def add(self, verb: str) -> None:
         self.by_verb[verb] = self.by_verb.get(verb, 0) + 1
+
+
+class JsonApiClient(client.ApiClient):
+    """The client for the bodies Sluice sends: plain JSON it built itself (dicts and lists
+    of strings, numbers, booleans and None), which go out as they are.
+
+    The generated client walks and copies every value of every body and parameter first
+    (`sanitize_for_serialization`, for its model classes and datetimes): for a Job or a
+    run's status that costs more than the request itself. A model object (what a typed
+    method makes of its body) still takes the client's own conversion, all the way down.
+    """
+
+    def sanitize_for_serialization(self, obj: Any) -> Any:
+        if type(obj) is dict or type(obj) is list:
+            return obj
+        return _STOCK.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
+
+
+# The generated conversion, whose recursion stays its own (no connection pool: it is only
+# asked to convert).
+_STOCK = client.ApiClient.__new__(client.ApiClient)
 
 
 def api_client_factory(settings: KubernetesSettings) -> Callable[[], client.ApiClient]:
@@ -110,7 +139,7 @@ def api_client_factory(settings: KubernetesSettings) -> Callable[[], client.ApiC
             context=settings.context,
             client_configuration=configuration,
         )
-    return lambda: client.ApiClient(configuration)
+    return lambda: JsonApiClient(configuration)
 
 
 class KubernetesExecutor:
@@ -133,7 +162,9 @@ class KubernetesExecutor:
         self._tokens = tokens
         self._clock = clock
         factory = api_factory or api_client_factory(settings)
-        self._batch = client.BatchV1Api(factory())
+        api = factory()
+        self._batch = client.BatchV1Api(api)
+        self._custom = client.CustomObjectsApi(api)
         self.cache = TryCache(factory, settings.namespace)
         self._tries: dict[Key, _Try] = {}
         self._events: list[TaskEvent] = []
@@ -189,9 +220,15 @@ class KubernetesExecutor:
         assert body is not None
         try:
             self.api.add("create")
-            created: Any = self._batch.create_namespaced_job(
+            # POST /apis/batch/v1/namespaces/NS/jobs, the body as built: the typed
+            # `create_namespaced_job` first validates it into the client's model classes
+            # and converts it back, which costs twice what the request does.
+            created: Any = self._custom.create_namespaced_custom_object(
+                "batch",
+                "v1",
                 self.settings.namespace,
-                cast(Any, body),
+                "jobs",
+                body,
                 _preload_content=False,
                 _request_timeout=(10, 30),
             )
@@ -273,10 +310,15 @@ class KubernetesExecutor:
             self._blind_total += blind
             self._blind_since = None
             log.info("the watches see the cluster again", blind_seconds=round(blind, 1))
+        touched = self.cache.take_touched()  # before the reads below: later changes come next
         for key, entry in list(self._tries.items()):
             if entry.pending_body is not None:
                 continue
-            verdict = self._judge(entry, now)
+            unchanged = touched is not None and entry.job_name not in touched
+            if entry.judged and unchanged and (entry.late_at is None or now < entry.late_at):
+                continue  # the same objects, and not yet late: the same verdict
+            verdict, entry.late_at = self._judge(entry, now)
+            entry.judged = True
             if verdict.phase != "ended":
                 continue
             assert verdict.state is not None
@@ -288,17 +330,26 @@ class KubernetesExecutor:
                 self._to_delete[entry.job_name] = verdict.reason or ""
         return events
 
-    def _judge(self, entry: _Try, now: datetime) -> Verdict:
+    def _judge(self, entry: _Try, now: datetime) -> tuple[Verdict, datetime | None]:
+        """The try's verdict, and for a try still starting, when its pod start timeout
+        runs out (it only moves later, as the time the watches could not see is added)."""
         job = self.cache.job(entry.job_name)
         unseen = timedelta(seconds=self._blind_total - entry.blind_at_start)
-        return judge(
+        started = _created(job, entry.started) + unseen
+        verdict = judge(
             job,
             self.cache.newest_pod(entry.job_name),
             now=now,
-            started=_created(job, entry.started) + unseen,
+            started=started,
             pod_start_timeout=self.settings.pod_start_timeout,
             skip_on_exit_code=entry.skip_on_exit_code,
         )
+        late_at = (
+            started + timedelta(seconds=self.settings.pod_start_timeout)
+            if verdict.phase == "starting"
+            else None
+        )
+        return verdict, late_at
 
     def alive(self) -> list[Key]:
         return list(self._tries)
@@ -328,7 +379,10 @@ class KubernetesExecutor:
         )
         if verdict.phase in ("starting", "running"):
             return Inspection(
-                state="alive", running=verdict.phase == "running", evidence=verdict.evidence
+                state="alive",
+                running=verdict.phase == "running",
+                evidence=verdict.evidence,
+                running_since=verdict.running_since,
             )
         if verdict.phase == "ended":
             return Inspection(

@@ -50,6 +50,8 @@ class Verdict:
     # Delete the Job after reporting (a try that failed to start must not start later).
     delete: bool = False
     evidence: dict[str, Any] = field(default_factory=dict)
+    # `running`: when the main container started (its kubelet's clock), if it says.
+    running_since: datetime | None = None
 
 
 def judge(
@@ -97,7 +99,8 @@ def judge(
     if job is None or job_failed is not None:
         return Verdict("lost", evidence=evidence)
     if main is not None and "running" in main.get("state", {}):
-        return Verdict("running", evidence=evidence)
+        since = (main["state"]["running"] or {}).get("startedAt")
+        return Verdict("running", evidence=evidence, running_since=_timestamp(since))
     return _starting(
         pod, main, now=now, started=started, timeout=pod_start_timeout, evidence=evidence
     )
@@ -236,3 +239,13 @@ def _condition(
 def pod_is_running(pod: dict[str, Any] | None) -> bool:
     main = _container_status(pod, MAIN)
     return main is not None and "running" in (main.get("state") or {})
+
+
+def _timestamp(value: object) -> datetime | None:
+    """A Kubernetes RFC 3339 time (`2026-12-04T04:48:43Z`), or None if absent or not one."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None

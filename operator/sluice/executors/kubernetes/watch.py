@@ -8,7 +8,9 @@ is what the executor judges, so a relist loses no ended try. Any other error
 marks the cache unsynced (`synced` is False: the executor then says it cannot
 tell, and no try is declared a zombie on that replica's word) and reconnects
 with backoff. Events may repeat or come out of a relist; the cache keeps the
-newest object per name, so they are idempotent.
+newest object per name, so they are idempotent. The cache also notes which
+Jobs changed (their own object or one of their pods), so the executor judges
+only those tries again (`take_touched`).
 
 No per-task polling: the only steady API traffic is the two watches.
 """
@@ -79,6 +81,10 @@ class TryCache:
         self._kinds = {"jobs": _Kind("jobs"), "pods": _Kind("pods")}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        # The Jobs whose Job or pods changed since the last `take_touched`; `_everything`
+        # after a relist, when any may have (the cache was replaced).
+        self._touched: set[str] = set()
+        self._everything = True
 
     # -- reading ----------------------------------------------------------------------
 
@@ -96,6 +102,15 @@ class TryCache:
             state = self._kinds["pods"]
             pods = [state.by_name[name] for name in state.by_job.get(job_name, ())]
         return max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), default=None)
+
+    def take_touched(self) -> set[str] | None:
+        """The names of the Jobs whose Job or pods changed since the last call; None when
+        any may have (a relist replaced the cache). Take it before reading the objects:
+        a change made after the call is in the next answer."""
+        with self._lock:
+            touched, self._touched = self._touched, set()
+            everything, self._everything = self._everything, False
+        return None if everything else touched
 
     def stats(self) -> dict[str, int]:
         with self._lock:
@@ -193,6 +208,7 @@ class TryCache:
             state.resource_version = body["metadata"]["resourceVersion"]
             state.synced = True
             state.relists += 1
+            self._everything = True
         log.debug("relisted", kind=state.kind, objects=len(items))
         self._changed()
 
@@ -247,15 +263,19 @@ class TryCache:
         if old is not None:
             self._forget(state, name)
         state.by_name[name] = obj
-        job = _job_of(obj) if state.kind == "pods" else None
+        job = _job_of(obj) if state.kind == "pods" else name
         if job is not None:
-            state.by_job.setdefault(job, set()).add(name)
+            self._touched.add(job)
+            if state.kind == "pods":
+                state.by_job.setdefault(job, set()).add(name)
 
-    @staticmethod
-    def _forget(state: _Kind, name: str) -> None:
+    def _forget(self, state: _Kind, name: str) -> None:
         old = state.by_name.pop(name, None)
+        if old is not None and state.kind == "jobs":
+            self._touched.add(name)
         job = _job_of(old) if old is not None and state.kind == "pods" else None
         if job is not None:
+            self._touched.add(job)
             names = state.by_job.get(job)
             if names is not None:
                 names.discard(name)
