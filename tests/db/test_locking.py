@@ -243,7 +243,7 @@ def test_an_error_without_a_message_is_recorded_by_its_type() -> None:
     from sluice.scheduler.loop import SchedulerLoop, TickReport
 
     report = TickReport()
-    SchedulerLoop._record_error("examine", RuntimeError(), report)
+    SchedulerLoop._report_error("examine", RuntimeError(), report)
     assert report.errors == ["examine: RuntimeError"]
 
 

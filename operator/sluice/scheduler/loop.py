@@ -154,6 +154,9 @@ class SchedulerLoop:
         self.sessions = sessions
         self.executor = executor
         self.config = config or SchedulerConfig()
+        # The last error logged by phase and how often it came again since: in an outage
+        # every tick fails the same way, and one traceback says it (ticks every few s).
+        self._last_errors: dict[str, tuple[str, int]] = {}
         self.clock = clock
         self.sleep = sleep
         self.waker = waker
@@ -199,6 +202,8 @@ class SchedulerLoop:
         self.health.tick_ended(
             database_error=report.database_unreached, used_database=report.database_used
         )
+        if report.database_answered and not report.errors:
+            self._last_errors.clear()  # a good tick ends every series of errors
         if self.on_change is not None and (report.busy or self._changed):
             try:
                 self.on_change()
@@ -838,9 +843,22 @@ class SchedulerLoop:
             return default
         return default
 
+    def _record_error(self, phase: str, exc: Exception, report: TickReport | None) -> None:
+        """Count, log and report a failed phase. The first of a series of the same error
+        in a phase is logged with its traceback; its repeats, one line each with their
+        count, until a tick reaches the database again (then a new series starts)."""
+        text = first_line(exc)
+        last = self._last_errors.get(phase)
+        repeated = last[1] + 1 if last is not None and last[0] == text else 0
+        self._last_errors[phase] = (text, repeated)
+        if repeated:
+            log.error("phase failed again", phase=phase, error=text, repeated=repeated)
+        else:
+            log.error("phase failed", phase=phase, error=text, exc_info=exc)
+        self._report_error(phase, exc, report)
+
     @staticmethod
-    def _record_error(phase: str, exc: Exception, report: TickReport | None) -> None:
-        log.error("phase failed", phase=phase, error=first_line(exc), exc_info=exc)
+    def _report_error(phase: str, exc: Exception, report: TickReport | None) -> None:
         metrics.LOOP_ERRORS.labels(phase).inc()
         if report is not None:
             report.errors.append(f"{phase}: {first_line(exc)}")
