@@ -4,7 +4,8 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: install lint test test-unit test-db demo chaos chaos-soak clean helm chart-crds chart-test
+.PHONY: install lint test test-unit test-db demo chaos chaos-soak clean helm chart-crds chart-test \
+	conformance conformance-refresh
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,8 +16,8 @@ $(BIN)/.installed: pyproject.toml
 install: $(BIN)/.installed
 
 lint: install
-	$(BIN)/ruff check operator tests bench
-	$(BIN)/ruff format --check operator tests bench
+	$(BIN)/ruff check operator tests bench conformance
+	$(BIN)/ruff format --check operator tests bench conformance
 	$(BIN)/mypy
 
 # Everything that needs no Kubernetes: unit tests, real-Postgres tests (the
@@ -52,6 +53,18 @@ chart-test: install helm
 # The main job: schedule the example DAGs locally until nothing is left to do.
 demo: install
 	$(BIN)/sluice standalone examples/ --until-idle
+
+# The differential conformance suite (issue 16, conformance/README.md): what Sluice decides
+# for each case against what Airflow 2.10.5 decided, recorded in conformance/expected/ (no
+# Airflow needed; a few seconds). The report prints a diff per differing case and a summary.
+conformance: install
+	PYTHONPATH=. $(BIN)/python -m conformance check
+	$(BIN)/pytest -q tests/conformance
+
+# Regenerate conformance/expected/ and conformance/airflow_dags/ from a real Airflow 2.10.5
+# (installed under ~/.cache/sluice like the benchmark's the first time, a few minutes).
+conformance-refresh: install
+	PYTHONPATH=. $(BIN)/python -m conformance refresh
 
 # The HA proof: Postgres, 3 replicas (one in a PID namespace of its own: run as root),
 # a minute of seeded faults, then the invariant checker (about 3 minutes). The soak:

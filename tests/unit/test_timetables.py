@@ -1,7 +1,7 @@
 """Timetables: cron (with presets), @once and manual-only, against Airflow 2.10's semantics.
 
 `simulate` plays the scheduler's run-creation loop (`scheduler/runs.py`,
-`create_due_runs` and `_due_runs`, without maxActiveRuns): the DAG's next run is
+`create_due_runs` and `due_runs`, without maxActiveRuns): the DAG's next run is
 computed when it is synced, then every run whose `run_after` has passed is
 created, skipping to the latest interval first when catchup is off.
 
