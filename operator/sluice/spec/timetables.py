@@ -75,43 +75,69 @@ class CronTimetable:
     def __init__(self, expression: str, tz: tzinfo) -> None:
         self.expression = CRON_PRESETS.get(expression, expression)
         self.tz = tz
+        self._every_hour = _every_hour(croniter(self.expression))
 
     # Cron arithmetic runs on naive wall-clock time, as in Airflow, so a daily 02:30
-    # fires once per local day: a wall time that happens twice is its first
-    # occurrence, a missing one is shifted forward by the gap. Schedules that fire
-    # every hour step by real elapsed time instead, so a fall-back's repeated hour
-    # still runs.
+    # fires once per local day. A wall time is made an instant as Airflow makes it
+    # (`_instant`): one that happens twice is its second occurrence, a missing one is
+    # shifted forward by the gap. Ticks are then ordered by instant: the next tick is
+    # the earliest instant after `after`, looked for among wall times from _DST_SLACK
+    # before, since a shifted tick can lie after a later wall time's (Airflow 2.10.5
+    # orders by wall time there; README, deviation `dst-instant-order`). Schedules
+    # that fire every hour step by real elapsed time instead, as Airflow's do, so a
+    # fall-back's repeated hour still runs.
     def _next_tick(self, after: datetime) -> datetime:
         after = _utc(after)
-        wall = after.astimezone(self.tz).replace(tzinfo=None)
-        it = croniter(self.expression, wall)
-        tick: datetime = it.get_next(datetime)
-        if _every_hour(it):
+        wall = self._wall(after)
+        if self._every_hour:
+            tick: datetime = croniter(self.expression, wall).get_next(datetime)
             return after + (tick - wall)
-        result = _utc(tick.replace(tzinfo=self.tz))
-        while result <= after:  # `after` is in a repeated hour, past the first occurrence
-            result = _utc(it.get_next(datetime).replace(tzinfo=self.tz))
-        return result
+        it = croniter(self.expression, wall - _DST_SLACK)
+        best: datetime | None = None
+        while True:
+            tick = it.get_next(datetime)
+            if best is not None and tick > wall + _DST_SLACK:
+                return best
+            instant = self._instant(tick)
+            if instant > after and (best is None or instant < best):
+                best = instant
 
     def _prev_tick(self, before: datetime) -> datetime:
         before = _utc(before)
-        wall = before.astimezone(self.tz).replace(tzinfo=None)
-        it = croniter(self.expression, wall)
-        tick: datetime = it.get_prev(datetime)
-        if _every_hour(it):
+        wall = self._wall(before)
+        if self._every_hour:
+            tick: datetime = croniter(self.expression, wall).get_prev(datetime)
             return before - (wall - tick)
-        result = _utc(tick.replace(tzinfo=self.tz))
-        while result >= before:
-            result = _utc(it.get_prev(datetime).replace(tzinfo=self.tz))
-        return result
+        it = croniter(self.expression, wall + _DST_SLACK)
+        best: datetime | None = None
+        while True:
+            tick = it.get_prev(datetime)
+            if best is not None and tick < wall - _DST_SLACK:
+                return best
+            instant = self._instant(tick)
+            if instant < before and (best is None or instant > best):
+                best = instant
+
+    def _wall(self, when: datetime) -> datetime:
+        return when.astimezone(self.tz).replace(tzinfo=None)
+
+    def _instant(self, wall: datetime) -> datetime:
+        """A wall-clock time in the DAG's zone as UTC; of two readings, the later one.
+
+        A repeated time's readings are its two occurrences; a missing time's are the
+        offsets before and after the change, the later being the time shifted forward
+        by the gap. This is what Airflow's `make_aware` (fold=1) gives.
+        """
+        readings = (wall.replace(tzinfo=self.tz, fold=fold).astimezone(UTC) for fold in (0, 1))
+        return max(readings)
 
     def _align_forward(self, when: datetime) -> datetime:
         """The first tick at or after `when`."""
-        return self._next_tick(when - _EPSILON)
+        return self._next_tick(_utc(when) - _EPSILON)
 
     def _align_back(self, when: datetime) -> datetime:
         """The last tick at or before `when`."""
-        return self._prev_tick(when + _EPSILON)
+        return self._prev_tick(_utc(when) + _EPSILON)
 
     def _info(self, start: datetime) -> RunInfo:
         end = self._next_tick(start)
@@ -212,6 +238,8 @@ def timetable_for(schedule: str | None, timezone: str) -> Timetable:
 
 
 _EPSILON = timedelta(microseconds=1)
+# More than any time zone's DST shift: how far a tick's instant can stray from its wall time.
+_DST_SLACK = timedelta(hours=3)
 
 
 def _every_hour(it: croniter) -> bool:

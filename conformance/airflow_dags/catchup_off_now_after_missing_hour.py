@@ -1,6 +1,6 @@
-"""Generated from conformance/cases/schedule/manual-dst.yaml by conformance/airflow_dags.py; do not edit.
+"""Generated from conformance/cases/schedule/catchup-off-now-after-missing-hour.yaml by conformance/airflow_dags.py; do not edit.
 
-Manual runs of a daily 02:30 in Europe/Berlin triggered around the repeated and the missing 02:30.
+A daily 02:30 in Europe/Berlin, catchup off, observed at 03:15 on 2026-03-29 (02:30 did not exist; Airflow's tick is 03:30).
 """
 
 import datetime
@@ -27,11 +27,10 @@ SLUICE_ENV = {
 }
 
 with DAG(
-    'manual-dst',
+    'catchup-off-now-after-missing-hour',
     schedule='30 2 * * *',
-    start_date=pendulum.parse('2026-01-01T00:00:00Z').in_timezone('Europe/Berlin'),
-    end_date=pendulum.parse('2026-01-02T00:00:00Z').in_timezone('Europe/Berlin'),
-    catchup=True,
+    start_date=pendulum.parse('2026-03-01T00:00:00Z').in_timezone('Europe/Berlin'),
+    catchup=False,
 ) as dag:
     tasks = {
         'work': BashOperator(
