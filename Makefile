@@ -55,16 +55,18 @@ demo: install
 	$(BIN)/sluice standalone examples/ --until-idle
 
 # The differential conformance suite (issue 16, conformance/README.md): what Sluice decides
-# for each case against what Airflow 2.10.5 decided, recorded in conformance/expected/ (no
-# Airflow needed; a few seconds). The report prints a diff per differing case and a summary.
+# for each case against what Airflow 2.10.5 and 3.3.2 decided, recorded in
+# conformance/expected/ (no Airflow needed; a few seconds). It prints a diff per differing
+# case and a summary line.
 conformance: install
 	PYTHONPATH=. $(BIN)/python -m conformance check
 	$(BIN)/pytest -q tests/conformance
 
-# Regenerate conformance/expected/ and conformance/airflow_dags/ from a real Airflow 2.10.5
-# (installed under ~/.cache/sluice like the benchmark's the first time, a few minutes).
+# Regenerate conformance/expected/ and conformance/airflow_dags/ from real Airflows 2.10.5 and
+# 3.3.2 (installed under ~/.cache/sluice the first time, as the benchmark's: a few minutes).
+#   make conformance-refresh AIRFLOW=3.3.2   one of them
 conformance-refresh: install
-	PYTHONPATH=. $(BIN)/python -m conformance refresh
+	PYTHONPATH=. $(BIN)/python -m conformance refresh $(if $(AIRFLOW),--airflow $(AIRFLOW))
 
 # The HA proof: Postgres, 3 replicas (one in a PID namespace of its own: run as root),
 # a minute of seeded faults, then the invariant checker (about 3 minutes). The soak:

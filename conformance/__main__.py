@@ -1,17 +1,23 @@
-"""`python -m conformance [check|refresh] [--case NAME ...]` (the Makefile's entry points)."""
+"""`python -m conformance [check|refresh] [--case NAME ...] [--airflow VERSION ...]`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from conformance import cases, check
+from conformance import cases, check, records
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m conformance", description=__doc__)
     parser.add_argument("command", choices=("check", "refresh"), nargs="?", default="check")
     parser.add_argument("--case", action="append", default=[], help="only this case (repeatable)")
+    parser.add_argument(
+        "--airflow",
+        action="append",
+        choices=records.AIRFLOW_VERSIONS,
+        help="refresh only this Airflow (repeatable; default: every one)",
+    )
     args = parser.parse_args(argv)
     selected = cases.load_all()
     if args.case:
@@ -22,8 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "refresh":
         from conformance import refresh  # imports the benchmark's Airflow install code
 
-        for path in refresh.refresh(selected):
-            print(f"recorded {path.relative_to(cases.ROOT.parent)}")
+        for version in args.airflow or records.AIRFLOW_VERSIONS:
+            paths = refresh.refresh(refresh.AIRFLOWS[version], selected)
+            print(f"recorded Airflow {version}'s observations of {len(paths)} case(s)")
     return 0 if check.report(check.check_all(selected)) else 1
 
 

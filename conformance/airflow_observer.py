@@ -30,7 +30,7 @@ from typing import Any
 
 RUNS_AT_MOST = 5000
 API = {
-    "definition": "airflow.models.dagbag.DagBag(dag_folder=FILE).dags[DAG_ID]",
+    "definition": "DagBag(dag_folder=FILE).dags[DAG_ID] (airflow.models.dagbag in 2.x)",
     "scheduled": (
         "DagModel.calculate_dagrun_date_fields(dag, None), then while "
         "next_dagrun_create_after <= now: DAG.get_next_data_interval(model) and "
@@ -39,6 +39,18 @@ API = {
     ),
     "next": "DagModel.next_dagrun, next_dagrun_data_interval, next_dagrun_create_after",
     "manual": "dag.timetable.infer_manual_data_interval(run_after=instant)",
+}
+API_3 = {
+    "definition": "DagBag(dag_folder=FILE).dags[DAG_ID] (airflow.dag_processing.dagbag)",
+    "scheduled": (
+        "serdag = DagSerialization.from_dict(DagSerialization.to_dict(dag)); "
+        "DagModel.calculate_dagrun_date_fields(dag=serdag, reference_run=None), then while "
+        "next_dagrun_create_after <= now: serdag.timetable.next_run_info_from_dag_model("
+        "dag_model=model), a DagRun of it, and DagModel.calculate_dagrun_date_fields("
+        "dag=serdag, reference_run=run) (as SchedulerJobRunner._create_dag_runs)"
+    ),
+    "next": API["next"],
+    "manual": "serdag.timetable.infer_manual_data_interval(run_after=instant)",
 }
 
 
@@ -66,7 +78,8 @@ def set_clock(now: datetime.datetime) -> None:
 
 
 def definition(dag: Any) -> dict[str, Any]:
-    schedule = getattr(dag, "schedule_interval", None)
+    # Airflow 2 keeps the argument as schedule_interval, Airflow 3 as schedule.
+    schedule = getattr(dag, "schedule_interval", getattr(dag, "schedule", None))
     if not isinstance(schedule, str | type(None)):
         schedule = dag.timetable.summary
     return {
@@ -135,12 +148,39 @@ def schedule(dag: Any, now: datetime.datetime) -> dict[str, Any]:
         interval = dag.get_next_data_interval(model)
         scheduled.append(_run(model.next_dagrun, interval, model.next_dagrun_create_after))
         model.calculate_dagrun_date_fields(dag, interval)
-    following = None
-    if model.next_dagrun is not None:
-        following = _run(
-            model.next_dagrun, model.next_dagrun_data_interval, model.next_dagrun_create_after
+    return {"scheduled": scheduled, "next": _next(model)}
+
+
+def schedule_3(serdag: Any, now: datetime.datetime) -> dict[str, Any]:
+    """Airflow 3: the scheduler holds a SerializedDAG and passes the run it just created."""
+    from airflow.models.dag import DagModel
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.types import DagRunType
+
+    model = DagModel(dag_id=serdag.dag_id)
+    model.calculate_dagrun_date_fields(dag=serdag, reference_run=None)
+    scheduled: list[dict[str, Any]] = []
+    while model.next_dagrun_create_after is not None and model.next_dagrun_create_after <= now:
+        if len(scheduled) >= RUNS_AT_MOST:
+            raise RuntimeError(f"{serdag.dag_id}: more than {RUNS_AT_MOST} runs; shorten the case")
+        info = serdag.timetable.next_run_info_from_dag_model(dag_model=model)
+        scheduled.append(_run(info.logical_date, info.data_interval, info.run_after))
+        created = DagRun(
+            dag_id=serdag.dag_id,
+            run_id=f"scheduled__{len(scheduled)}",
+            logical_date=info.logical_date,
+            data_interval=info.data_interval,
+            run_after=info.run_after,
+            run_type=DagRunType.SCHEDULED,
         )
-    return {"scheduled": scheduled, "next": following}
+        model.calculate_dagrun_date_fields(dag=serdag, reference_run=created)
+    return {"scheduled": scheduled, "next": _next(model)}
+
+
+def _next(model: Any) -> dict[str, Any] | None:
+    if model.next_dagrun is None and model.next_dagrun_create_after is None:
+        return None
+    return _run(model.next_dagrun, model.next_dagrun_data_interval, model.next_dagrun_create_after)
 
 
 def manual(dag: Any, instants: list[str]) -> list[dict[str, Any]]:
@@ -155,20 +195,37 @@ def manual(dag: Any, instants: list[str]) -> list[dict[str, Any]]:
 
 
 def observe(case: dict[str, Any]) -> dict[str, Any]:
-    from airflow.models.dagbag import DagBag
+    import airflow
 
     now = datetime.datetime.fromisoformat(case["now"])
     set_clock(now)
-    bag = DagBag(dag_folder=case["dag_file"], include_examples=False, safe_mode=False)
+    if airflow.__version__.startswith("2."):
+        from airflow.models.dagbag import DagBag
+
+        bag = DagBag(dag_folder=case["dag_file"], include_examples=False, safe_mode=False)
+    else:
+        from airflow.dag_processing.dagbag import DagBag
+
+        bag = DagBag(dag_folder=case["dag_file"], safe_mode=False)
     if bag.import_errors:
         raise RuntimeError(f"{case['name']}: Airflow could not load its DAG: {bag.import_errors}")
     dag = bag.dags.get(case["name"])  # not get_dag(): that asks the database about the DAG
     if dag is None:
         raise RuntimeError(f"{case['name']}: no DAG {case['name']!r} in {case['dag_file']}")
+    if airflow.__version__.startswith("2."):
+        return {
+            "definition": definition(dag),
+            **schedule(dag, now),
+            "manual": manual(dag, case["manual_runs"]),
+        }
+    # Airflow 3 schedules from the serialized DAG (its timetables hold the scheduling code).
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    serdag = DagSerialization.from_dict(DagSerialization.to_dict(dag))
     return {
         "definition": definition(dag),
-        **schedule(dag, now),
-        "manual": manual(dag, case["manual_runs"]),
+        **schedule_3(serdag, now),
+        "manual": manual(serdag, case["manual_runs"]),
     }
 
 
@@ -180,7 +237,7 @@ def main(job_path: str, out_path: str) -> None:
     result = {
         "airflow_version": airflow.__version__,
         "python": sys.version.split()[0],
-        "api": API,
+        "api": API if airflow.__version__.startswith("2.") else API_3,
         "cases": observations,
     }
     Path(out_path).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")

@@ -11,7 +11,8 @@ all:
 - `conformance.sluice.io/manual-runs`: instants (space-separated) at which a
   run is triggered by hand, beside the scheduled ones;
 - `conformance.sluice.io/deviation`: the id of a documented deviation (the
-  README's semantics section explains it): the case is expected to differ.
+  README's semantics section explains it): the case is expected to differ;
+  `id@2` limits it to Airflow 2.x (several, space-separated, may be given).
 """
 
 from __future__ import annotations
@@ -43,7 +44,16 @@ class Case:
     about: str
     now: datetime
     manual_runs: tuple[datetime, ...]
-    deviation: str | None
+    deviations: tuple[str, ...]
+
+    def deviation_for(self, airflow_version: str) -> str | None:
+        """The deviation expected against this Airflow version, if any."""
+        major = airflow_version.split(".", 1)[0]
+        for token in self.deviations:
+            name, _, only = token.partition("@")
+            if not only or only == major:
+                return name
+        return None
 
     @property
     def digest(self) -> str:
@@ -95,7 +105,7 @@ def load(path: Path) -> Case:
         manual_runs=tuple(
             parse_instant(text, path) for text in notes.get(PREFIX + "manual-runs", "").split()
         ),
-        deviation=notes.get(PREFIX + "deviation") or None,
+        deviations=tuple(notes.get(PREFIX + "deviation", "").split()),
     )
 
 

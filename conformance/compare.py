@@ -134,9 +134,9 @@ def documented_deviations(readme: str) -> frozenset[str]:
     return frozenset(_DEVIATION_ITEM.findall(rest.split("\n## ", 1)[0]))
 
 
-def render(outcome: Outcome, area: str, about: str) -> list[str]:
+def render(outcome: Outcome, area: str, about: str, airflow: str) -> list[str]:
     mark = "ok  " if outcome.status.passes else "FAIL"
-    head = f"{mark} {area}/{outcome.case}: {outcome.status.value}"
+    head = f"{mark} {area}/{outcome.case} vs Airflow {airflow}: {outcome.status.value}"
     lines = [head + (f" - {outcome.note}" if outcome.note else "")]
     if outcome.diff:
         lines.append(f"     {about}")
@@ -145,14 +145,22 @@ def render(outcome: Outcome, area: str, about: str) -> list[str]:
     return lines
 
 
-def summary(outcomes: Sequence[Outcome], airflow: str) -> str:
-    counts = Counter(outcome.status for outcome in outcomes)
-    failed = sum(n for status, n in counts.items() if not status.passes)
-    parts = [f"{counts[Status.MATCH]} match", f"{counts[Status.DEVIATION]} documented deviation(s)"]
-    parts.extend(
-        f"{counts[status]} {status.value}"
-        for status in Status
-        if not status.passes and counts[status]
-    )
+def summary(by_airflow: Mapping[str, Sequence[Outcome]], cases: int) -> str:
+    """One line: the verdict, then each Airflow's counts."""
+    parts = []
+    failed = False
+    for label, outcomes in by_airflow.items():
+        counts = Counter(outcome.status for outcome in outcomes)
+        failed = failed or any(not status.passes for status in counts)
+        shown = [
+            f"{counts[Status.MATCH]} match",
+            f"{counts[Status.DEVIATION]} documented deviation(s)",
+        ]
+        shown.extend(
+            f"{counts[status]} {status.value}"
+            for status in Status
+            if not status.passes and counts[status]
+        )
+        parts.append(f"{label}: {', '.join(shown)}")
     verdict = "FAILED" if failed else "passed"
-    return f"conformance {verdict}: {len(outcomes)} cases against {airflow}: {', '.join(parts)}"
+    return f"conformance {verdict}: {cases} cases; {'; '.join(parts)}"

@@ -1,11 +1,15 @@
-"""`make conformance-refresh`: regenerate `expected/` from a real Airflow.
+"""`make conformance-refresh`: record again what a real Airflow decides for every case.
 
-Installs Airflow 2.10.5 into the benchmark's venv unless it is there
-(`bench.airflow_side.ensure_airflow`: uv, pinned, under ~/.cache/sluice), writes
-each case's Airflow DAG to `airflow_dags/`, and runs `airflow_observer.py` with
-that venv's Python, all cases in one process, in an AIRFLOW_HOME of its own. The
+Installs each Airflow unless it is there (`bench.airflow_side.ensure_airflow`: uv,
+pinned, under ~/.cache/sluice; 2.10.5 is the benchmark's own venv), writes each
+case's Airflow DAG to `airflow_dags/`, and runs `airflow_observer.py` with that
+venv's Python, all cases in one process, in an AIRFLOW_HOME of its own. The
 schedule area needs no database or scheduler process: Airflow's scheduling code
 is called in-process (see `airflow_observer`).
+
+Airflow 3 runs with `[scheduler] create_cron_data_intervals = True`: a cron
+schedule then means data intervals between ticks, as in Airflow 2 and in Sluice
+(Airflow 3's default, CronTriggerTimetable, runs at each tick with no interval).
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ import os
 import subprocess
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from bench.airflow_side import VENV, ensure_airflow
 from bench.common import CACHE
@@ -25,20 +31,46 @@ from conformance import airflow_dags, records
 from conformance.cases import Case
 
 OBSERVER = Path(__file__).resolve().parent / "airflow_observer.py"
-HOME = CACHE / "airflow-conformance-home"
-LOG = CACHE / "logs" / "conformance-airflow-install.log"
+LOGS = CACHE / "logs"
 
 
-def observer_env() -> dict[str, str]:
+@dataclass(frozen=True)
+class Airflow:
+    """One Airflow to observe: where it is installed, how it is pinned, its settings."""
+
+    version: str
+    venv: Path
+    exclude_newer: str
+    settings: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def home(self) -> Path:
+        return CACHE / f"airflow-conformance-home-{self.version}"
+
+
+AIRFLOWS = {
+    "2.10.5": Airflow("2.10.5", VENV, "2025-02-28T00:00:00Z"),
+    "3.3.2": Airflow(
+        "3.3.2",
+        CACHE / "airflow3-venv",
+        "2026-12-01T00:00:00Z",
+        {"AIRFLOW__SCHEDULER__CREATE_CRON_DATA_INTERVALS": "True"},
+    ),
+}
+assert tuple(AIRFLOWS) == records.AIRFLOW_VERSIONS
+
+
+def observer_env(airflow: Airflow) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env.update(
         {
-            "AIRFLOW_HOME": str(HOME),
+            "AIRFLOW_HOME": str(airflow.home),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DEFAULT_TIMEZONE": "utc",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{HOME / 'airflow.db'}",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{airflow.home / 'airflow.db'}",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
             "PYTHONDONTWRITEBYTECODE": "1",
+            **airflow.settings,
         }
     )
     return env
@@ -54,14 +86,14 @@ def write_dags(selected: Sequence[Case], folder: Path = records.AIRFLOW_DAGS) ->
     return paths
 
 
-def observe(selected: Sequence[Case], dag_files: dict[str, Path]) -> dict[str, object]:
-    """Airflow's observations of every case, from one run of the observer."""
-    HOME.mkdir(parents=True, exist_ok=True)
+def observe(airflow: Airflow, selected: Sequence[Case], dags: dict[str, Path]) -> dict[str, Any]:
+    """This Airflow's observations of every case, from one run of the observer."""
+    airflow.home.mkdir(parents=True, exist_ok=True)
     job = {
         "cases": [
             {
                 "name": case.name,
-                "dag_file": str(dag_files[case.name]),
+                "dag_file": str(dags[case.name]),
                 "now": case.now.isoformat(),
                 "manual_runs": [when.isoformat() for when in case.manual_runs],
             }
@@ -72,8 +104,8 @@ def observe(selected: Sequence[Case], dag_files: dict[str, Path]) -> dict[str, o
         job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "out.json"
         job_path.write_text(json.dumps(job))
         result = subprocess.run(
-            [str(VENV / "bin" / "python"), str(OBSERVER), str(job_path), str(out_path)],
-            env=observer_env(),
+            [str(airflow.venv / "bin" / "python"), str(OBSERVER), str(job_path), str(out_path)],
+            env=observer_env(airflow),
             cwd=tmp,
             capture_output=True,
             text=True,
@@ -82,24 +114,32 @@ def observe(selected: Sequence[Case], dag_files: dict[str, Path]) -> dict[str, o
         )
         if result.returncode:
             raise RuntimeError(f"the Airflow observer exited {result.returncode}:\n{result.stderr}")
-        observed: dict[str, object] = json.loads(out_path.read_text())
+        observed: dict[str, Any] = json.loads(out_path.read_text())
+    if observed["airflow_version"] != airflow.version:
+        raise RuntimeError(f"{airflow.venv} holds Airflow {observed['airflow_version']}")
     return observed
 
 
-def refresh(selected: Sequence[Case]) -> list[Path]:
-    ensure_airflow(LOG)
-    dag_files = write_dags(selected)
-    observed = observe(selected, dag_files)
+def refresh(airflow: Airflow, selected: Sequence[Case]) -> list[Path]:
+    ensure_airflow(
+        LOGS / f"conformance-airflow-{airflow.version}-install.log",
+        version=airflow.version,
+        venv=airflow.venv,
+        exclude_newer=airflow.exclude_newer,
+    )
+    observed = observe(airflow, selected, write_dags(selected))
     recorded_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    airflow = {
-        "version": str(observed["airflow_version"]),
-        "python": str(observed["python"]),
-        "recorded_at": recorded_at,
-    }
-    api = dict(observed["api"])  # type: ignore[call-overload]
-    by_case = observed["cases"]
-    assert isinstance(by_case, dict)
     return [
-        records.save(records.Record(case.name, case.digest, airflow, api, by_case[case.name]), case)
+        records.save(
+            records.Record(
+                version=airflow.version,
+                python=observed["python"],
+                recorded_at=recorded_at,
+                case_sha256=case.digest,
+                api=observed["api"],
+                observations=observed["cases"][case.name],
+            ),
+            case,
+        )
         for case in selected
     ]

@@ -1,6 +1,6 @@
 """Generated from conformance/cases/schedule/catchup-default.yaml by conformance/airflow_dags.py; do not edit.
 
-@daily with catchup left out: Sluice's default (false, as Airflow 3) against Airflow 2's (true).
+@daily with catchup left out: Sluice's default (false, as Airflow 3) against Airflow 2's (true); Airflow 3's is false too.
 """
 
 import datetime

@@ -128,16 +128,24 @@ def test_missing_next_and_manual_sections() -> None:
 
 def test_render_and_summary() -> None:
     failing = Outcome("a", Status.DIFFERS, ("scheduled:", "    - x", "    + y"))
-    lines = render(failing, "schedule", "what it checks")
-    assert lines[0] == "FAIL schedule/a: differs"
+    lines = render(failing, "schedule", "what it checks", "2.10.5")
+    assert lines[0] == "FAIL schedule/a vs Airflow 2.10.5: differs"
     assert lines[-1] == "       + y"
-    assert render(Outcome("b", Status.MATCH), "schedule", "")[0] == "ok   schedule/b: match"
+    ok = render(Outcome("b", Status.MATCH), "schedule", "", "3.3.2")
+    assert ok == ["ok   schedule/b vs Airflow 3.3.2: match"]
     text = summary(
-        [Outcome("a", Status.MATCH), Outcome("b", Status.DEVIATION), failing], "Airflow 2.10.5"
+        {
+            "Airflow 2": [Outcome("a", Status.MATCH), Outcome("b", Status.DEVIATION), failing],
+            "Airflow 3": [Outcome("a", Status.MATCH)] * 3,
+        },
+        3,
     )
     assert text == (
-        "conformance FAILED: 3 cases against Airflow 2.10.5: 1 match, "
-        "1 documented deviation(s), 1 differs"
+        "conformance FAILED: 3 cases; Airflow 2: 1 match, 1 documented deviation(s), 1 differs; "
+        "Airflow 3: 3 match, 0 documented deviation(s)"
+    )
+    assert summary({"Airflow 3": [Outcome("a", Status.MATCH)]}, 1).startswith(
+        "conformance passed: "
     )
 
 
@@ -152,7 +160,8 @@ def test_documented_deviations_are_read_from_the_semantics_section_only() -> Non
 
 def test_the_readme_documents_the_deviations_cases_use() -> None:
     readme = (Path(__file__).parents[2] / "README.md").read_text()
-    used = {case.deviation for case in cases.load_all() if case.deviation}
+    used = {token.partition("@")[0] for case in cases.load_all() for token in case.deviations}
+    assert used
     assert used <= documented_deviations(readme)
 
 
@@ -190,7 +199,7 @@ def test_case_reads_its_scenario_from_annotations(tmp_path: Path) -> None:
         '    conformance.sluice.io/about: "x"\n'
         '    conformance.sluice.io/now: "2026-12-01T01:00:00+01:00"\n'
         '    conformance.sluice.io/manual-runs: "2026-11-02T00:00:00Z 2026-11-03T00:00:00Z"\n'
-        "    conformance.sluice.io/deviation: catchup-default",
+        "    conformance.sluice.io/deviation: catchup-default@2",
     )
     case = cases.load(path)
     assert case.now == datetime(2026, 12, 1, tzinfo=UTC)
@@ -198,7 +207,9 @@ def test_case_reads_its_scenario_from_annotations(tmp_path: Path) -> None:
         datetime(2026, 11, 2, tzinfo=UTC),
         datetime(2026, 11, 3, tzinfo=UTC),
     )
-    assert (case.area, case.deviation) == ("schedule", "catchup-default")
+    assert case.area == "schedule"
+    assert case.deviation_for("2.10.5") == "catchup-default"
+    assert case.deviation_for("3.3.2") is None
 
 
 @pytest.mark.parametrize(
