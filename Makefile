@@ -5,7 +5,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 
 .PHONY: install lint test test-unit test-db demo chaos chaos-soak clean helm chart-crds chart-test \
-	conformance conformance-refresh
+	conformance conformance-refresh conformance-standalone
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,11 @@ conformance: install
 #   make conformance-refresh AIRFLOW=3.3.2   one of them
 conformance-refresh: install
 	PYTHONPATH=. $(BIN)/python -m conformance refresh $(if $(AIRFLOW),--airflow $(AIRFLOW))
+
+# The in-process Sluice side of `make conformance` against `sluice standalone` (embedded
+# Postgres, ~100 runs of the cases the clock does not change; a minute or two).
+conformance-standalone: install
+	PYTHONPATH=. $(BIN)/python -m conformance standalone
 
 # The HA proof: Postgres, 3 replicas (one in a PID namespace of its own: run as root),
 # a minute of seeded faults, then the invariant checker (about 3 minutes). The soak:

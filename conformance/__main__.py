@@ -1,4 +1,8 @@
-"""`python -m conformance [check|refresh] [--case NAME ...] [--airflow VERSION ...]`."""
+"""`python -m conformance [check|refresh|standalone] [--case NAME ...] [--airflow VERSION ...]`.
+
+check: Sluice against the recorded observations; refresh: record them from Airflow
+first; standalone: the in-process Sluice side against `sluice standalone`.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,9 @@ from conformance import cases, check, records
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m conformance", description=__doc__)
-    parser.add_argument("command", choices=("check", "refresh"), nargs="?", default="check")
+    parser.add_argument(
+        "command", choices=("check", "refresh", "standalone"), nargs="?", default="check"
+    )
     parser.add_argument("--case", action="append", default=[], help="only this case (repeatable)")
     parser.add_argument(
         "--airflow",
@@ -25,6 +31,10 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"no such case(s): {', '.join(unknown)}")
         selected = [case for case in selected if case.name in args.case]
+    if args.command == "standalone":
+        from conformance import standalone
+
+        return standalone.main(selected)
     if args.command == "refresh":
         from conformance import refresh  # imports the benchmark's Airflow install code
 

@@ -277,3 +277,32 @@ def test_definition_maps_the_default_pool_and_shell_text() -> None:
     assert task["pool"] == "default_pool"
     assert task["command"].startswith("echo ")
     assert task["retry_delay"] == 300.0
+
+
+# --- the standalone cross-check's reading of runs and logs ----------------------------------
+
+
+def test_standalone_reads_runs_and_the_intervals_tasks_printed(tmp_path: Path) -> None:
+    from conformance import standalone
+
+    run_id = "scheduled__2026-11-01T00:00:00+00:00"
+    log = tmp_path / "d" / run_id.replace(":", "_").replace("+", "_") / "work" / "1.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("d for 2026-11-01T00:00:00+00:00 .. 2026-11-02T01:00:00+01:00\n")
+    runs = [{"dag": "d", "run_id": run_id, "logical_date": "2026-11-01T00:00:00+00:00"}]
+    runs[0]["state"] = "success"
+    assert standalone.observed_runs(runs, tmp_path) == {
+        "d": [("2026-11-01T00:00:00Z", "2026-11-01T00:00:00Z", "2026-11-02T00:00:00Z", "success")]
+    }
+
+
+def test_standalone_takes_only_cases_the_clock_does_not_change() -> None:
+    from conformance import standalone
+
+    later = datetime(2030, 1, 1, tzinfo=UTC)
+    by_name = {case.name: case for case in cases.load_all()}
+    assert standalone.eligible(by_name["dst-daily-repeated-hour"], later)
+    assert not standalone.eligible(by_name["catchup-off"], later)  # the latest hour moves
+    assert not standalone.eligible(by_name["manual-only"], later)  # manual runs
+    expected = standalone.expected_runs(by_name["once-past"])
+    assert expected == [("2026-11-01T10:00:00Z",) * 3 + ("success",)]
