@@ -7,8 +7,9 @@ records, through Airflow's own code (each observation names the API):
 - definition: the DAG as `airflow.models.dagbag.DagBag` loaded it from the file;
 - scheduled: the runs the scheduler creates by `now`. `DagModel.calculate_dagrun_date_fields`
   (which calls `DAG.next_dagrun_info`, the timetable's `next_dagrun_info` under the
-  DAG's start date, end date and catchup) sets the DAG's next run, first with no run
-  before (as `DAG.bulk_write_to_db` does when the DAG is parsed), then after each
+  DAG's start date, end date and catchup) sets the DAG's next run, first from the
+  case's `last_run` interval or none (as `DAG.bulk_write_to_db` does when it parses
+  the DAG, from its latest automated run), then after each
   created run (as `SchedulerJobRunner._create_dag_runs` does); a run is created while
   `next_dagrun_create_after <= now`, with `DAG.get_next_data_interval`'s interval;
 - next: the DAG's next run after that (`DagModel.next_dagrun*` fields);
@@ -32,7 +33,7 @@ RUNS_AT_MOST = 5000
 API = {
     "definition": "DagBag(dag_folder=FILE).dags[DAG_ID] (airflow.models.dagbag in 2.x)",
     "scheduled": (
-        "DagModel.calculate_dagrun_date_fields(dag, None), then while "
+        "DagModel.calculate_dagrun_date_fields(dag, last_run or None), then while "
         "next_dagrun_create_after <= now: DAG.get_next_data_interval(model) and "
         "DagModel.calculate_dagrun_date_fields(dag, interval) (as "
         "SchedulerJobRunner._create_dag_runs)"
@@ -44,7 +45,8 @@ API_3 = {
     "definition": "DagBag(dag_folder=FILE).dags[DAG_ID] (airflow.dag_processing.dagbag)",
     "scheduled": (
         "serdag = DagSerialization.from_dict(DagSerialization.to_dict(dag)); "
-        "DagModel.calculate_dagrun_date_fields(dag=serdag, reference_run=None), then while "
+        "DagModel.calculate_dagrun_date_fields(dag=serdag, reference_run=last_run or None), "
+        "then while "
         "next_dagrun_create_after <= now: serdag.timetable.next_run_info_from_dag_model("
         "dag_model=model), a DagRun of it, and DagModel.calculate_dagrun_date_fields("
         "dag=serdag, reference_run=run) (as SchedulerJobRunner._create_dag_runs)"
@@ -136,11 +138,14 @@ def _run(logical_date: Any, interval: Any, run_after: Any) -> dict[str, Any]:
     }
 
 
-def schedule(dag: Any, now: datetime.datetime) -> dict[str, Any]:
+def schedule(dag: Any, now: datetime.datetime, last_run: list[str]) -> dict[str, Any]:
+    import pendulum
     from airflow.models.dag import DagModel
+    from airflow.timetables.base import DataInterval
 
     model = DagModel(dag_id=dag.dag_id)
-    model.calculate_dagrun_date_fields(dag, None)
+    last = DataInterval(*(pendulum.parse(when) for when in last_run)) if last_run else None
+    model.calculate_dagrun_date_fields(dag, last)
     scheduled: list[dict[str, Any]] = []
     while model.next_dagrun_create_after is not None and model.next_dagrun_create_after <= now:
         if len(scheduled) >= RUNS_AT_MOST:
@@ -151,30 +156,48 @@ def schedule(dag: Any, now: datetime.datetime) -> dict[str, Any]:
     return {"scheduled": scheduled, "next": _next(model)}
 
 
-def schedule_3(serdag: Any, now: datetime.datetime) -> dict[str, Any]:
+def schedule_3(serdag: Any, now: datetime.datetime, last_run: list[str]) -> dict[str, Any]:
     """Airflow 3: the scheduler holds a SerializedDAG and passes the run it just created."""
+    import pendulum
     from airflow.models.dag import DagModel
-    from airflow.models.dagrun import DagRun
-    from airflow.utils.types import DagRunType
+    from airflow.timetables.base import DataInterval
 
     model = DagModel(dag_id=serdag.dag_id)
-    model.calculate_dagrun_date_fields(dag=serdag, reference_run=None)
+    last = None
+    if last_run:
+        start, end = (pendulum.parse(when) for when in last_run)
+        last = _dag_run(serdag.dag_id, "last", start, DataInterval(start, end), end)
+    model.calculate_dagrun_date_fields(dag=serdag, reference_run=last)
     scheduled: list[dict[str, Any]] = []
     while model.next_dagrun_create_after is not None and model.next_dagrun_create_after <= now:
         if len(scheduled) >= RUNS_AT_MOST:
             raise RuntimeError(f"{serdag.dag_id}: more than {RUNS_AT_MOST} runs; shorten the case")
         info = serdag.timetable.next_run_info_from_dag_model(dag_model=model)
         scheduled.append(_run(info.logical_date, info.data_interval, info.run_after))
-        created = DagRun(
-            dag_id=serdag.dag_id,
-            run_id=f"scheduled__{len(scheduled)}",
-            logical_date=info.logical_date,
-            data_interval=info.data_interval,
-            run_after=info.run_after,
-            run_type=DagRunType.SCHEDULED,
+        created = _dag_run(
+            serdag.dag_id,
+            str(len(scheduled)),
+            info.logical_date,
+            info.data_interval,
+            info.run_after,
         )
         model.calculate_dagrun_date_fields(dag=serdag, reference_run=created)
     return {"scheduled": scheduled, "next": _next(model)}
+
+
+def _dag_run(dag_id: str, number: str, logical_date: Any, interval: Any, run_after: Any) -> Any:
+    """A scheduled DagRun, in memory only (no session)."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.types import DagRunType
+
+    return DagRun(
+        dag_id=dag_id,
+        run_id=f"scheduled__{number}",
+        logical_date=logical_date,
+        data_interval=interval,
+        run_after=run_after,
+        run_type=DagRunType.SCHEDULED,
+    )
 
 
 def _next(model: Any) -> dict[str, Any] | None:
@@ -215,7 +238,7 @@ def observe(case: dict[str, Any]) -> dict[str, Any]:
     if airflow.__version__.startswith("2."):
         return {
             "definition": definition(dag),
-            **schedule(dag, now),
+            **schedule(dag, now, case["last_run"]),
             "manual": manual(dag, case["manual_runs"]),
         }
     # Airflow 3 schedules from the serialized DAG (its timetables hold the scheduling code).
@@ -224,7 +247,7 @@ def observe(case: dict[str, Any]) -> dict[str, Any]:
     serdag = DagSerialization.from_dict(DagSerialization.to_dict(dag))
     return {
         "definition": definition(dag),
-        **schedule_3(serdag, now),
+        **schedule_3(serdag, now, case["last_run"]),
         "manual": manual(serdag, case["manual_runs"]),
     }
 

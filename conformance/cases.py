@@ -10,6 +10,8 @@ all:
   (UTC), so a case with catchup off gives the same runs on every machine;
 - `conformance.sluice.io/manual-runs`: instants (space-separated) at which a
   run is triggered by hand, beside the scheduled ones;
+- `conformance.sluice.io/last-run`: the data interval (`START END`) of a
+  scheduled run the DAG already has: the DAG is (re)parsed at `now` with it;
 - `conformance.sluice.io/deviation`: the id of a documented deviation (the
   README's semantics section explains it): the case is expected to differ;
   `id@2` limits it to Airflow 2.x (several, space-separated, may be given).
@@ -44,6 +46,7 @@ class Case:
     about: str
     now: datetime
     manual_runs: tuple[datetime, ...]
+    last_run: tuple[datetime, datetime] | None
     deviations: tuple[str, ...]
 
     def deviation_for(self, airflow_version: str) -> str | None:
@@ -105,11 +108,22 @@ def load(path: Path) -> Case:
         manual_runs=tuple(
             parse_instant(text, path) for text in notes.get(PREFIX + "manual-runs", "").split()
         ),
+        last_run=_interval(notes.get(PREFIX + "last-run"), path),
         deviations=tuple(notes.get(PREFIX + "deviation", "").split()),
     )
 
 
-_ANNOTATIONS = ("about", "now", "manual-runs", "deviation")
+def _interval(text: str | None, where: object) -> tuple[datetime, datetime] | None:
+    if text is None:
+        return None
+    parts = text.split()
+    if len(parts) != 2:
+        raise CaseError(f"{where}: last-run is 'START END', got {text!r}")
+    start, end = (parse_instant(part, where) for part in parts)
+    return start, end
+
+
+_ANNOTATIONS = ("about", "now", "manual-runs", "last-run", "deviation")
 
 
 def parse_instant(text: str, where: object = "") -> datetime:

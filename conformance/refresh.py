@@ -96,6 +96,7 @@ def observe(airflow: Airflow, selected: Sequence[Case], dags: dict[str, Path]) -
                 "dag_file": str(dags[case.name]),
                 "now": case.now.isoformat(),
                 "manual_runs": [when.isoformat() for when in case.manual_runs],
+                "last_run": [when.isoformat() for when in case.last_run or ()],
             }
             for case in selected
         ]

@@ -1,12 +1,13 @@
 """The Sluice side: the same observations as `airflow_observer`, made by Sluice's own code.
 
 - definition: the manifest as `sluice.spec` parsed it (`definitions.of_manifest`);
-- scheduled: the runs the scheduler creates by `now`. The DAG row's next run is set as
-  `db.dags.sync_dag` sets it for a DAG with no runs (`CompiledDag.next_run(None, now)`,
-  then `db.dags.set_next_run`), then `scheduler.runs.due_runs` (phase 1's run creation,
-  catchup's skip to the latest interval included) creates every run due at `now` on a
-  transient DAG row, with no run limit; a request for a logical date already taken is
-  dropped, as the unique key on `(dag, logical_date, run_type)` drops it;
+- scheduled: the runs the scheduler creates by `now`. The DAG row's next run is set
+  as `db.dags.sync_dag` sets it (`CompiledDag.next_run(last, now)`, `last` being the
+  case's `last-run` or None, then `db.dags.set_next_run`); then
+  `scheduler.runs.due_runs` (phase 1's run creation, catchup's skip to the latest
+  interval included) creates every run due at `now` on a transient DAG row, with no
+  run limit; a request for a logical date already taken is dropped, as the unique
+  key on `(dag, logical_date, run_type)` drops it;
 - next: the DAG row's next run after that;
 - manual: `CompiledDag.timetable.manual_run(instant)`, what `scheduler.triggers.trigger_run`
   gives a manual run.
@@ -32,7 +33,7 @@ RUNS_AT_MOST = 5000
 API = {
     "definition": "sluice.spec.validation.load_dag_documents (conformance.definitions)",
     "scheduled": (
-        "db.dags.set_next_run(dag, CompiledDag.next_run(None, now)), then "
+        "db.dags.set_next_run(dag, CompiledDag.next_run(last_run, now)), then "
         "scheduler.runs.due_runs(dag, compiled, now, room)"
     ),
     "next": "Dag.next_logical_date, next_data_interval_*, next_run_after",
@@ -44,14 +45,18 @@ def observe(case: Case) -> dict[str, Any]:
     compiled = CompiledDag(case.name, 0, case.manifest.spec)
     return {
         "definition": definitions.of_manifest(case.manifest),
-        **schedule(compiled, case.now),
+        **schedule(compiled, case.now, case.last_run),
         "manual": [_manual(compiled, when) for when in case.manual_runs],
     }
 
 
-def schedule(compiled: CompiledDag, now: datetime) -> dict[str, Any]:
+def schedule(
+    compiled: CompiledDag, now: datetime, last_run: tuple[datetime, datetime] | None = None
+) -> dict[str, Any]:
+    # A scheduled run's logical date is its interval's start (db.dags.latest_scheduled_run).
+    last = RunInfo(last_run[0], *last_run, last_run[1]) if last_run else None
     dag = Dag(dag_id=compiled.dag_id)
-    set_next_run(dag, compiled.next_run(None, now))
+    set_next_run(dag, compiled.next_run(last, now))
     requests = due_runs(dag, compiled, now, RUNS_AT_MOST + 1)
     if len(requests) > RUNS_AT_MOST:
         raise RuntimeError(f"{compiled.dag_id}: more than {RUNS_AT_MOST} runs; shorten the case")

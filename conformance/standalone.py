@@ -31,7 +31,11 @@ _INTERVAL = re.compile(r" for (\S+) \.\. (\S+)")
 
 
 def eligible(case: cases.Case, now: datetime) -> bool:
-    if case.manual_runs or [task.name for task in case.manifest.spec.tasks] != ["work"]:
+    if (
+        case.manual_runs
+        or case.last_run
+        or [task.name for task in case.manifest.spec.tasks] != ["work"]
+    ):
         return False
     compiled = CompiledDag(case.name, 0, case.manifest.spec)
     at_case_now = sluice_side.schedule(compiled, case.now)["scheduled"]

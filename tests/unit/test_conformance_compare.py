@@ -199,6 +199,7 @@ def test_case_reads_its_scenario_from_annotations(tmp_path: Path) -> None:
         '    conformance.sluice.io/about: "x"\n'
         '    conformance.sluice.io/now: "2026-12-01T01:00:00+01:00"\n'
         '    conformance.sluice.io/manual-runs: "2026-11-02T00:00:00Z 2026-11-03T00:00:00Z"\n'
+        '    conformance.sluice.io/last-run: "2026-11-01T00:00:00Z 2026-11-02T00:00:00Z"\n'
         "    conformance.sluice.io/deviation: catchup-default@2",
     )
     case = cases.load(path)
@@ -207,6 +208,7 @@ def test_case_reads_its_scenario_from_annotations(tmp_path: Path) -> None:
         datetime(2026, 11, 2, tzinfo=UTC),
         datetime(2026, 11, 3, tzinfo=UTC),
     )
+    assert case.last_run == (datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 2, tzinfo=UTC))
     assert case.area == "schedule"
     assert case.deviation_for("2.10.5") == "catchup-default"
     assert case.deviation_for("3.3.2") is None
@@ -226,6 +228,12 @@ def test_case_reads_its_scenario_from_annotations(tmp_path: Path) -> None:
             '    conformance.sluice.io/nwo: "typo"',
             "unknown annotation",
             id="typo",
+        ),
+        pytest.param(
+            '    conformance.sluice.io/about: "x"\n    conformance.sluice.io/now: "2026-12-01Z"\n'
+            '    conformance.sluice.io/last-run: "2026-11-01T00:00:00Z"',
+            "last-run is 'START END'",
+            id="last-run-without-end",
         ),
     ],
 )
