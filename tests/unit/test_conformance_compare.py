@@ -230,7 +230,8 @@ def test_case_reads_its_scenario_from_annotations(tmp_path: Path) -> None:
             id="typo",
         ),
         pytest.param(
-            '    conformance.sluice.io/about: "x"\n    conformance.sluice.io/now: "2026-12-01Z"\n'
+            '    conformance.sluice.io/about: "x"\n'
+            '    conformance.sluice.io/now: "2026-12-01T00:00:00Z"\n'
             '    conformance.sluice.io/last-run: "2026-11-01T00:00:00Z"',
             "last-run is 'START END'",
             id="last-run-without-end",
