@@ -147,9 +147,7 @@ def schedule(dag: Any, now: datetime.datetime, last_run: list[str]) -> dict[str,
     last = DataInterval(*(pendulum.parse(when) for when in last_run)) if last_run else None
     model.calculate_dagrun_date_fields(dag, last)
     scheduled: list[dict[str, Any]] = []
-    while model.next_dagrun_create_after is not None and model.next_dagrun_create_after <= now:
-        if len(scheduled) >= RUNS_AT_MOST:
-            raise RuntimeError(f"{dag.dag_id}: more than {RUNS_AT_MOST} runs; shorten the case")
+    while _due(model, now, scheduled):
         interval = dag.get_next_data_interval(model)
         scheduled.append(_run(model.next_dagrun, interval, model.next_dagrun_create_after))
         model.calculate_dagrun_date_fields(dag, interval)
@@ -169,9 +167,7 @@ def schedule_3(serdag: Any, now: datetime.datetime, last_run: list[str]) -> dict
         last = _dag_run(serdag.dag_id, "last", start, DataInterval(start, end), end)
     model.calculate_dagrun_date_fields(dag=serdag, reference_run=last)
     scheduled: list[dict[str, Any]] = []
-    while model.next_dagrun_create_after is not None and model.next_dagrun_create_after <= now:
-        if len(scheduled) >= RUNS_AT_MOST:
-            raise RuntimeError(f"{serdag.dag_id}: more than {RUNS_AT_MOST} runs; shorten the case")
+    while _due(model, now, scheduled):
         info = serdag.timetable.next_run_info_from_dag_model(dag_model=model)
         scheduled.append(_run(info.logical_date, info.data_interval, info.run_after))
         created = _dag_run(
@@ -198,6 +194,24 @@ def _dag_run(dag_id: str, number: str, logical_date: Any, interval: Any, run_aft
         run_after=run_after,
         run_type=DagRunType.SCHEDULED,
     )
+
+
+def _due(model: Any, now: datetime.datetime, scheduled: list[dict[str, Any]]) -> bool:
+    """Whether the scheduler creates the DAG's next run now.
+
+    Not when its logical date already has a run: the scheduler skips creating it and
+    computes the next run from it again, so if that leads back to a run it has, the
+    DAG makes no more runs (`_create_dag_runs`' existing_dagruns); the observation
+    stops there, with that run as `next`.
+    """
+    after = model.next_dagrun_create_after
+    if after is None or after > now:
+        return False
+    if instant(model.next_dagrun) in {run["logical_date"] for run in scheduled}:
+        return False
+    if len(scheduled) >= RUNS_AT_MOST:
+        raise RuntimeError(f"{model.dag_id}: more than {RUNS_AT_MOST} runs; shorten the case")
+    return True
 
 
 def _next(model: Any) -> dict[str, Any] | None:

@@ -20,6 +20,7 @@ all:
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -60,8 +61,18 @@ class Case:
 
     @property
     def digest(self) -> str:
-        """The case file's sha256: recorded with Airflow's observations to tell them stale."""
-        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+        """A sha256 of what Airflow's observations depend on, recorded with them to tell
+        them stale: the manifest and the scenario, not `about` or `deviation`."""
+        inputs = {
+            "manifest": self.manifest.model_dump(
+                mode="json", by_alias=True, exclude={"metadata": {"annotations"}}
+            ),
+            "now": instant(self.now),
+            "manual_runs": [instant(when) for when in self.manual_runs],
+            "last_run": [instant(when) for when in self.last_run or ()],
+        }
+        canonical = json.dumps(inputs, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
 
     @property
     def relative_path(self) -> str:

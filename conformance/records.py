@@ -1,8 +1,9 @@
 """Airflow's recorded observations: `expected/<case>.json`, one entry per Airflow version.
 
 Each entry says which Airflow produced it (version, Python, when), which of its
-APIs made each observation, and the sha256 of the case file it was made from:
-a case edited since is reported stale instead of compared. `make conformance`
+APIs made each observation, and a sha256 of the case it was made from (its DAG
+and scenario, `Case.digest`): a case edited since is reported stale instead of
+compared. `make conformance`
 expects an entry for every version in AIRFLOW_VERSIONS.
 """
 
@@ -68,7 +69,7 @@ def _entry(record: Record) -> dict[str, Any]:
 def staleness(case: Case, record: Record, dags: Path = AIRFLOW_DAGS) -> str | None:
     """Why the record no longer fits the case (edited case, regenerated DAG), or None."""
     if record.case_sha256 != case.digest:
-        return f"{case.relative_path} changed since Airflow {record.version} was observed"
+        return f"{case.relative_path} changed since Airflow {record.version} ran it"
     committed = dags / file_name(case)
     if not committed.exists() or committed.read_text() != source(case):
         return f"the generated Airflow DAG differs from {committed.relative_to(ROOT.parent)}"

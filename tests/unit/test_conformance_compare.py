@@ -315,3 +315,17 @@ def test_standalone_takes_only_cases_the_clock_does_not_change() -> None:
     assert not standalone.eligible(by_name["manual-only"], later)  # manual runs
     expected = standalone.expected_runs(by_name["once-past"])
     assert expected == [("2026-11-01T10:00:00Z",) * 3 + ("success",)]
+
+
+def test_digest_ignores_about_and_deviation_but_not_the_dag(tmp_path: Path) -> None:
+    notes = (
+        '    conformance.sluice.io/about: "x"\n'
+        '    conformance.sluice.io/now: "2026-12-01T00:00:00Z"'
+    )
+    base = cases.load(write_case(tmp_path, notes)).digest
+    annotated = (
+        notes.replace('"x"', '"y"') + "\n    conformance.sluice.io/deviation: catchup-default"
+    )
+    assert cases.load(write_case(tmp_path, annotated)).digest == base
+    later = notes.replace("2026-12-01T00", "2026-12-02T00")
+    assert cases.load(write_case(tmp_path, later)).digest != base
