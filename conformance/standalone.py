@@ -69,7 +69,7 @@ def run_standalone(selected: Sequence[cases.Case], workdir: Path) -> list[dict[s
     )
     if result.returncode:
         raise RuntimeError(f"sluice standalone exited {result.returncode}:\n{result.stderr}")
-    runs: list[dict[str, Any]] = json.loads(result.stdout)
+    runs: list[dict[str, Any]] = json.loads(result.stdout)["runs"]
     return runs
 
 
