@@ -76,7 +76,10 @@ class Case:
 
     @property
     def relative_path(self) -> str:
-        return str(self.path.relative_to(ROOT.parent))
+        """The case file's path in the repository (or as given, if elsewhere)."""
+        if self.path.is_relative_to(ROOT.parent):
+            return str(self.path.relative_to(ROOT.parent))
+        return str(self.path)
 
 
 def load_all(root: Path = CASES) -> list[Case]:

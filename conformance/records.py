@@ -72,5 +72,10 @@ def staleness(case: Case, record: Record, dags: Path = AIRFLOW_DAGS) -> str | No
         return f"{case.relative_path} changed since Airflow {record.version} ran it"
     committed = dags / file_name(case)
     if not committed.exists() or committed.read_text() != source(case):
-        return f"the generated Airflow DAG differs from {committed.relative_to(ROOT.parent)}"
+        shown = (
+            committed.relative_to(ROOT.parent)
+            if committed.is_relative_to(ROOT.parent)
+            else committed
+        )
+        return f"the generated Airflow DAG differs from {shown}"
     return None

@@ -187,7 +187,7 @@ spec:
 
 def write_case(tmp_path: Path, notes: str, name: str = "a-case") -> Path:
     area = tmp_path / "schedule"
-    area.mkdir(exist_ok=True)
+    area.mkdir(parents=True, exist_ok=True)
     path = area / f"{name}.yaml"
     path.write_text(MANIFEST.format(name=name, notes=notes))
     return path
@@ -329,3 +329,43 @@ def test_digest_ignores_about_and_deviation_but_not_the_dag(tmp_path: Path) -> N
     assert cases.load(write_case(tmp_path, annotated)).digest == base
     later = notes.replace("2026-12-01T00", "2026-12-02T00")
     assert cases.load(write_case(tmp_path, later)).digest != base
+
+
+# --- records: one entry per Airflow version, stale when the case or its DAG changed ----------
+
+
+def record(version: str, case: cases.Case) -> Any:
+    from conformance import records
+
+    return records.Record(
+        version=version,
+        python="3.11.7",
+        recorded_at="2026-12-04T10:00:00Z",
+        case_sha256=case.digest,
+        api={"scheduled": "x"},
+        observations=observations(run(1)),
+    )
+
+
+def test_records_keep_each_version_and_tell_when_they_are_stale(tmp_path: Path) -> None:
+    from conformance import airflow_dags, records
+
+    notes = (
+        '    conformance.sluice.io/about: "x"\n'
+        '    conformance.sluice.io/now: "2026-12-01T00:00:00Z"'
+    )
+    case = cases.load(write_case(tmp_path / "cases", notes))
+    expected, dags = tmp_path / "expected", tmp_path / "dags"
+    records.save(record("2.10.5", case), case, expected)
+    records.save(record("3.3.2", case), case, expected)
+    loaded = records.load(case, expected)
+    assert sorted(loaded) == ["2.10.5", "3.3.2"]
+    assert loaded["2.10.5"].label == "Airflow 2.10.5 (recorded 2026-12-04)"
+    assert loaded["3.3.2"].observations == observations(run(1))
+
+    assert "generated Airflow DAG differs" in str(records.staleness(case, loaded["2.10.5"], dags))
+    dags.mkdir()
+    (dags / airflow_dags.file_name(case)).write_text(airflow_dags.source(case))
+    assert records.staleness(case, loaded["2.10.5"], dags) is None
+    later = cases.load(write_case(tmp_path / "cases", notes.replace("12-01", "12-02")))
+    assert "changed since Airflow 2.10.5" in str(records.staleness(later, loaded["2.10.5"], dags))
