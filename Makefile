@@ -4,7 +4,8 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: install lint test test-unit test-db demo chaos chaos-soak clean helm chart-crds chart-test
+.PHONY: install lint test test-unit test-db demo chaos chaos-soak clean helm chart-crds chart-test \
+	conformance conformance-refresh conformance-standalone
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,8 +16,8 @@ $(BIN)/.installed: pyproject.toml
 install: $(BIN)/.installed
 
 lint: install
-	$(BIN)/ruff check operator tests bench
-	$(BIN)/ruff format --check operator tests bench
+	$(BIN)/ruff check operator tests bench conformance
+	$(BIN)/ruff format --check operator tests bench conformance
 	$(BIN)/mypy
 
 # Everything that needs no Kubernetes: unit tests, real-Postgres tests (the
@@ -52,6 +53,25 @@ chart-test: install helm
 # The main job: schedule the example DAGs locally until nothing is left to do.
 demo: install
 	$(BIN)/sluice standalone examples/ --until-idle
+
+# The differential conformance suite (issue 16, conformance/README.md): what Sluice decides
+# for each case against what Airflow 2.10.5 and 3.3.2 decided, recorded in
+# conformance/expected/ (no Airflow needed; a few seconds). It prints a diff per differing
+# case and a summary line.
+conformance: install
+	PYTHONPATH=. $(BIN)/python -m conformance check
+	$(BIN)/pytest -q tests/conformance
+
+# Regenerate conformance/expected/ and conformance/airflow_dags/ from real Airflows 2.10.5 and
+# 3.3.2 (installed under ~/.cache/sluice the first time, as the benchmark's: a few minutes).
+#   make conformance-refresh AIRFLOW=3.3.2   one of them
+conformance-refresh: install
+	PYTHONPATH=. $(BIN)/python -m conformance refresh $(if $(AIRFLOW),--airflow $(AIRFLOW))
+
+# The in-process Sluice side of `make conformance` against `sluice standalone` (embedded
+# Postgres, ~100 runs of the cases the clock does not change; a minute or two).
+conformance-standalone: install
+	PYTHONPATH=. $(BIN)/python -m conformance standalone
 
 # The HA proof: Postgres, 3 replicas (one in a PID namespace of its own: run as root),
 # a minute of seeded faults, then the invariant checker (about 3 minutes). The soak:

@@ -65,9 +65,19 @@ with DAG(
 """
 
 
-def ensure_airflow(log: Path) -> None:
-    """Install Airflow 2.10.5 into VENV unless it is there (several minutes the first time)."""
-    if AIRFLOW.exists():
+def ensure_airflow(
+    log: Path,
+    *,
+    version: str = AIRFLOW_VERSION,
+    venv: Path = VENV,
+    exclude_newer: str = "2025-02-28T00:00:00Z",
+) -> None:
+    """Install Airflow (2.10.5 into VENV by default) unless it is there (minutes the first time).
+
+    `exclude_newer` pins its dependencies to what PyPI had then (the conformance
+    suite installs Airflow 3 into a venv of its own with a later date).
+    """
+    if (venv / "bin" / "airflow").exists():
         return
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
@@ -80,19 +90,19 @@ def ensure_airflow(log: Path) -> None:
                 stderr=subprocess.STDOUT,
             )
         uv = str(UV_VENV / "bin" / "uv")
-        subprocess.run([uv, "venv", "--python", "3.11", str(VENV)], check=True, stdout=out)
+        subprocess.run([uv, "venv", "--python", "3.11", str(venv)], check=True, stdout=out)
         subprocess.run(
             [
                 uv,
                 "pip",
                 "install",
                 "--exclude-newer",
-                "2025-02-28T00:00:00Z",
-                f"apache-airflow=={AIRFLOW_VERSION}",
+                exclude_newer,
+                f"apache-airflow=={version}",
                 "psycopg2-binary",
             ],
             check=True,
-            env={**os.environ, "VIRTUAL_ENV": str(VENV)},
+            env={**os.environ, "VIRTUAL_ENV": str(venv)},
             stdout=out,
             stderr=subprocess.STDOUT,
         )

@@ -1,7 +1,7 @@
 """Timetables: cron (with presets), @once and manual-only, against Airflow 2.10's semantics.
 
 `simulate` plays the scheduler's run-creation loop (`scheduler/runs.py`,
-`create_due_runs` and `_due_runs`, without maxActiveRuns): the DAG's next run is
+`create_due_runs` and `due_runs`, without maxActiveRuns): the DAG's next run is
 computed when it is synced, then every run whose `run_after` has passed is
 created, skipping to the latest interval first when catchup is off.
 
@@ -9,7 +9,9 @@ Four tests pin what these tables once found wrong (fixed in 3f1ad04): a daily
 02:30 ran twice on the autumn fall-back day and at 03:00 instead of 03:30 on the
 spring-forward day, a schedule change did not realign to the new cron, and a
 later startDate was ignored once runs existed. Each docstring says what Airflow
-does, which is what the test asserts.
+does, which is what the test asserts. The conformance suite (`conformance/`,
+issue 16) then found, on a real Airflow 2.10.5, that a repeated 02:30 is its
+second occurrence, not its first; the DST tests below say so.
 """
 
 from __future__ import annotations
@@ -773,9 +775,10 @@ def test_skip_to_latest_without_cron_keeps_the_run(schedule: str | None) -> None
 # 2026-03-29: clocks jump 02:00 CET -> 03:00 CEST, so 02:30 does not exist.
 # 2026-10-25: clocks fall back 03:00 CEST -> 02:00 CET, so 02:30 happens twice
 #             (00:30Z in CEST, then 01:30Z in CET).
-# Airflow computes the cron on naive wall-clock time and localises the result:
-# a missing 02:30 becomes 03:30 CEST (pendulum shifts forward by the gap), a
-# doubled 02:30 is its first occurrence; one run per local day either way.
+# Airflow computes the cron on naive wall-clock time and localises the result
+# with fold=1: a missing 02:30 becomes 03:30 CEST (shifted forward by the gap), a
+# doubled 02:30 is its second occurrence (observed on Airflow 2.10.5 by
+# conformance/cases/schedule/dst-daily-*.yaml); one run per local day either way.
 
 BERLIN_0230 = "30 2 * * *"
 
@@ -828,32 +831,114 @@ def test_berlin_spring_forward_utc_instants(path: str) -> None:
 
 @PATHS
 def test_berlin_fall_back_one_run_per_local_day(path: str) -> None:
-    """02:30 happens twice on 2026-10-25; the DAG still runs once that day, as in Airflow.
+    """02:30 happens twice on 2026-10-25; the DAG runs once that day, at the second, as Airflow.
 
-    Airflow: one run per local day, logical dates 10-23 00:30Z, 10-24 00:30Z,
-    10-25 00:30Z (the first 02:30, CEST), 10-26 01:30Z, 10-27 01:30Z; the
-    interval starting 10-25 is 25 hours long. (Sluice once added a run at
-    10-25 01:30Z, the second 02:30, with a one-hour interval before it.)
+    Airflow 2.10.5 (conformance case dst-daily-repeated-hour): logical dates 10-23
+    00:30Z, 10-24 00:30Z, 10-25 01:30Z (the second 02:30, CET), 10-26 01:30Z, 10-27
+    01:30Z; the interval starting 10-24 is 25 hours long. (Sluice once ran at the
+    first 02:30, 10-25 00:30Z, so that run and both intervals beside it differed.)
     """
     runs = _berlin_runs(path, U(2026, 10, 23), U(2026, 10, 27, 12))
     assert_contiguous(runs)
     assert [r.logical_date for r in runs] == [
         U(2026, 10, 23, 0, 30),
         U(2026, 10, 24, 0, 30),
-        U(2026, 10, 25, 0, 30),
+        U(2026, 10, 25, 1, 30),
         U(2026, 10, 26, 1, 30),
         U(2026, 10, 27, 1, 30),
     ]
     assert [r.data_interval_end - r.data_interval_start for r in runs] == [
         DAY,
-        DAY,
         DAY + HOUR,
         DAY,
         DAY,
+        DAY,
     ]
-    local_days = [r.logical_date.astimezone(BERLIN).date() for r in runs]
-    assert len(local_days) == len(set(local_days))
-    assert all(r.logical_date.astimezone(BERLIN).strftime("%H:%M") == "02:30" for r in runs)
+    local = [r.logical_date.astimezone(BERLIN) for r in runs]
+    assert len({t.date() for t in local}) == len(runs)
+    assert all(t.strftime("%H:%M") == "02:30" for t in local)
+    assert local[2].fold == 1
+
+
+def test_every_two_hours_fires_at_the_second_of_a_repeated_hour() -> None:
+    """`0 */2 * * *` is not hourly: its 02:00 on 2026-10-25 is the second one (01:00Z)."""
+    runs = timetable_for("0 */2 * * *", "Europe/Berlin").runs_between(
+        U(2026, 10, 24, 20), U(2026, 10, 25, 6)
+    )
+    assert [r.logical_date for r in runs] == [
+        U(2026, 10, 24, 20),
+        U(2026, 10, 24, 22),
+        U(2026, 10, 25, 1),
+        U(2026, 10, 25, 3),
+        U(2026, 10, 25, 5),
+    ]
+
+
+# Sluice orders ticks by instant where Airflow compares wall-clock times (README,
+# deviation `dst-instant-order`): a tick shifted by a DST change still counts where
+# its instant lies.
+
+
+@pytest.mark.parametrize(
+    ("start", "first"),
+    [
+        pytest.param(U(2026, 10, 25, 0, 30), U(2026, 10, 25, 1, 30), id="first-of-two-0230s"),
+        pytest.param(U(2026, 3, 29, 1), U(2026, 3, 29, 1, 30), id="0300-after-missing-0230"),
+        pytest.param(U(2026, 3, 28, 1, 30), U(2026, 3, 28, 1, 30), id="on-tick-day-before"),
+    ],
+)
+def test_first_run_at_dst_is_the_first_tick_at_or_after_start(
+    start: datetime, first: datetime
+) -> None:
+    tt = timetable_for(BERLIN_0230, "Europe/Berlin")
+    info = tt.next_run(None, now=U(2027, 1, 1), catchup=True, start_date=start, end_date=None)
+    assert info is not None
+    assert info.logical_date == first
+
+
+@pytest.mark.parametrize(
+    ("when", "start", "end"),
+    [
+        pytest.param(
+            U(2026, 10, 25, 0, 45),
+            U(2026, 10, 23, 0, 30),
+            U(2026, 10, 24, 0, 30),
+            id="between-the-two-0230s",
+        ),
+        pytest.param(
+            U(2026, 10, 25, 1, 45),
+            U(2026, 10, 24, 0, 30),
+            U(2026, 10, 25, 1, 30),
+            id="after-the-second-0230",
+        ),
+        pytest.param(
+            U(2026, 3, 29, 1, 15),
+            U(2026, 3, 27, 1, 30),
+            U(2026, 3, 28, 1, 30),
+            id="before-the-shifted-tick",
+        ),
+        pytest.param(
+            U(2026, 3, 29, 1, 45),
+            U(2026, 3, 28, 1, 30),
+            U(2026, 3, 29, 1, 30),
+            id="after-the-shifted-tick",
+        ),
+    ],
+)
+def test_manual_run_at_dst_covers_the_last_interval_that_ended(
+    when: datetime, start: datetime, end: datetime
+) -> None:
+    info = timetable_for(BERLIN_0230, "Europe/Berlin").manual_run(when)
+    assert (info.data_interval_start, info.data_interval_end) == (start, end)
+
+
+def test_start_date_in_dag_zone_aligns_by_instant() -> None:
+    """A startDate given in the DAG's zone is the same instant as in UTC (no wall-clock step)."""
+    tt = timetable_for(BERLIN_0230, "Europe/Berlin")
+    start = datetime(2026, 3, 29, 3, 0, tzinfo=BERLIN)  # 01:00Z, just after the gap
+    info = tt.next_run(None, now=U(2027, 1, 1), catchup=True, start_date=start, end_date=None)
+    assert info is not None
+    assert info.logical_date == U(2026, 3, 29, 1, 30)
 
 
 @PATHS
@@ -927,3 +1012,40 @@ def test_spec_imports_no_io_libraries() -> None:
     ).stdout.splitlines()
     assert int(out[0]) >= 12  # every spec module was imported
     assert out[1] == ""
+
+
+# --- DST: schedules that fire every hour, where Airflow steps by elapsed time -------------------
+#
+# README, deviation `dst-hourly-step`: Airflow 2.10.5 and 3.3.2 leave the schedule there and
+# then stop making runs (conformance cases dst-hourly-lord-howe-half-hour and
+# dst-hourly-mondays-across-week); Sluice once stalled on the first too, computing a
+# previous tick half an hour off and creating the same run again and again.
+
+
+def test_hourly_across_a_half_hour_dst_change_keeps_to_the_ticks() -> None:
+    """Australia/Lord_Howe moves clocks from 02:00 to 02:30 on 2026-10-04 (15:30Z)."""
+    lord_howe = ZoneInfo("Australia/Lord_Howe")
+    tt = timetable_for("@hourly", "Australia/Lord_Howe")
+    runs = walk(tt, U(2026, 10, 3, 13), U(2026, 10, 3, 19))
+    assert_contiguous(runs)
+    local = [r.logical_date.astimezone(lord_howe).strftime("%H:%M") for r in runs]
+    # 02:00 does not exist: it fires when clocks reach 02:30, then 03:00 as usual
+    assert local == ["00:00", "01:00", "02:30", "03:00", "04:00", "05:00"]
+
+
+def test_hourly_on_mondays_goes_from_monday_to_monday_across_dst() -> None:
+    runs = walk(
+        timetable_for("0 * * * 1", "Europe/Berlin"), U(2026, 10, 19, 20), U(2026, 10, 26, 2)
+    )
+    assert_contiguous(runs)
+    assert [r.logical_date for r in runs[:3]] == [
+        U(2026, 10, 19, 20),  # Monday 22:00 CEST
+        U(2026, 10, 19, 21),  # Monday 23:00 CEST, until Monday 26 00:00 CET
+        U(2026, 10, 25, 23),  # Monday 26 00:00 CET
+    ]
+
+
+def test_every_minute_far_from_dst_stays_fast() -> None:
+    """Away from a DST change a tick is one croniter step (no scan)."""
+    runs = timetable_for("* * * * *", "Europe/Berlin").runs_between(U(2026, 11, 1), U(2026, 11, 2))
+    assert len(runs) == 24 * 60 + 1

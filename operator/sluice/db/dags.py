@@ -218,14 +218,7 @@ def latest_scheduled_run(session: Session, dag_id: str) -> RunInfo | None:
 
 
 def next_scheduled_run(session: Session, compiled: CompiledDag, now: datetime) -> RunInfo | None:
-    spec = compiled.spec
-    return compiled.timetable.next_run(
-        latest_scheduled_run(session, compiled.dag_id),
-        now=now,
-        catchup=spec.catchup,
-        start_date=spec.start_date,
-        end_date=spec.end_date,
-    )
+    return compiled.next_run(latest_scheduled_run(session, compiled.dag_id), now)
 
 
 def set_next_run(dag: Dag, info: RunInfo | None) -> None:

@@ -202,7 +202,7 @@ def create_due_runs(session: Session, specs: SpecCache, now: datetime, limit: in
                     error=first_line(exc),
                 )
                 continue
-            requests.extend(_due_runs(dag, compiled, now, room))
+            requests.extend(due_runs(dag, compiled, now, room))
         if not marked:
             break  # a batch without broken DAGs had every place it could use
     return sum(1 for new in insert_runs(session, requests, now) if new is not None)
@@ -258,8 +258,11 @@ def _mark_broken(dag: Dag, error: StoredSpecError, now: datetime) -> None:
     )
 
 
-def _due_runs(dag: Dag, compiled: CompiledDag, now: datetime, room: int) -> list[RunRequest]:
-    """The runs the timetable calls for now (at most `room`); moves the DAG's next run on."""
+def due_runs(dag: Dag, compiled: CompiledDag, now: datetime, room: int) -> list[RunRequest]:
+    """The runs the timetable calls for now (at most `room`); moves the DAG's next run on.
+
+    Pure over the (locked) DAG row: the conformance suite calls it on a transient row.
+    """
     spec = compiled.spec
     requests: list[RunRequest] = []
     info = _stored_next_run(dag)
@@ -268,13 +271,7 @@ def _due_runs(dag: Dag, compiled: CompiledDag, now: datetime, room: int) -> list
             # A DAG unpaused after a long pause starts from the latest interval, not the stored one.
             info = compiled.timetable.skip_to_latest(info, now=now)
         requests.append(RunRequest(compiled, RunType.SCHEDULED, info))
-        info = compiled.timetable.next_run(
-            info,
-            now=now,
-            catchup=spec.catchup,
-            start_date=spec.start_date,
-            end_date=spec.end_date,
-        )
+        info = compiled.next_run(info, now)
     set_next_run(dag, info)
     return requests
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cached_property
 from typing import Any
 
 from sluice.spec import graph
 from sluice.spec.models import DagSpec, TaskSpec
-from sluice.spec.timetables import Timetable, timetable_for
+from sluice.spec.timetables import RunInfo, Timetable, timetable_for
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,17 @@ class CompiledDag:
     @cached_property
     def timetable(self) -> Timetable:
         return timetable_for(self.spec.schedule, self.spec.timezone)
+
+    def next_run(self, last: RunInfo | None, now: datetime) -> RunInfo | None:
+        """The scheduled run after `last` that the schedule, dates and catchup call for."""
+        spec = self.spec
+        return self.timetable.next_run(
+            last,
+            now=now,
+            catchup=spec.catchup,
+            start_date=spec.start_date,
+            end_date=spec.end_date,
+        )
 
     @cached_property
     def instance_columns(self) -> dict[str, list[Any]]:

@@ -75,43 +75,80 @@ class CronTimetable:
     def __init__(self, expression: str, tz: tzinfo) -> None:
         self.expression = CRON_PRESETS.get(expression, expression)
         self.tz = tz
+        self._every_hour = _every_hour(croniter(self.expression))
 
     # Cron arithmetic runs on naive wall-clock time, as in Airflow, so a daily 02:30
-    # fires once per local day: a wall time that happens twice is its first
-    # occurrence, a missing one is shifted forward by the gap. Schedules that fire
-    # every hour step by real elapsed time instead, so a fall-back's repeated hour
-    # still runs.
+    # fires once per local day. A wall time fires at the instants `_readings` gives:
+    # a missing one shifted forward by the gap; one that happens twice at its second
+    # occurrence, or at both for a schedule that fires every hour (so a fall-back's
+    # repeated hour runs), as in Airflow. Ticks are ordered by instant: the next
+    # tick is the earliest instant after `after`. Far from a DST change that is
+    # croniter's next wall time; near one, a moved tick can lie on the other side of
+    # a neighbour's, so wall times within _DST_SLACK are all looked at (Airflow
+    # orders by wall time or steps by elapsed time there; README, deviations
+    # `dst-instant-order` and `dst-hourly-step`).
     def _next_tick(self, after: datetime) -> datetime:
         after = _utc(after)
-        wall = after.astimezone(self.tz).replace(tzinfo=None)
-        it = croniter(self.expression, wall)
-        tick: datetime = it.get_next(datetime)
-        if _every_hour(it):
-            return after + (tick - wall)
-        result = _utc(tick.replace(tzinfo=self.tz))
-        while result <= after:  # `after` is in a repeated hour, past the first occurrence
-            result = _utc(it.get_next(datetime).replace(tzinfo=self.tz))
-        return result
+        wall = self._wall(after)
+        tick: datetime = croniter(self.expression, wall).get_next(datetime)
+        first = self._readings(tick)[0]
+        if not (self._changes_near(after) or self._changes_near(first)):
+            return first
+        it = croniter(self.expression, wall - _DST_SLACK)
+        best: datetime | None = None
+        while True:
+            tick = it.get_next(datetime)
+            if best is not None and tick > max(wall, self._wall(best)) + _DST_SLACK:
+                return best
+            for instant in self._readings(tick):
+                if instant > after and (best is None or instant < best):
+                    best = instant
 
     def _prev_tick(self, before: datetime) -> datetime:
         before = _utc(before)
-        wall = before.astimezone(self.tz).replace(tzinfo=None)
-        it = croniter(self.expression, wall)
-        tick: datetime = it.get_prev(datetime)
-        if _every_hour(it):
-            return before - (wall - tick)
-        result = _utc(tick.replace(tzinfo=self.tz))
-        while result >= before:
-            result = _utc(it.get_prev(datetime).replace(tzinfo=self.tz))
-        return result
+        wall = self._wall(before)
+        tick: datetime = croniter(self.expression, wall).get_prev(datetime)
+        last = self._readings(tick)[-1]
+        if not (self._changes_near(before) or self._changes_near(last)):
+            return last
+        it = croniter(self.expression, wall + _DST_SLACK)
+        best: datetime | None = None
+        while True:
+            tick = it.get_prev(datetime)
+            if best is not None and tick < min(wall, self._wall(best)) - _DST_SLACK:
+                return best
+            for instant in self._readings(tick):
+                if instant < before and (best is None or instant > best):
+                    best = instant
+
+    def _wall(self, when: datetime) -> datetime:
+        return when.astimezone(self.tz).replace(tzinfo=None)
+
+    def _readings(self, wall: datetime) -> tuple[datetime, ...]:
+        """The instants a wall-clock tick in the DAG's zone fires at, in UTC, earliest first.
+
+        A missing time's two readings (the offsets before and after the change) differ
+        and the first is the later: it is the time shifted forward by the gap, as
+        Airflow's `make_aware` (fold=1) gives. A repeated time's readings are its two
+        occurrences: both for a schedule that fires every hour, else the second.
+        """
+        first, second = (wall.replace(tzinfo=self.tz, fold=f).astimezone(UTC) for f in (0, 1))
+        if first < second and self._every_hour:
+            return (first, second)
+        return (max(first, second),)
+
+    def _changes_near(self, instant: datetime) -> bool:
+        """Whether the zone's UTC offset changes within _DST_SLACK of `instant`."""
+        before = (instant - _DST_SLACK).astimezone(self.tz).utcoffset()
+        return before != (instant + _DST_SLACK).astimezone(self.tz).utcoffset()
 
     def _align_forward(self, when: datetime) -> datetime:
         """The first tick at or after `when`."""
-        return self._next_tick(when - _EPSILON)
+        return self._next_tick(_utc(when) - _EPSILON)
 
     def _align_back(self, when: datetime) -> datetime:
         """The last tick at or before `when`."""
-        return self._prev_tick(when + _EPSILON)
+        return self._prev_tick(_utc(when) + _EPSILON)
 
     def _info(self, start: datetime) -> RunInfo:
         end = self._next_tick(start)
@@ -212,6 +249,9 @@ def timetable_for(schedule: str | None, timezone: str) -> Timetable:
 
 
 _EPSILON = timedelta(microseconds=1)
+# More than any time zone's DST shift: how far a tick's instant can stray from its wall time
+# (and from its neighbours' order).
+_DST_SLACK = timedelta(hours=3)
 
 
 def _every_hour(it: croniter) -> bool:

@@ -1,0 +1,48 @@
+"""`python -m conformance [check|refresh|standalone] [--case NAME ...] [--airflow VERSION ...]`.
+
+check: Sluice against the recorded observations; refresh: record them from Airflow
+first; standalone: the in-process Sluice side against `sluice standalone`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from conformance import cases, check, records
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m conformance", description=__doc__)
+    parser.add_argument(
+        "command", choices=("check", "refresh", "standalone"), nargs="?", default="check"
+    )
+    parser.add_argument("--case", action="append", default=[], help="only this case (repeatable)")
+    parser.add_argument(
+        "--airflow",
+        action="append",
+        choices=records.AIRFLOW_VERSIONS,
+        help="refresh only this Airflow (repeatable; default: every one)",
+    )
+    args = parser.parse_args(argv)
+    selected = cases.load_all()
+    if args.case:
+        unknown = sorted(set(args.case) - {case.name for case in selected})
+        if unknown:
+            parser.error(f"no such case(s): {', '.join(unknown)}")
+        selected = [case for case in selected if case.name in args.case]
+    if args.command == "standalone":
+        from conformance import standalone
+
+        return standalone.main(selected)
+    if args.command == "refresh":
+        from conformance import refresh  # imports the benchmark's Airflow install code
+
+        for version in args.airflow or records.AIRFLOW_VERSIONS:
+            paths = refresh.refresh(refresh.AIRFLOWS[version], selected)
+            print(f"recorded Airflow {version}'s observations of {len(paths)} case(s)")
+    return 0 if check.report(check.check_all(selected)) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

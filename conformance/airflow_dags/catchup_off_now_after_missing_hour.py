@@ -1,0 +1,42 @@
+"""Generated from conformance/cases/schedule/catchup-off-now-after-missing-hour.yaml by conformance/airflow_dags.py; do not edit.
+
+A daily 02:30 in Europe/Berlin, catchup off, observed at 03:15 on 2026-03-29 (02:30 did not exist; Airflow's tick is 03:30).
+"""
+
+import datetime
+
+import airflow
+import pendulum
+
+if airflow.__version__.startswith("2."):
+    from airflow import DAG
+    from airflow.operators.bash import BashOperator
+else:
+    from airflow.providers.standard.operators.bash import BashOperator
+    from airflow.sdk import DAG
+
+SLUICE_ENV = {
+    'SLUICE_DAG': '{{ dag.dag_id }}',
+    'SLUICE_TASK': '{{ task.task_id }}',
+    'SLUICE_RUN_ID': '{{ run_id }}',
+    'SLUICE_LOGICAL_DATE': '{{ logical_date | ts }}',
+    'SLUICE_DATA_INTERVAL_START': '{{ data_interval_start | ts }}',
+    'SLUICE_DATA_INTERVAL_END': '{{ data_interval_end | ts }}',
+    'SLUICE_TRY_NUMBER': '{{ ti.try_number }}',
+    'SLUICE_CONF': '{{ dag_run.conf | tojson }}',
+}
+
+with DAG(
+    'catchup-off-now-after-missing-hour',
+    schedule='30 2 * * *',
+    start_date=pendulum.parse('2026-03-01T00:00:00Z').in_timezone('Europe/Berlin'),
+    catchup=False,
+) as dag:
+    tasks = {
+        'work': BashOperator(
+            task_id='work',
+            bash_command='echo "$SLUICE_DAG for $SLUICE_DATA_INTERVAL_START .. $SLUICE_DATA_INTERVAL_END"',
+            env=SLUICE_ENV,
+            append_env=True,
+        ),
+    }

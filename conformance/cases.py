@@ -1,0 +1,162 @@
+"""The suite's cases: one Sluice DAG manifest each, with the scenario in its annotations.
+
+A case is a plain manifest (`sluice dags validate` accepts it) under
+`cases/<area>/<name>.yaml`; the DAG's name is the case's name. What the
+scenario needs beyond the DAG is written as annotations, so one file says it
+all:
+
+- `conformance.sluice.io/about`: what the case checks, in one sentence;
+- `conformance.sluice.io/now`: the instant both sides observe the schedule at
+  (UTC), so a case with catchup off gives the same runs on every machine;
+- `conformance.sluice.io/manual-runs`: instants (space-separated) at which a
+  run is triggered by hand, beside the scheduled ones;
+- `conformance.sluice.io/last-run`: the data interval (`START END`) of a
+  scheduled run the DAG already has: the DAG is (re)parsed at `now` with it;
+- `conformance.sluice.io/deviation`: the id of a documented deviation (the
+  README's semantics section explains it): the case is expected to differ;
+  `id@2` limits it to Airflow 2.x (several, space-separated, may be given).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sluice.spec.errors import SpecError
+from sluice.spec.models import DagManifest
+from sluice.spec.validation import load_dag_documents
+
+ROOT = Path(__file__).resolve().parent
+CASES = ROOT / "cases"
+PREFIX = "conformance.sluice.io/"
+
+
+class CaseError(ValueError):
+    """A case file that cannot be used, and why."""
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    area: str
+    path: Path
+    manifest: DagManifest
+    about: str
+    now: datetime
+    manual_runs: tuple[datetime, ...]
+    last_run: tuple[datetime, datetime] | None
+    deviations: tuple[str, ...]
+
+    def deviation_for(self, airflow_version: str) -> str | None:
+        """The deviation expected against this Airflow version, if any."""
+        major = airflow_version.split(".", 1)[0]
+        for token in self.deviations:
+            name, _, only = token.partition("@")
+            if not only or only == major:
+                return name
+        return None
+
+    @property
+    def digest(self) -> str:
+        """A sha256 of what Airflow's observations depend on, recorded with them to tell
+        them stale: the manifest and the scenario, not `about` or `deviation`."""
+        inputs = {
+            "manifest": self.manifest.model_dump(
+                mode="json", by_alias=True, exclude={"metadata": {"annotations"}}
+            ),
+            "now": instant(self.now),
+            "manual_runs": [instant(when) for when in self.manual_runs],
+            "last_run": [instant(when) for when in self.last_run or ()],
+        }
+        canonical = json.dumps(inputs, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    @property
+    def relative_path(self) -> str:
+        """The case file's path in the repository (or as given, if elsewhere)."""
+        if self.path.is_relative_to(ROOT.parent):
+            return str(self.path.relative_to(ROOT.parent))
+        return str(self.path)
+
+
+def load_all(root: Path = CASES) -> list[Case]:
+    """Every case under `root`, sorted by area then name; names are unique."""
+    cases = [load(path) for path in sorted(root.glob("*/*.yaml"))]
+    names = [case.name for case in cases]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise CaseError(f"case names used more than once: {', '.join(duplicates)}")
+    return sorted(cases, key=lambda case: (case.area, case.name))
+
+
+def load(path: Path) -> Case:
+    documents = load_dag_documents(path.read_text())
+    if len(documents) != 1:
+        raise CaseError(f"{path}: a case is exactly one DAG manifest, found {len(documents)}")
+    manifest = documents[0]
+    if isinstance(manifest, SpecError):
+        raise CaseError(f"{path}: {'; '.join(str(issue) for issue in manifest.issues)}")
+    name = manifest.metadata.name
+    if name != path.stem:
+        raise CaseError(f"{path}: the DAG is named {name!r}; name it after its file")
+    notes = manifest.metadata.annotations
+    unknown = sorted(
+        key for key in notes if key.startswith(PREFIX) and key[len(PREFIX) :] not in _ANNOTATIONS
+    )
+    if unknown:
+        raise CaseError(f"{path}: unknown annotation(s) {', '.join(unknown)}")
+    about = notes.get(PREFIX + "about")
+    now = notes.get(PREFIX + "now")
+    if not about or not now:
+        raise CaseError(f"{path}: annotations {PREFIX}about and {PREFIX}now are required")
+    return Case(
+        name=name,
+        area=path.parent.name,
+        path=path,
+        manifest=manifest,
+        about=about,
+        now=parse_instant(now, path),
+        manual_runs=tuple(
+            parse_instant(text, path) for text in notes.get(PREFIX + "manual-runs", "").split()
+        ),
+        last_run=_interval(notes.get(PREFIX + "last-run"), path),
+        deviations=tuple(notes.get(PREFIX + "deviation", "").split()),
+    )
+
+
+def _interval(text: str | None, where: object) -> tuple[datetime, datetime] | None:
+    if text is None:
+        return None
+    parts = text.split()
+    if len(parts) != 2:
+        raise CaseError(f"{where}: last-run is 'START END', got {text!r}")
+    start, end = (parse_instant(part, where) for part in parts)
+    return start, end
+
+
+_ANNOTATIONS = ("about", "now", "manual-runs", "last-run", "deviation")
+
+
+def parse_instant(text: str, where: object = "") -> datetime:
+    """An ISO 8601 instant with its offset, as UTC (a naive one is refused)."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise CaseError(f"{where}: {text!r} is not an ISO 8601 instant") from None
+    if value.tzinfo is None:
+        raise CaseError(f"{where}: {text!r} has no UTC offset; write e.g. 2026-12-01T00:00:00Z")
+    return value.astimezone(UTC)
+
+
+def instant(value: datetime | None) -> str | None:
+    """The one spelling both sides' observations use: UTC, seconds, `Z`."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        raise ValueError(f"naive datetime {value.isoformat()} in an observation")
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S") + (
+        f".{value.microsecond:06d}Z" if value.microsecond else "Z"
+    )

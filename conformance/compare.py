@@ -1,0 +1,166 @@
+"""Judging one case: Airflow's recorded observations against Sluice's, as a diff a person reads.
+
+Pure: it takes both sides' observations (plain JSON-shaped dicts) and what is
+known about the case (its documented deviation, whether the record is stale)
+and returns an Outcome. Each section is rendered as lines (one run per line,
+one definition field per line) and the two renderings are diffed, `-` for
+Airflow and `+` for Sluice, so a shifted run shows as one line each side
+rather than as a cascade of index-wise mismatches.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+SECTIONS = ("definition", "scheduled", "next", "manual")
+
+
+class Status(StrEnum):
+    MATCH = "match"
+    DEVIATION = "documented deviation"
+    DIFFERS = "differs"
+    UNDOCUMENTED = "deviation not documented"
+    NO_LONGER_DIFFERS = "deviation no longer differs"
+    STALE = "stale record"
+    UNRECORDED = "not recorded"
+
+    @property
+    def passes(self) -> bool:
+        return self in (Status.MATCH, Status.DEVIATION)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    case: str
+    status: Status
+    diff: tuple[str, ...] = ()
+    note: str = ""
+
+
+def judge(
+    case: str,
+    airflow: Mapping[str, Any] | None,
+    sluice: Mapping[str, Any],
+    *,
+    deviation: str | None = None,
+    documented: frozenset[str] = frozenset(),
+    stale: str | None = None,
+) -> Outcome:
+    """The case's outcome; `stale` is why Airflow's record no longer fits the case, if so."""
+    if airflow is None:
+        return Outcome(case, Status.UNRECORDED, note="run `make conformance-refresh`")
+    if stale is not None:
+        return Outcome(case, Status.STALE, note=f"{stale}; run `make conformance-refresh`")
+    diff = tuple(diff_observations(airflow, sluice))
+    if not diff:
+        if deviation is not None:
+            note = f"drop the deviation annotation {deviation!r} (and its README entry if unused)"
+            return Outcome(case, Status.NO_LONGER_DIFFERS, note=note)
+        return Outcome(case, Status.MATCH)
+    if deviation is None:
+        return Outcome(case, Status.DIFFERS, diff)
+    if deviation not in documented:
+        note = f"{deviation!r} is not among the README's documented deviations"
+        return Outcome(case, Status.UNDOCUMENTED, diff, note)
+    return Outcome(case, Status.DEVIATION, diff, f"deviation {deviation!r} (README, Semantics)")
+
+
+def diff_observations(airflow: Mapping[str, Any], sluice: Mapping[str, Any]) -> list[str]:
+    """`-` Airflow / `+` Sluice lines for every section that differs; [] when all agree."""
+    lines: list[str] = []
+    for section in SECTIONS:
+        theirs = section_lines(section, airflow.get(section))
+        ours = section_lines(section, sluice.get(section))
+        if theirs == ours:
+            continue
+        lines.append(f"{section}:")
+        lines.extend(_unified(theirs, ours))
+    return lines
+
+
+def section_lines(section: str, value: Any) -> list[str]:
+    if section == "definition":
+        return [f"{path} = {leaf!r}" for path, leaf in flatten(value or {})]
+    if section == "next":
+        return [run_line(value) if value else "none"]
+    return [run_line(run) for run in value or []]
+
+
+def run_line(run: Mapping[str, Any]) -> str:
+    text = (
+        f"{run.get('logical_date')}  interval {run.get('data_interval_start')} .. "
+        f"{run.get('data_interval_end')}  after {run.get('run_after')}"
+    )
+    return f"triggered {run['triggered_at']}: {text}" if "triggered_at" in run else text
+
+
+def flatten(value: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
+    """(dotted path, leaf) pairs in key order; lists are leaves."""
+    if isinstance(value, Mapping):
+        for key in sorted(value):
+            yield from flatten(value[key], f"{prefix}.{key}" if prefix else str(key))
+    else:
+        yield prefix, value
+
+
+def _unified(theirs: Sequence[str], ours: Sequence[str]) -> list[str]:
+    matcher = difflib.SequenceMatcher(a=theirs, b=ours, autojunk=False)
+    out: list[str] = []
+    for group in matcher.get_grouped_opcodes(1):
+        out.append("  @@")
+        for tag, a0, a1, b0, b1 in group:
+            if tag == "equal":
+                out.extend(f"      {line}" for line in theirs[a0:a1])
+                continue
+            out.extend(f"    - {line}" for line in theirs[a0:a1])
+            out.extend(f"    + {line}" for line in ours[b0:b1])
+    return out
+
+
+_DEVIATION_ITEM = re.compile(r"^\s*- \*\*Deviation `([a-z0-9-]+)`\*\*", re.MULTILINE)
+
+
+def documented_deviations(readme: str) -> frozenset[str]:
+    """Deviation ids listed in the README's Semantics section (`- **Deviation `id`**: ...`)."""
+    _, found, rest = readme.partition("\n## Semantics")
+    if not found:
+        return frozenset()
+    return frozenset(_DEVIATION_ITEM.findall(rest.split("\n## ", 1)[0]))
+
+
+def render(outcome: Outcome, area: str, about: str, airflow: str) -> list[str]:
+    mark = "ok  " if outcome.status.passes else "FAIL"
+    head = f"{mark} {area}/{outcome.case} vs Airflow {airflow}: {outcome.status.value}"
+    lines = [head + (f" - {outcome.note}" if outcome.note else "")]
+    if outcome.diff:
+        lines.append(f"     {about}")
+        lines.append("     (- Airflow, + Sluice)")
+        lines.extend(f"   {line}" for line in outcome.diff)
+    return lines
+
+
+def summary(by_airflow: Mapping[str, Sequence[Outcome]], cases: int) -> str:
+    """One line: the verdict, then each Airflow's counts."""
+    parts = []
+    failed = False
+    for label, outcomes in by_airflow.items():
+        counts = Counter(outcome.status for outcome in outcomes)
+        failed = failed or any(not status.passes for status in counts)
+        shown = [
+            f"{counts[Status.MATCH]} match",
+            f"{counts[Status.DEVIATION]} documented deviation(s)",
+        ]
+        shown.extend(
+            f"{counts[status]} {status.value}"
+            for status in Status
+            if not status.passes and counts[status]
+        )
+        parts.append(f"{label}: {', '.join(shown)}")
+    verdict = "FAILED" if failed else "passed"
+    return f"conformance {verdict}: {cases} cases; {'; '.join(parts)}"

@@ -1,0 +1,371 @@
+"""The conformance suite's own logic: judging a case, its diff, deviations, case files.
+
+These need neither Airflow nor the recorded observations; the suite itself (Sluice
+against Airflow's records) is tests/conformance, run by `make conformance`.
+"""
+
+from __future__ import annotations
+
+import ast
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance import airflow_dags, cases, definitions
+from conformance.compare import (
+    Outcome,
+    Status,
+    diff_observations,
+    documented_deviations,
+    judge,
+    render,
+    summary,
+)
+
+
+def run(day: int, hours: int = 24) -> dict[str, str]:
+    start = datetime(2026, 11, day, tzinfo=UTC)
+    end = start + timedelta(hours=hours)
+    return {
+        "logical_date": cases.instant(start) or "",
+        "data_interval_start": cases.instant(start) or "",
+        "data_interval_end": cases.instant(end) or "",
+        "run_after": cases.instant(end) or "",
+    }
+
+
+def observations(*runs: dict[str, str], catchup: bool = True) -> dict[str, Any]:
+    return {
+        "definition": {"catchup": catchup, "tasks": {"work": {"retries": 0}}},
+        "scheduled": list(runs),
+        "next": None,
+        "manual": [],
+    }
+
+
+# --- judge: every status --------------------------------------------------------------------
+
+
+def test_same_observations_match() -> None:
+    same = observations(run(1), run(2))
+    assert judge("c", same, same) == Outcome("c", Status.MATCH)
+
+
+def test_a_different_run_differs_and_fails() -> None:
+    outcome = judge("c", observations(run(1), run(2)), observations(run(1), run(2, hours=25)))
+    assert outcome.status is Status.DIFFERS
+    assert not outcome.status.passes
+    assert outcome.diff[0] == "scheduled:"
+
+
+def test_documented_deviation_passes_with_its_diff() -> None:
+    outcome = judge(
+        "c",
+        observations(catchup=True),
+        observations(catchup=False),
+        deviation="catchup-default",
+        documented=frozenset({"catchup-default"}),
+    )
+    assert outcome.status is Status.DEVIATION
+    assert outcome.status.passes
+    assert "    - catchup = True" in outcome.diff
+
+
+def test_deviation_missing_from_readme_fails() -> None:
+    outcome = judge(
+        "c", observations(catchup=True), observations(catchup=False), deviation="catchup-default"
+    )
+    assert outcome.status is Status.UNDOCUMENTED
+    assert not outcome.status.passes
+
+
+def test_deviation_that_no_longer_differs_fails() -> None:
+    same = observations(run(1))
+    outcome = judge("c", same, same, deviation="x", documented=frozenset({"x"}))
+    assert outcome.status is Status.NO_LONGER_DIFFERS
+    assert not outcome.status.passes
+
+
+def test_unrecorded_and_stale_fail_before_comparing() -> None:
+    assert judge("c", None, observations()).status is Status.UNRECORDED
+    stale = judge("c", observations(run(1)), observations(run(2)), stale="case changed")
+    assert stale.status is Status.STALE
+    assert stale.diff == ()
+    assert "case changed" in stale.note
+
+
+# --- the diff a person reads ----------------------------------------------------------------
+
+
+def test_diff_shows_a_shifted_run_as_one_line_each_side() -> None:
+    airflow = observations(run(1), run(2), run(3), run(4))
+    shifted = {**run(3), "data_interval_end": "2026-11-04T01:00:00Z"}
+    sluice = observations(run(1), run(2), shifted, run(4))
+    lines = diff_observations(airflow, sluice)
+    assert [line[:6] for line in lines if line[4:6] in ("- ", "+ ")] == ["    - ", "    + "]
+    assert sum(1 for line in lines if line.startswith("      ")) == 2  # context either side
+    assert "2026-11-04T01:00:00Z" in lines[-2]
+
+
+def test_diff_names_definition_fields_by_path() -> None:
+    airflow = observations()
+    sluice = observations()
+    sluice["definition"] = {"catchup": True, "tasks": {"work": {"retries": 2}}}
+    lines = diff_observations(airflow, sluice)
+    assert "    - tasks.work.retries = 0" in lines
+    assert "    + tasks.work.retries = 2" in lines
+
+
+def test_missing_next_and_manual_sections() -> None:
+    airflow = observations()
+    sluice = {**observations(), "next": run(5)}
+    lines = diff_observations(airflow, sluice)
+    assert lines[:2] == ["next:", "  @@"]
+    assert lines[2] == "    - none"
+
+
+def test_render_and_summary() -> None:
+    failing = Outcome("a", Status.DIFFERS, ("scheduled:", "    - x", "    + y"))
+    lines = render(failing, "schedule", "what it checks", "2.10.5")
+    assert lines[0] == "FAIL schedule/a vs Airflow 2.10.5: differs"
+    assert lines[-1] == "       + y"
+    ok = render(Outcome("b", Status.MATCH), "schedule", "", "3.3.2")
+    assert ok == ["ok   schedule/b vs Airflow 3.3.2: match"]
+    text = summary(
+        {
+            "Airflow 2": [Outcome("a", Status.MATCH), Outcome("b", Status.DEVIATION), failing],
+            "Airflow 3": [Outcome("a", Status.MATCH)] * 3,
+        },
+        3,
+    )
+    assert text == (
+        "conformance FAILED: 3 cases; Airflow 2: 1 match, 1 documented deviation(s), 1 differs; "
+        "Airflow 3: 3 match, 0 documented deviation(s)"
+    )
+    assert summary({"Airflow 3": [Outcome("a", Status.MATCH)]}, 1).startswith(
+        "conformance passed: "
+    )
+
+
+def test_documented_deviations_are_read_from_the_semantics_section_only() -> None:
+    readme = (
+        "# X\n\n## Semantics (Airflow's)\n\n- **Deviation `one`**: because.\n"
+        "  - **Deviation `two-2`**: nested.\n\n## Other\n\n- **Deviation `three`**: no.\n"
+    )
+    assert documented_deviations(readme) == {"one", "two-2"}
+    assert documented_deviations("- **Deviation `one`**: no section.") == frozenset()
+
+
+def test_the_readme_documents_the_deviations_cases_use() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    used = {token.partition("@")[0] for case in cases.load_all() for token in case.deviations}
+    assert used
+    assert used <= documented_deviations(readme)
+
+
+# --- case files ----------------------------------------------------------------------------
+
+MANIFEST = """\
+apiVersion: sluice.io/v1alpha1
+kind: DAG
+metadata:
+  name: {name}
+  annotations:
+{notes}
+spec:
+  schedule: "@daily"
+  startDate: 2026-11-01T00:00:00Z
+  tasks:
+    - name: work
+      image: busybox:1.36
+      command: [sh, -c]
+      args: ['echo hi']
+"""
+
+
+def write_case(tmp_path: Path, notes: str, name: str = "a-case") -> Path:
+    area = tmp_path / "schedule"
+    area.mkdir(parents=True, exist_ok=True)
+    path = area / f"{name}.yaml"
+    path.write_text(MANIFEST.format(name=name, notes=notes))
+    return path
+
+
+def test_case_reads_its_scenario_from_annotations(tmp_path: Path) -> None:
+    path = write_case(
+        tmp_path,
+        '    conformance.sluice.io/about: "x"\n'
+        '    conformance.sluice.io/now: "2026-12-01T01:00:00+01:00"\n'
+        '    conformance.sluice.io/manual-runs: "2026-11-02T00:00:00Z 2026-11-03T00:00:00Z"\n'
+        '    conformance.sluice.io/last-run: "2026-11-01T00:00:00Z 2026-11-02T00:00:00Z"\n'
+        "    conformance.sluice.io/deviation: catchup-default@2",
+    )
+    case = cases.load(path)
+    assert case.now == datetime(2026, 12, 1, tzinfo=UTC)
+    assert case.manual_runs == (
+        datetime(2026, 11, 2, tzinfo=UTC),
+        datetime(2026, 11, 3, tzinfo=UTC),
+    )
+    assert case.last_run == (datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 2, tzinfo=UTC))
+    assert case.area == "schedule"
+    assert case.deviation_for("2.10.5") == "catchup-default"
+    assert case.deviation_for("3.3.2") is None
+
+
+@pytest.mark.parametrize(
+    ("notes", "message"),
+    [
+        pytest.param('    conformance.sluice.io/about: "x"', "are required", id="no-now"),
+        pytest.param(
+            '    conformance.sluice.io/about: "x"\n    conformance.sluice.io/now: "2026-12-01"',
+            "no UTC offset",
+            id="naive-now",
+        ),
+        pytest.param(
+            '    conformance.sluice.io/about: "x"\n    conformance.sluice.io/now: "2026-12-01Z"\n'
+            '    conformance.sluice.io/nwo: "typo"',
+            "unknown annotation",
+            id="typo",
+        ),
+        pytest.param(
+            '    conformance.sluice.io/about: "x"\n'
+            '    conformance.sluice.io/now: "2026-12-01T00:00:00Z"\n'
+            '    conformance.sluice.io/last-run: "2026-11-01T00:00:00Z"',
+            "last-run is 'START END'",
+            id="last-run-without-end",
+        ),
+    ],
+)
+def test_bad_case_files_are_refused(tmp_path: Path, notes: str, message: str) -> None:
+    with pytest.raises(cases.CaseError, match=message):
+        cases.load(write_case(tmp_path, notes))
+
+
+def test_case_named_unlike_its_file_is_refused(tmp_path: Path) -> None:
+    path = write_case(tmp_path, '    conformance.sluice.io/about: "x"')
+    path.rename(path.with_name("other.yaml"))
+    with pytest.raises(cases.CaseError, match="name it after its file"):
+        cases.load(path.with_name("other.yaml"))
+
+
+def test_instant_is_utc_with_z() -> None:
+    plus_one = timezone(timedelta(hours=1))
+    assert cases.instant(datetime(2026, 1, 1, 1, tzinfo=plus_one)) == "2026-01-01T00:00:00Z"
+    assert cases.instant(datetime(2026, 1, 1, microsecond=5, tzinfo=UTC)) == (
+        "2026-01-01T00:00:00.000005Z"
+    )
+    assert cases.instant(None) is None
+    with pytest.raises(ValueError, match="naive"):
+        cases.instant(datetime(2026, 1, 1))
+
+
+# --- the generated Airflow DAG says what the manifest says -----------------------------------
+
+
+def test_generated_dag_is_python_with_the_manifest_s_values() -> None:
+    case = cases.load(cases.CASES / "schedule" / "dst-daily-repeated-hour.yaml")
+    text = airflow_dags.source(case)
+    ast.parse(text)
+    assert "schedule='30 2 * * *'," in text
+    assert "pendulum.parse('2026-10-21T22:00:00Z').in_timezone('Europe/Berlin')" in text
+    assert "catchup=True," in text
+    assert "max_active_runs=" not in text  # not in the manifest: Airflow's default stays
+
+
+def test_left_out_catchup_is_left_out_for_airflow_too() -> None:
+    case = cases.load(cases.CASES / "schedule" / "catchup-default.yaml")
+    assert "catchup=" not in airflow_dags.source(case)
+    assert definitions.of_manifest(case.manifest)["catchup"] is False
+
+
+def test_definition_maps_the_default_pool_and_shell_text() -> None:
+    case = cases.load(cases.CASES / "schedule" / "preset-hourly.yaml")
+    task = definitions.of_manifest(case.manifest)["tasks"]["work"]
+    assert task["pool"] == "default_pool"
+    assert task["command"].startswith("echo ")
+    assert task["retry_delay"] == 300.0
+
+
+# --- the standalone cross-check's reading of runs and logs ----------------------------------
+
+
+def test_standalone_reads_runs_and_the_intervals_tasks_printed(tmp_path: Path) -> None:
+    from conformance import standalone
+
+    run_id = "scheduled__2026-11-01T00:00:00+00:00"
+    log = tmp_path / "d" / run_id.replace(":", "_").replace("+", "_") / "work" / "1.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("d for 2026-11-01T00:00:00+00:00 .. 2026-11-02T01:00:00+01:00\n")
+    runs = [{"dag": "d", "run_id": run_id, "logical_date": "2026-11-01T00:00:00+00:00"}]
+    runs[0]["state"] = "success"
+    assert standalone.observed_runs(runs, tmp_path) == {
+        "d": [("2026-11-01T00:00:00Z", "2026-11-01T00:00:00Z", "2026-11-02T00:00:00Z", "success")]
+    }
+
+
+def test_standalone_takes_only_cases_the_clock_does_not_change() -> None:
+    from conformance import standalone
+
+    later = datetime(2030, 1, 1, tzinfo=UTC)
+    by_name = {case.name: case for case in cases.load_all()}
+    assert standalone.eligible(by_name["dst-daily-repeated-hour"], later)
+    assert not standalone.eligible(by_name["catchup-off"], later)  # the latest hour moves
+    assert not standalone.eligible(by_name["manual-only"], later)  # manual runs
+    expected = standalone.expected_runs(by_name["once-past"])
+    assert expected == [("2026-11-01T10:00:00Z",) * 3 + ("success",)]
+
+
+def test_digest_ignores_about_and_deviation_but_not_the_dag(tmp_path: Path) -> None:
+    notes = (
+        '    conformance.sluice.io/about: "x"\n'
+        '    conformance.sluice.io/now: "2026-12-01T00:00:00Z"'
+    )
+    base = cases.load(write_case(tmp_path, notes)).digest
+    annotated = (
+        notes.replace('"x"', '"y"') + "\n    conformance.sluice.io/deviation: catchup-default"
+    )
+    assert cases.load(write_case(tmp_path, annotated)).digest == base
+    later = notes.replace("2026-12-01T00", "2026-12-02T00")
+    assert cases.load(write_case(tmp_path, later)).digest != base
+
+
+# --- records: one entry per Airflow version, stale when the case or its DAG changed ----------
+
+
+def record(version: str, case: cases.Case) -> Any:
+    from conformance import records
+
+    return records.Record(
+        version=version,
+        python="3.11.7",
+        recorded_at="2026-12-04T10:00:00Z",
+        case_sha256=case.digest,
+        api={"scheduled": "x"},
+        observations=observations(run(1)),
+    )
+
+
+def test_records_keep_each_version_and_tell_when_they_are_stale(tmp_path: Path) -> None:
+    from conformance import airflow_dags, records
+
+    notes = (
+        '    conformance.sluice.io/about: "x"\n'
+        '    conformance.sluice.io/now: "2026-12-01T00:00:00Z"'
+    )
+    case = cases.load(write_case(tmp_path / "cases", notes))
+    expected, dags = tmp_path / "expected", tmp_path / "dags"
+    records.save(record("2.10.5", case), case, expected)
+    records.save(record("3.3.2", case), case, expected)
+    loaded = records.load(case, expected)
+    assert sorted(loaded) == ["2.10.5", "3.3.2"]
+    assert loaded["2.10.5"].label == "Airflow 2.10.5 (recorded 2026-12-04)"
+    assert loaded["3.3.2"].observations == observations(run(1))
+
+    assert "generated Airflow DAG differs" in str(records.staleness(case, loaded["2.10.5"], dags))
+    dags.mkdir()
+    (dags / airflow_dags.file_name(case)).write_text(airflow_dags.source(case))
+    assert records.staleness(case, loaded["2.10.5"], dags) is None
+    later = cases.load(write_case(tmp_path / "cases", notes.replace("12-01", "12-02")))
+    assert "changed since Airflow 2.10.5" in str(records.staleness(later, loaded["2.10.5"], dags))
