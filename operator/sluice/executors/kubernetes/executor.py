@@ -42,7 +42,7 @@ from kubernetes.client.exceptions import ApiException
 from sluice.executors.base import Inspection, TaskEvent, TaskLaunch
 from sluice.executors.kubernetes import names
 from sluice.executors.kubernetes.manifest import JobSettings, PodTemplateError, build_job
-from sluice.executors.kubernetes.outcome import Verdict, judge
+from sluice.executors.kubernetes.outcome import Verdict, judge, k8s_time
 from sluice.executors.kubernetes.watch import TryCache
 from sluice.spec.states import TaskState
 
@@ -464,10 +464,7 @@ class KubernetesExecutor:
 
 
 def _created(job: dict[str, Any] | None, fallback: datetime) -> datetime:
-    stamp = (job or {}).get("metadata", {}).get("creationTimestamp")
-    if not stamp:
-        return fallback
-    return datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    return k8s_time((job or {}).get("metadata", {}).get("creationTimestamp")) or fallback
 
 
 UNBOUNDED_TRY_TOKEN_LIFE = 24 * 3600.0

@@ -100,7 +100,7 @@ def judge(
         return Verdict("lost", evidence=evidence)
     if main is not None and "running" in main.get("state", {}):
         since = (main["state"]["running"] or {}).get("startedAt")
-        return Verdict("running", evidence=evidence, running_since=_timestamp(since))
+        return Verdict("running", evidence=evidence, running_since=k8s_time(since))
     return _starting(
         pod, main, now=now, started=started, timeout=pod_start_timeout, evidence=evidence
     )
@@ -241,7 +241,7 @@ def pod_is_running(pod: dict[str, Any] | None) -> bool:
     return main is not None and "running" in (main.get("state") or {})
 
 
-def _timestamp(value: object) -> datetime | None:
+def k8s_time(value: object) -> datetime | None:
     """A Kubernetes RFC 3339 time (`2026-12-04T04:48:43Z`), or None if absent or not one."""
     if not isinstance(value, str) or not value:
         return None
