@@ -90,7 +90,12 @@ class Release:
         return items
 
     def dump(self) -> str:
-        out = [self.k("get", "pods,jobs,dagruns", "-o", "wide", check=False)]
+        """What went wrong first (the tries that did not succeed, from the database), then
+        the pods, Jobs and runs, and the logs."""
+        out = [
+            self.unsuccessful_tries(),
+            self.k("get", "pods,jobs,dagruns", "-o", "wide", check=False),
+        ]
         for component in ("scheduler", "operator"):
             out.append(
                 self.k(
@@ -117,6 +122,22 @@ class Release:
             "-v", "ON_ERROR_STOP=1", "-c", query,
         )  # fmt: skip
         return [line.split("\t") for line in out.splitlines() if line]
+
+    def unsuccessful_tries(self, limit: int = 10) -> str:
+        """The latest tries that ended other than in success, with reasons and evidence."""
+        try:
+            rows = self.sql(
+                "SELECT ti.dag_id, ti.task_id, tt.try_number, tt.state, tt.external_id,"
+                " coalesce(tt.reason, ''), coalesce(tt.evidence::text, '')"
+                " FROM task_try tt JOIN task_instance ti ON ti.id = tt.task_instance_id"
+                " WHERE tt.state NOT IN ('success', 'running', 'queued')"
+                f" ORDER BY tt.end_date DESC LIMIT {limit}"
+            )
+        except Exception as exc:  # the database cannot be read: say so, dump the rest
+            return f"unsuccessful tries: cannot be read: {str(exc)[:300]}"
+        lines = [f"unsuccessful tries ({len(rows)}, at most {limit}):"]
+        lines += ["  " + " | ".join(row) for row in rows]
+        return "\n".join(lines)
 
     def running_tries_by_host(self) -> dict[str, set[str]]:
         """Task instance ids with a running try, by the live scheduler pod that holds it

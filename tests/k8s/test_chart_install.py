@@ -76,7 +76,7 @@ def test_the_chart_installs_runs_a_dag_through_a_scheduler_pod_kill_and_uninstal
         time.sleep(10)
 
     run = rel.wait_run(dag, timeout=420)
-    assert run["status"]["state"] == "success", f"{run['status']}\n{rel.dump()}"
+    assert run["status"]["state"] == "success", f"{rel.dump()}\n{run['status']}"
     tries = rel.tries_started(dag)
     assert all(n == 1 for n in tries.values()), f"a try started twice: {tries}"
     assert len({ti for ti, _ in tries}) == len(tasks), tries

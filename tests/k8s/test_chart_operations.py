@@ -92,7 +92,7 @@ def test_the_examples_run_as_jobs_of_the_scheduler_pods(rel: Release) -> None:
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{rel.dump()}") from None
     for dag in dags:
-        assert set(_run_states(rel, dag)) == {"success"}, (dag, rel.dump())
+        assert set(_run_states(rel, dag)) == {"success"}, f"{dag}: {rel.dump()}"
         assert rel.jobs(dag), dag
     # Every try was started by one of this release's scheduler pods.
     starters = {
@@ -224,7 +224,7 @@ def test_200_tasks_keep_their_pool_limit_through_scheduler_pod_kills(
                 time.sleep(30)
             for dag in dags:
                 run = rel.wait_run(dag, timeout=900)
-                assert run["status"]["state"] == "success", (dag, run["status"], rel.dump())
+                assert run["status"]["state"] == "success", f"{dag}: {rel.dump()}\n{run['status']}"
         finally:
             stop.set()
             sampler.join(10)
@@ -267,7 +267,7 @@ def test_scaling_the_schedulers_3_1_3_mid_run_loses_nothing(rel: Release) -> Non
     rel.k("scale", deployment, "--replicas=3")
     wait_for("three schedulers", lambda: _scheduler_deployment_ready(rel, 3), timeout=240, every=2)
     run = rel.wait_run(dag, timeout=600)
-    assert run["status"]["state"] == "success", (run["status"], rel.dump())
+    assert run["status"]["state"] == "success", f"{rel.dump()}\n{run['status']}"
     _assert_each_try_started_once(rel, dag, tasks=20)
 
 
@@ -294,7 +294,7 @@ def test_helm_upgrade_mid_run_rolls_the_schedulers_migrates_once_and_loses_nothi
     assert sum(e.get("count", 1) for e in created) == 1, created
     assert not rel.k("get", "jobs", f"{rel.fullname}-migrations", "--ignore-not-found")
     run = rel.wait_run(dag, timeout=600)
-    assert run["status"]["state"] == "success", (run["status"], rel.dump())
+    assert run["status"]["state"] == "success", f"{rel.dump()}\n{run['status']}"
     _assert_each_try_started_once(rel, dag, tasks=20)
 
 
@@ -320,7 +320,7 @@ def test_a_postgres_restart_mid_run_keeps_the_replicas_up_and_every_run_ends(
     rel.k("delete", "pod", postgres)  # returns once it is gone
     wait_for("a new Postgres pod, ready", lambda: _new_and_ready(rel, postgres, uid), 240, every=2)
     run = rel.wait_run(dag, timeout=600)
-    assert run["status"]["state"] == "success", (run["status"], rel.dump())
+    assert run["status"]["state"] == "success", f"{rel.dump()}\n{run['status']}"
     assert restarts() == before, "a replica restarted or was replaced during the outage"
     _assert_each_try_started_once(rel, dag, tasks=20)
 

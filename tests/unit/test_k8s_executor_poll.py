@@ -153,3 +153,30 @@ def test_a_relist_judges_every_try_again(
     executor.cache._everything = True  # what a relist (after a 410 or an outage) sets
     executor.poll()
     assert len(judged) == 4
+
+
+def test_inspect_proves_a_try_never_started_only_when_neither_job_nor_pod_exists(
+    setup: tuple[KubernetesExecutor, Clock, list[str]],
+) -> None:
+    """Another replica's view: no Job under the try's name and no pod is the proof that lets
+    a dead replica's claimed try be queued again (a finished Job is kept for
+    ttlSecondsAfterFinished); a Job that exists, even ended, is no such proof."""
+    executor, _, _ = setup
+    name = executor.planned_external_id(launch())
+    assert name is not None
+    seen = executor.inspect((99, 1), name)
+    assert seen.state == "gone"
+    assert seen.restartable_within == executor.settings.ttl_seconds_after_finished
+    assert seen.evidence["started"] is False
+    assert seen.evidence["job_name"] == name
+
+    executor.start([launch()])  # the Job exists now (in the cache, as the create returned it)
+    other = executor.inspect((99, 1), name)
+    assert other.state == "alive"
+    assert other.restartable_within is None
+    job = executor._batch.created[0]  # type: ignore[attr-defined]
+    job["status"] = {"conditions": [{"type": "Failed", "status": "True", "reason": "PodFailure"}]}
+    executor.cache.put_job(job)
+    lost = executor.inspect((99, 1), name)  # failed, its pod gone: a zombie's, not a restart
+    assert lost.state == "gone"
+    assert lost.restartable_within is None

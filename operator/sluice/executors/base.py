@@ -97,6 +97,13 @@ class Inspection:
     `running_since`: when its main process started, if the executor knows; a try
     that heartbeats itself is not judged silent for the time before that (its pod
     may take long to start on a busy node).
+
+    `restartable_within`: with "gone", this executor saw no trace of the try at
+    all, and any attempt started at most this many seconds ago would have left
+    one (a finished Job is kept that long). A try claimed more recently than
+    that never started, and starting it again under the same external id cannot
+    make a second attempt: a late start by its first replica collides with it
+    (a Job's deterministic name). None: no such proof.
     """
 
     state: Literal["alive", "gone", "unknown", "unreachable"]
@@ -107,6 +114,7 @@ class Inspection:
     evidence: dict[str, Any] = field(default_factory=dict)
     stops_within: float | None = None
     running_since: datetime | None = None
+    restartable_within: float | None = None
 
 
 class Executor(Protocol):

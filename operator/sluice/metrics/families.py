@@ -79,6 +79,11 @@ ADOPTIONS = Counter(
     "Running tries of other replicas (dead ones, or with a stale heartbeat) this replica"
     " adopted because its executor saw them alive",
 )
+TRIES_REQUEUED_UNSTARTED = Counter(
+    "sluice_tries_requeued_unstarted",
+    "Tries of dead replicas this replica queued again (same try number) because the replica"
+    " died between claiming and starting them and the executor proved no attempt existed",
+)
 TRIES_KILLED_EXTERNALLY = Counter(
     "sluice_tries_killed_externally",
     "Tries this replica's executor was told to kill because the database no longer had them"

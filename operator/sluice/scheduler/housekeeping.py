@@ -27,6 +27,7 @@ from sluice.db.prepared import Prepared
 from sluice.executors.base import Executor, Inspection, TaskEvent
 from sluice.logs import first_line
 from sluice.scheduler import pools
+from sluice.scheduler.critical import START_TASK
 from sluice.scheduler.results import Applied, apply_task_events
 from sluice.scheduler.transitions import lock_runs_of
 from sluice.spec.states import TaskState
@@ -134,9 +135,11 @@ def heartbeat_tries(
     heartbeating.
 
     A try the database no longer has running under this replica is fenced: if
-    another replica adopted it (same try, still running) it is released and
-    keeps running; otherwise (newer try, timed-out run, zombie verdict) it is
-    killed. The caller acts on the fence after committing.
+    another replica adopted it (same try, still running) or queued it again
+    (same try: this replica was taken for dead before it started it) it is
+    released, and a Job it did start goes on under its new owner; otherwise
+    (newer try, timed-out run, zombie verdict) it is killed. The caller acts on
+    the fence after committing.
     """
     if not external_ids:
         return Fence([], [])
@@ -163,7 +166,7 @@ def heartbeat_tries(
         for row in session.execute(
             select(TaskInstance.id, TaskInstance.try_number).where(
                 tuple_(TaskInstance.id, TaskInstance.try_number).in_(lost),
-                TaskInstance.state == TaskState.RUNNING,
+                TaskInstance.state.in_((TaskState.RUNNING, TaskState.QUEUED)),
             )
         )
     }
@@ -183,6 +186,15 @@ class Adoption:
     skip_on_exit_code: frozenset[int]
 
 
+@dataclass(frozen=True)
+class Restart:
+    """A dead replica's try that provably never started: queued again, same try number."""
+
+    key: tuple[int, int]
+    previous_owner: int | None
+    external_id: str
+
+
 @dataclass
 class StalePlan:
     """What to do about running tries whose heartbeat went stale."""
@@ -190,6 +202,7 @@ class StalePlan:
     events: list[TaskEvent] = field(default_factory=list)
     evidence: dict[int, dict[str, Any]] = field(default_factory=dict)
     adoptions: list[Adoption] = field(default_factory=list)
+    restarts: list[Restart] = field(default_factory=list)
     # Zombies whose process still runs (it stopped heartbeating): stopped once the
     # verdict is committed.
     kill: list[tuple[int, int]] = field(default_factory=list)
@@ -304,11 +317,36 @@ def plan_stale_tries(
         if seen.state == "gone" and (seen.exit_code is not None or seen.failed):
             plan.events.append(_ended_while_unwatched(key, seen, skip_codes, owner))
             continue
+        if _never_started(row, seen, now, job_id, live_jobs):
+            assert row.external_id is not None
+            plan.restarts.append(Restart(key, owner, row.external_id))
+            continue
         if seen.stops_within is not None and stale_for < seen.stops_within:
             continue  # it may still run (or start) out of sight, but stops itself by then
         verdict = _verdict(owner == job_id, row.external_id, seen)
         _zombie(plan, row, now, job_id, threshold, owner, live_jobs, seen, verdict)
     return plan
+
+
+def _never_started(
+    row: Any, seen: Inspection, now: datetime, job_id: int, live_jobs: set[int]
+) -> bool:
+    """A dead replica's try that left no trace: its replica died between the claim and
+    the start. It is queued again under the same try number (invariant 5: a dead
+    replica's work is taken over, not failed), which is safe only when the executor
+    proves that no attempt exists (`restartable_within`) and the try never
+    heartbeated (a try that did is a zombie, as ever)."""
+    return (
+        seen.state == "gone"
+        and seen.restartable_within is not None
+        and row.external_id is not None
+        and row.running_by_job_id != job_id
+        and row.running_by_job_id not in live_jobs
+        and row.start_date is not None
+        and row.last_heartbeat_at is not None
+        and row.last_heartbeat_at <= row.start_date
+        and (now - row.start_date).total_seconds() < seen.restartable_within
+    )
 
 
 def _task_limits(
@@ -418,6 +456,66 @@ def adopt_tries(
         ).first()
         if row is not None:
             taken.append(adoption)
+    return taken
+
+
+_RESTART = Prepared(
+    """
+    WITH back AS (
+        UPDATE task_instance SET
+            state = :queued, queued_at = :now, queued_by_job_id = :job_id,
+            start_date = NULL, last_heartbeat_at = NULL, running_by_job_id = NULL,
+            external_id = NULL
+        WHERE id = :ti_id AND try_number = :try_number AND state = :running
+          AND running_by_job_id IS NOT DISTINCT FROM :owner
+        RETURNING id, try_number
+    ), tries AS (
+        UPDATE task_try tt SET
+            state = :queued, queued_at = :now, start_date = NULL,
+            scheduler_job_id = :job_id, external_id = NULL, reason = :reason
+        FROM back WHERE tt.task_instance_id = back.id AND tt.try_number = back.try_number
+    ), starts AS (
+        INSERT INTO outbox (kind, payload, created_at, not_before, attempts)
+        SELECT :kind, jsonb_build_object('ti_id', id, 'try_number', try_number), :now, :now, 0
+        FROM back
+    )
+    SELECT id, try_number FROM back
+    """
+)
+
+
+def restart_tries(
+    session: Session, restarts: list[Restart], job_id: int, now: datetime
+) -> list[Restart]:
+    """Queue never-started tries of dead replicas again, same try number (compare-and-set
+    on the previous owner, so several replicas sweeping at once queue each try once).
+
+    The next claim starts it under the same external id: a Job the dead replica
+    creates late is the same Job (`AlreadyExists`, adopted), never a second one.
+    Slots are unchanged: `queued` occupies its pool like `running`.
+    """
+    taken = []
+    for restart in restarts:
+        ti_id, try_number = restart.key
+        row = _RESTART(
+            session,
+            {
+                "ti_id": ti_id,
+                "try_number": try_number,
+                "owner": restart.previous_owner,
+                "job_id": job_id,
+                "now": now,
+                "kind": START_TASK,
+                "queued": TaskState.QUEUED.value,
+                "running": TaskState.RUNNING.value,
+                "reason": (
+                    f"queued again: scheduler job {restart.previous_owner} died after claiming"
+                    f" this try and before starting it ({restart.external_id} never existed)"
+                ),
+            },
+        ).first()
+        if row is not None:
+            taken.append(restart)
     return taken
 
 

@@ -703,6 +703,8 @@ class SchedulerLoop:
                         None,
                         report,
                     )
+        if stale.restarts:
+            self._restart(stale.restarts, now, report)
         if stale.adoptions:
             no_adoptions: list[housekeeping.Adoption] = []
             taken = self._transaction(
@@ -740,6 +742,29 @@ class SchedulerLoop:
                     None,
                     report,
                 )
+
+    def _restart(
+        self, restarts: list[housekeeping.Restart], now: datetime, report: TickReport
+    ) -> None:
+        """Queue again the tries dead replicas claimed but never started (same try)."""
+        nothing: list[housekeeping.Restart] = []
+        taken = self._transaction(
+            "restart",
+            lambda s: housekeeping.restart_tries(s, restarts, self.job_id, now),
+            nothing,
+            report,
+        )
+        for restart in taken:
+            log.warning(
+                "queued a never-started try again",
+                ti=restart.key[0],
+                try_number=restart.key[1],
+                from_job=restart.previous_owner,
+                external_id=restart.external_id,
+            )
+        if taken:
+            metrics.TRIES_REQUEUED_UNSTARTED.inc(len(taken))
+            self._claims_due.tell()
 
     def _handle_stuck_queued(self, now: datetime, report: TickReport) -> None:
         cfg = self.config

@@ -392,6 +392,15 @@ class KubernetesExecutor:
                 failed=verdict.state == TaskState.FAILED,
                 evidence=verdict.evidence,
             )
+        if job is None and pod is None:
+            # No Job under its deterministic name and no pod: a Job started for it would
+            # still be here (it is kept ttlSecondsAfterFinished after it ends), unless a
+            # person deleted it. The owner's replica died between the claim and the create.
+            return Inspection(
+                state="gone",
+                evidence={**verdict.evidence, "job_name": name, "started": False},
+                restartable_within=float(self.settings.ttl_seconds_after_finished),
+            )
         return Inspection(state="gone", evidence=verdict.evidence)
 
     def adopt(
