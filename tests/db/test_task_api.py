@@ -348,6 +348,16 @@ def test_record_heartbeats_reads_only_when_some_were_not_written(
         (c, 1): ("not_running", "success", 1),
         (10**9, 1): ("not_found", None, None),
     }
+    # Queued again at the same try (its replica was taken for dead before starting it): a
+    # late pod of that try is told to retry, not to stop; another try's pod is refused.
+    with sessions() as session:
+        session.execute(text("UPDATE task_instance SET state = 'queued' WHERE id = :b"), {"b": b})
+        verdicts = record_heartbeats(session, [(b, 1), (b, 2)], T0)
+        session.commit()
+    assert {key: (v.outcome, v.state) for key, v in verdicts.items()} == {
+        (b, 1): ("unsettled", None),
+        (b, 2): ("not_running", "queued"),
+    }
     work = [s for s in all_running if s.lstrip().startswith(("UPDATE", "SELECT"))]
     assert len(work) == 1
     work = [s for s in some_not if s.lstrip().startswith(("UPDATE", "SELECT"))]

@@ -50,7 +50,8 @@ class Verdict:
     """What became of one heartbeat: written, or why not."""
 
     # `unsettled`: not written, yet running at that try when read (its row was locked by
-    # a transaction still in flight); the pod is told to retry, never to stop.
+    # a transaction still in flight), or queued again at that try (housekeeping's
+    # `restart_tries`); the pod is told to retry, never to stop.
     outcome: Literal["accepted", "not_found", "not_running", "unsettled"]
     # For `not_running`: the task instance's state and try now.
     state: str | None = None
@@ -97,7 +98,10 @@ def record_heartbeats(
             verdicts[key] = NOT_FOUND
             continue
         state, try_number = current[key[0]]
-        if (state, try_number) == (TaskState.RUNNING, key[1]):
+        if try_number == key[1] and state in (TaskState.RUNNING, TaskState.QUEUED):
+            # Running: its row was busy. Queued at this very try: queued again because its
+            # replica was taken for dead before it started it, and this pod is that
+            # replica's late start; the next claim takes this same Job over. Retry, not stop.
             verdicts[key] = UNSETTLED
         else:
             verdicts[key] = Verdict("not_running", state, try_number)

@@ -10,8 +10,9 @@ the Service takes it. The routes are all there is:
   when the task instance is not running at that try (fenced, superseded,
   finished): the pod must stop its work; 404 `{"reason": "not_found"}` when the
   task instance does not exist; 401/403 from the token (`tokens.py`); 503 when
-  the heartbeat could not be written (the database is unreachable, or the row
-  was busy): the pod retries.
+  the heartbeat could not be written (the database is unreachable, the row
+  was busy, or the try was queued again at that number because its replica
+  died before recording the start): the pod retries.
 - `GET /healthz`: 200 while the server runs.
 
 Heartbeats are buffered and written in one statement per batch (`buffer.py`,
