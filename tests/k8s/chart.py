@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -259,7 +260,16 @@ def installed(cluster: Cluster, namespace: str | None = None) -> Iterator[Releas
         yield rel
     finally:
         if rel.installed():
+            # As the chart's README says: the Sluice objects first, while the operator runs
+            # to take its finalizer off them; then the release.
+            deleted = cluster.kubectl(
+                "-n", ns, "delete", "backfills,dagruns,dags", "--all", "--timeout=120s",
+                check=False, timeout=180,
+            )  # fmt: skip
+            if deleted.returncode != 0:
+                sys.stderr.write(f"deleting {ns}'s Sluice objects: {deleted.stderr[-2000:]}\n")
             rel.run_helm("uninstall", rel.name, "--wait", timeout=300)
+        cluster.drop_sluice_finalizers(ns)  # what the operator did not get to
         cluster.kubectl("delete", "pv", pv, "--wait=false", check=False)
         if own_namespace:
             cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)

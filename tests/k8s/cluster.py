@@ -90,6 +90,20 @@ class Cluster:
         ns = ["-n", namespace] if namespace else []
         self.kubectl(*ns, "apply", "-f", "-", input=manifest)
 
+    def drop_sluice_finalizers(self, namespace: str) -> None:
+        """Take the operator's finalizer off the namespace's Sluice objects, for a namespace
+        whose operator is gone (else deleting the namespace waits for it forever), as the
+        chart's README says to after an uninstall."""
+        names = self.kubectl(
+            "-n", namespace, "get", "dags,dagruns,backfills", "-o", "name", check=False
+        ).stdout.split()
+        for name in names:
+            self.kubectl(
+                "-n", namespace, "patch", name, "--type=merge",
+                "-p", '{"metadata":{"finalizers":null}}',
+                check=False,
+            )  # fmt: skip
+
 
 def restart_apiserver(
     cluster_dir: Path = CLUSTER_DIR, timeout: float = 120, down_for: float = 0.0

@@ -167,6 +167,8 @@ def k8s_namespace(k8s_cluster: Cluster, kubeconfig: Path) -> Iterator[str]:
     try:
         yield name
     finally:
+        # The test's operator (if any) has stopped: its finalizers would hold the namespace.
+        k8s_cluster.drop_sluice_finalizers(name)
         k8s_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
