@@ -302,6 +302,49 @@ def test_every_phase_looks_again_once_per_tick_interval_or_when_notified(
     assert {what for what, sql in looks.items() if any(sql in s for s in statements)} == set(looks)
 
 
+def test_live_replicas_share_the_looks_once_per_tick_interval(
+    sessions: sessionmaker[Session], engine: Engine
+) -> None:
+    """With three live replicas each looks once per three tick intervals (together about
+    once per interval, an idle fleet costing what one idle replica does); a notification
+    still makes it look at once, and once the others are dead it looks every interval."""
+    clock = FakeClock()
+    loop, waker, _ = _waiting_for_a_slot(sessions, clock)
+    with sessions() as session:
+        for _ in range(2):
+            session.execute(
+                text(
+                    "INSERT INTO scheduler_job (hostname, pid, state, started_at,"
+                    " latest_heartbeat) VALUES ('other', 1, 'running', :now, :now)"
+                ),
+                {"now": clock.now},
+            )
+        session.commit()
+    looks = ("WITH waiting AS", "last_scheduling_decision = :now", "NOWAIT", "WITH taken AS")
+
+    def looked() -> set[str]:
+        with count_queries(engine) as statements:
+            loop.tick()
+        return {sql for sql in looks if any(sql in s for s in statements)}
+
+    clock.advance(seconds=5)  # the replica's heartbeat counts the live ones: three
+    assert looked() == set(looks)
+    clock.advance(seconds=1)
+    assert looked() == set()  # one interval: another replica's turn
+    clock.advance(seconds=2)
+    assert looked() == set(looks)  # three intervals: its own
+    clock.advance(seconds=1)
+    assert looked() == set()
+    waker.heard = True  # a notification: every phase at once, whoever's turn it is
+    assert looked() == set(looks)
+    waker.heard = False
+
+    clock.advance(seconds=31)  # the others stopped heartbeating: it is alone again
+    assert looked() == set(looks)
+    clock.advance(seconds=1)
+    assert looked() == set(looks)
+
+
 def test_a_slot_this_replica_frees_is_taken_at_the_next_tick(
     sessions: sessionmaker[Session],
 ) -> None:

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy import insert, or_, select, text, tuple_, update
+from sqlalchemy import func, insert, or_, select, text, tuple_, update
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache
@@ -57,6 +57,20 @@ def heartbeat_scheduler(session: Session, job_id: int, now: datetime) -> None:
         update(SchedulerJob)
         .where(SchedulerJob.id == job_id)
         .values(latest_heartbeat=now, state="running", ended_at=None)
+    )
+
+
+def live_schedulers(session: Session, now: datetime, dead_after: float) -> int:
+    """Replicas heartbeating within `dead_after` (this one included, once it has beaten)."""
+    return int(
+        session.execute(
+            select(func.count())
+            .select_from(SchedulerJob)
+            .where(
+                SchedulerJob.state == "running",
+                SchedulerJob.latest_heartbeat >= now - timedelta(seconds=dead_after),
+            )
+        ).scalar_one()
     )
 
 

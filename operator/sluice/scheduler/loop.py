@@ -17,8 +17,8 @@ queued wait for a claim), a notification came, or their last pass came back
 full or failed; and otherwise once per tick interval (what other replicas, the
 clock or a lost notification may have brought). A tick that follows a busy one
 so skips the statements that would find nothing, and an idle replica still
-looks at everything once per tick interval. Without a waker every phase runs
-every tick.
+looks at everything once per tick interval (with N live replicas, each once
+per N intervals: `_share_looks`). Without a waker every phase runs every tick.
 
 A phase that meets a busy lock skips this tick; a deadlock is retried with
 backoff; any other error is logged and the loop goes on (invariant 6). The
@@ -37,6 +37,7 @@ liveness probes (ADR 0020).
 from __future__ import annotations
 
 import contextlib
+import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -190,6 +191,8 @@ class SchedulerLoop:
         self._queue_due = Due(every, long_ago)  # phase 3
         self._claims_due = Due(every, long_ago)  # phase 4: queued tries to claim
         self._alerts_due = Due(every, long_ago)  # phase 4: alerts to deliver
+        self._replicas = 1  # live replicas at the last heartbeat: they share the looks
+        self._offsets = random.Random(self.job_id)  # each replica its own phase of them
         self._heard = False  # the idle wait was woken by a notification
         self._tick_monotonic = time.monotonic()
 
@@ -618,12 +621,14 @@ class SchedulerLoop:
         cfg = self.config
         if (now - self._last_heartbeat).total_seconds() >= cfg.heartbeat_interval:
             self._last_heartbeat = now
-            self._transaction(
-                "heartbeat",
-                lambda s: housekeeping.heartbeat_scheduler(s, self.job_id, now),
-                None,
-                report,
-            )
+
+            def beat(session: Session) -> int:
+                housekeeping.heartbeat_scheduler(session, self.job_id, now)
+                return housekeeping.live_schedulers(session, now, cfg.scheduler_dead_after)
+
+            live = self._transaction("heartbeat", beat, None, report)
+            if live is not None:
+                self._share_looks(live)
         if (now - self._last_zombie_check).total_seconds() >= cfg.zombie_check_interval:
             self._last_zombie_check = now
             self._sweep_stale_tries(now, report)
@@ -636,6 +641,31 @@ class SchedulerLoop:
             self._reconcile_after = 0
         if self._reconcile_after is not None:
             self._reconcile_step(self._reconcile_after, report)
+
+    def _share_looks(self, replicas: int) -> None:
+        """With a waker, the looks once per tick interval are for what this replica cannot
+        be told of (other replicas' work, the clock, a lost notification), and any
+        replica's look serves them all: with N live replicas each looks once per N tick
+        intervals, so together they still look about once per tick interval and an idle
+        fleet costs what one idle replica does. Each replica takes a random phase of its
+        own (seeded by its job id), so their looks do not fall together. Everything this
+        replica did or was notified of is still looked at on its next tick."""
+        replicas = max(1, replicas)
+        if self.waker is None or replicas == self._replicas:
+            return
+        self._replicas = replicas
+        every = self.config.tick_interval
+        interval = every * replicas
+        for due in (
+            self._runs_due,
+            self._quiet_due,
+            self._examine_due,
+            self._queue_due,
+            self._claims_due,
+            self._alerts_due,
+        ):
+            due.interval = interval
+            due.last -= timedelta(seconds=self._offsets.uniform(0, interval - every))
 
     def _reconcile_step(self, after: int, report: TickReport) -> None:
         """One step of the counter reconciliation pass (a failed step ends the pass)."""
