@@ -7,6 +7,10 @@ wait; when it stops, the next one resumes once its peering record is older
 than `--peering-lifetime`. Each replica picks a random priority unless told
 one: kopf pauses every replica that sees another of the same priority.
 
+Every replica also runs the resync (`sluice.handlers.resync`): every
+`RESYNC_INTERVAL` seconds it annotates the Sluice objects kopf never finished
+handling, so an event lost between replicas is not lost for good.
+
 `--health-port` serves kopf's own liveness endpoint at
 `http://0.0.0.0:PORT/healthz`: it answers while kopf's event loop runs (and
 runs the `@kopf.on.probe` handlers, none yet), on every replica, serving or
@@ -15,6 +19,7 @@ waiting.
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import os
 import random
@@ -25,10 +30,15 @@ import typer
 
 from sluice.cli.errors import fail
 from sluice.config import DATABASE_URL_ENV
+from sluice.handlers import resync
 
 PEERING_GROUP = "kopf.dev"
 PEERING_VERSION = "v1"
 HEALTH_PATH = "/healthz"
+# The resync's round, and how old an unhandled object must be before it is nudged (kopf
+# handles a new object within a second or two; one waiting for a retry is nudged too).
+RESYNC_INTERVAL = 30.0
+RESYNC_GRACE = 30.0
 
 
 def liveness_endpoint(port: int | None) -> str | None:
@@ -90,6 +100,25 @@ def operator(
     def peering_settings(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.peering.lifetime = peering_lifetime
 
+    @kopf.on.startup()
+    async def start_resync(memo: kopf.Memo, **_: Any) -> None:
+        # The safety net under kopf's events (sluice.handlers.resync).
+        memo.resync = asyncio.create_task(
+            resync.resync_forever(
+                _custom_objects_api,
+                None if clusterwide else namespaces,
+                interval=RESYNC_INTERVAL,
+                grace=RESYNC_GRACE,
+            ),
+            name="sluice-resync",
+        )
+
+    @kopf.on.cleanup()
+    async def stop_resync(memo: kopf.Memo, **_: Any) -> None:
+        task = getattr(memo, "resync", None)
+        if task is not None:
+            task.cancel()
+
     kopf.run(
         identity=cast(Any, peering_identity()),  # kopf's Identity: a NewType of str
         standalone=standalone,
@@ -99,6 +128,13 @@ def operator(
         namespaces=namespaces,
         liveness_endpoint=liveness_endpoint(health_port),
     )
+
+
+def _custom_objects_api() -> Any:
+    from kubernetes import client, config
+
+    config.load_config()  # type: ignore[no-untyped-call]
+    return client.CustomObjectsApi()
 
 
 def peering_identity() -> str:
