@@ -34,7 +34,7 @@ from rich.console import Console
 from bench import report
 from bench.common import RESULTS, Knobs, Postgres
 from bench.metrics import Trial
-from bench.shapes import SHAPES, Workload
+from bench.shapes import AIRFLOW_SHAPES, SHAPES, Workload
 
 SIZES = {"100x10": (100, 10), "10x100": (10, 100)}
 NO_CHART = "none (no trials, or matplotlib missing: `make bench-deps`)"
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="FILE.json[:SIDE]",
         help="print the tables and chart of saved results (several files are merged)",
     )
-    parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument("--shapes", default=",".join(AIRFLOW_SHAPES), help=f"of {','.join(SHAPES)}")
     parser.add_argument("--sizes", default=",".join(SIZES), help="e.g. 100x10,10x100,5x8")
     parser.add_argument("--tis", default="16,512", help="tasks per critical-section query")
     parser.add_argument("--replicas", default="1,2,3")

@@ -17,21 +17,7 @@ import pytest
 from bench.common import Knobs, Postgres
 from bench.metrics import TaskTimes, Trial, lags_ms
 from bench.report import cpu_floor_s, markdown, scaling_limit, target_verdict
-from bench.shapes import SHAPES, Workload, check
-
-
-@pytest.mark.parametrize("shape", sorted(SHAPES))
-@pytest.mark.parametrize("n", [1, 2, 10, 100])
-def test_shapes_are_dags_with_n_tasks(shape: str, n: int) -> None:
-    graph = SHAPES[shape](n)
-    assert len(graph) == n
-    check(graph)
-
-
-def test_grid_fans_in_toward_t0() -> None:
-    graph = SHAPES["grid"](10)
-    assert graph["t0"] == ["t2", "t1"]
-    assert not any("t0" in ups for ups in graph.values())
+from bench.shapes import Workload
 
 
 def _trial(side: str, tps: float, trial: int = 0, tis: int = 16) -> Trial:
