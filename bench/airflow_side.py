@@ -278,6 +278,8 @@ def run_trial(
             t0=t0,
             rows=rows,
             cpu=cpu,
+            timed_out=error is not None,
+            failed=failed,
             errors=errors,
         )
     finally:

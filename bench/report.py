@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from bench.metrics import Trial, median_trial, spread
+from bench.metrics import Trial, median_trial, statuses, tasks_per_s_range
 
 Scenario = tuple[str, int, int, int, int]  # shape, dags, tasks, replicas, max_tis_per_query
 TARGET_RATIO = 20.0
@@ -21,11 +21,25 @@ def scenario(t: Trial) -> Scenario:
     return (t.shape, t.dags, t.tasks, t.replicas, t.max_tis_per_query)
 
 
-def medians(trials: list[Trial]) -> dict[tuple[str, Scenario], tuple[Trial, list[Trial]]]:
-    groups: dict[tuple[str, Scenario], list[Trial]] = defaultdict(list)
+def groups(trials: list[Trial]) -> dict[tuple[str, Scenario], list[Trial]]:
+    """Every trial, by side and scenario, whatever its status."""
+    grouped: dict[tuple[str, Scenario], list[Trial]] = defaultdict(list)
     for t in trials:
-        groups[(t.side, scenario(t))].append(t)
-    return {key: (median_trial(group), group) for key, group in sorted(groups.items())}
+        grouped[(t.side, scenario(t))].append(t)
+    return dict(sorted(grouped.items()))
+
+
+def medians(trials: list[Trial]) -> dict[tuple[str, Scenario], tuple[Trial, list[Trial]]]:
+    """The median `ok` trial of each side and scenario, with all its trials; a
+    scenario none of whose trials is `ok` has no median and is left out here
+    (`trials_table` and `not_ok_lines` show it)."""
+    found = {key: (median_trial(group), group) for key, group in groups(trials).items()}
+    return {key: (m, group) for key, (m, group) in found.items() if m is not None}
+
+
+def spread(group: list[Trial]) -> str:
+    low, high = tasks_per_s_range(group)
+    return "" if math.isnan(low) or low == high else f"{low:,.0f}-{high:,.0f}"
 
 
 def _f(value: float, digits: int = 0) -> str:
@@ -40,36 +54,52 @@ def trials_table(trials: list[Trial], title: str) -> Table:
         "DAGs x tasks",
         "tis/query",
         "replicas",
+        "trials",
         "unpause->last end s",
-        "tasks/s",
+        "tasks/s (ok range)",
         "lag p50/p95/max ms",
         "start lag p50/p95 ms",
         "sched CPU ms/task",
         "PG CPU s",
         "machine busy",
         "tasks per replica",
-        "n (tasks/s range)",
     ):
         table.add_column(name, justify="left" if name in ("side", "shape") else "right")
-    for (side, _), (m, group) in medians(trials).items():
-        errors = sorted({e for t in group for e in t.errors})
+    for (side, key), group in groups(trials).items():
+        m = median_trial(group)
+        status = statuses(group)
+        if m is None:
+            table.add_row(side, key[0], f"{key[1]}x{key[2]}", str(key[4]), str(key[3]), status)
+            continue
+        span = spread(group)
         table.add_row(
             side,
             m.shape,
             f"{m.dags}x{m.tasks}",
             str(m.max_tis_per_query),
             str(m.replicas),
+            status,
             _f(m.makespan_s, 2),
-            _f(m.tasks_per_s),
+            _f(m.tasks_per_s) + (f" ({span})" if span else ""),
             f"{_f(m.lag_p50_ms)}/{_f(m.lag_p95_ms)}/{_f(m.lag_max_ms)}",
             f"{_f(m.start_lag_p50_ms)}/{_f(m.start_lag_p95_ms)}",
             _f(m.cpu_ms_per_task, 2),
             _f(m.pg_cpu_s, 1),
             f"{m.machine_busy:.0%}",
             "/".join(str(n) for n in m.per_replica),
-            f"{len(group)} {spread(group)}" + (f" ERR: {'; '.join(errors)}" if errors else ""),
         )
     return table
+
+
+def not_ok_lines(trials: list[Trial]) -> list[str]:
+    """Every trial that is not `ok`, with what it recorded: none is in a median."""
+    return [
+        f"{t.side} {t.shape} {t.dags}x{t.tasks} tis={t.max_tis_per_query} x{t.replicas} "
+        f"#{t.trial}: {t.status}, {t.tasks_done}/{t.expected_tasks} tasks ended"
+        + (f": {'; '.join(t.errors)}" if t.errors else "")
+        for t in trials
+        if not t.ok
+    ]
 
 
 def cpu_floor_s(trial: Trial, cores: int) -> float:
@@ -204,12 +234,22 @@ def scaling_lines(trials: list[Trial], cores: int) -> list[str]:
     return lines
 
 
+def _cell(median: tuple[Trial, list[Trial]] | None, group: list[Trial]) -> str:
+    """`tasks/s (CPU ms/task, lag p50 ms)`, and the trials when not all are `ok`."""
+    failed = "" if all(t.ok for t in group) else f" [{statuses(group)}]"
+    if median is None:
+        return "-" + failed
+    m = median[0]
+    return f"{m.tasks_per_s:,.0f} ({m.cpu_ms_per_task:.2f}, {m.lag_p50_ms:,.0f}){failed}"
+
+
 def markdown(trials: list[Trial]) -> str:
     """The headline table for the README: 1-replica medians, both settings of tis/query.
 
     Each cell is `tasks/s (CPU ms/task, lag p50 ms)`; the ratio is Sluice/Airflow tasks/s.
     """
     by_key = medians(trials)
+    all_groups = groups(trials)
     tis_values = sorted({t.max_tis_per_query for t in trials})
     head = ["shape", "size"]
     for tis in tis_values:
@@ -224,13 +264,8 @@ def markdown(trials: list[Trial]) -> str:
                 key = (shape, dags, tasks, 1, tis)
                 sluice = by_key.get(("sluice", key))
                 airflow = by_key.get(("airflow", key))
-                for side in (sluice, airflow):
-                    cells.append(
-                        "-"
-                        if side is None
-                        else f"{side[0].tasks_per_s:,.0f} ({side[0].cpu_ms_per_task:.2f}, "
-                        f"{side[0].lag_p50_ms:,.0f})"
-                    )
+                for side, arm in (("sluice", sluice), ("airflow", airflow)):
+                    cells.append(_cell(arm, all_groups.get((side, key), [])))
                 if sluice and airflow and airflow[0].tasks_per_s:
                     cells.append(f"{sluice[0].tasks_per_s / airflow[0].tasks_per_s:.1f}x")
                 else:
@@ -292,3 +327,5 @@ def print_report(trials: list[Trial], console: Console, cores: int) -> None:
         console.print(targets_table(trials))
     for line in scaling_lines(trials, cores):
         console.print(line, soft_wrap=True)
+    for line in not_ok_lines(trials):
+        console.print(f"[red]not ok, in no median: {line}[/red]", soft_wrap=True, highlight=False)

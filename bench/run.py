@@ -33,7 +33,7 @@ from rich.console import Console
 
 from bench import report
 from bench.common import RESULTS, Knobs, Postgres
-from bench.metrics import Trial
+from bench.metrics import Trial, failed_trial
 from bench.shapes import AIRFLOW_SHAPES, SHAPES, Workload
 
 SIZES = {"100x10": (100, 10), "10x100": (10, 100)}
@@ -62,7 +62,7 @@ def _saved_run(arg: str) -> tuple[dict[str, Any], list[Trial]]:
     if side and side not in ("sluice", "airflow"):
         raise SystemExit(f"--render {arg}: the side after ':' is sluice or airflow, not {side!r}")
     saved = json.loads(Path(path).read_text())
-    trials = [Trial(**t) for t in saved["trials"] if not side or t["side"] == side]
+    trials = [Trial.from_dict(t) for t in saved["trials"] if not side or t["side"] == side]
     return saved, trials
 
 
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     if png is not None:
         shutil.copyfile(png, RESULTS / f"{name}-tasks-per-s.png")
     console.print(f"results: {saved}; chart: {png or NO_CHART}")
-    return 1 if any(t.errors for t in trials) else 0
+    return 0 if all(t.ok for t in trials) else 1
 
 
 def _run(
@@ -194,16 +194,22 @@ def _run(
                 result = runner(
                     pg, workload, replace(knobs, max_tis_per_query=tis), replicas, trial
                 )
-            except Exception as exc:  # one broken trial must not lose the others
-                console.print(f"[red]{side} {workload.label} failed: {exc}[/red]")
-                continue
+            except Exception as exc:  # kept as an `error` trial: every trial counts
+                result = failed_trial(
+                    side=side,
+                    workload=workload,
+                    replicas=replicas,
+                    max_tis_per_query=tis,
+                    trial=trial,
+                    error=f"{type(exc).__name__}: {str(exc)[:500]}",
+                )
             trials.append(result)
             progress(trials)
             console.print(
                 f"[{done}/{total}] {side:7} {workload.label:18} tis={tis:<3} x{replicas} "
-                f"#{trial}: {result.tasks_per_s:>7.0f} tasks/s, makespan {result.makespan_s:.2f}s, "
-                f"lag p50 {result.lag_p50_ms:.0f} ms, CPU {result.cpu_ms_per_task:.2f} ms/task "
-                f"({time.monotonic() - started:.0f}s)"
+                f"#{trial} {result.status}: {result.tasks_per_s:>7.0f} tasks/s, "
+                f"makespan {result.makespan_s:.2f}s, lag p50 {result.lag_p50_ms:.0f} ms, "
+                f"CPU {result.cpu_ms_per_task:.2f} ms/task ({time.monotonic() - started:.0f}s)"
                 + (f" ERR {result.errors}" if result.errors else ""),
                 highlight=False,
             )
