@@ -23,11 +23,9 @@ from bench.common import (
     CACHE,
     RESULTS,
     Knobs,
-    Meter,
     Postgres,
+    measure,
     stop_processes,
-    unpause_all,
-    wait_for_runs,
 )
 from bench.metrics import Trial, read_task_times, summarize
 from bench.shapes import Workload
@@ -253,13 +251,17 @@ def run_trial(
             if time.monotonic() > deadline:
                 raise TimeoutError("airflow schedulers did not start within 180 s")
             time.sleep(0.2)
-        time.sleep(3)  # past startup work (adoption, first loops) into the idle sleep
-        meter = Meter([p.pid for p in procs], pg.pid)
-        t0 = unpause_all(engine)
-        error = wait_for_runs(engine, workload.dags, timeout)
-        if error:
-            errors.append(error)
-        cpu = meter.read()
+        measured = measure(
+            pg,
+            engine,
+            name,
+            [p.pid for p in procs],
+            expected_runs=workload.dags,
+            timeout=timeout,
+            settle_s=3,  # past startup work (adoption, first loops) into the idle sleep
+        )
+        if measured.timeout:
+            errors.append(measured.timeout)
         stop_processes(procs)
         rows, failed = read_task_times(
             engine,
@@ -275,10 +277,12 @@ def run_trial(
             replicas=replicas,
             max_tis_per_query=knobs.max_tis_per_query,
             trial=trial,
-            t0=t0,
+            t0=measured.t0,
             rows=rows,
-            cpu=cpu,
-            timed_out=error is not None,
+            samples=measured.samples,
+            statements=measured.statements,
+            statements_unavailable=pg.statements_unavailable,
+            timed_out=measured.timeout is not None,
             failed=failed,
             errors=errors,
         )

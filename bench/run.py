@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         saved.write_text(json.dumps(payload, indent=1, default=str))
 
-    pg = Postgres()
+    pg = Postgres(statements=True)
     try:
         knobs = Knobs()
         if "sluice" in sides:

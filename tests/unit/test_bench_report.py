@@ -11,6 +11,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from bench.metrics import (
+    CpuSample,
+    StatementTotals,
     TaskTimes,
     Trial,
     failed_trial,
@@ -32,6 +34,10 @@ from bench.shapes import Workload
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 MS = timedelta(milliseconds=1)
+# Cumulative CPU: the schedulers 5 s per second, Postgres 2.5 (a toy's rates), from t0 - 1 s.
+SAMPLES = [
+    CpuSample(T0 + k * 100 * MS, 0.5 * k, 0.25 * k, 40.0 * k, 100.0 * k) for k in range(-10, 20)
+]
 
 
 def _trial(side: str, tps: float, trial: int = 0, tis: int = 16) -> Trial:
@@ -40,6 +46,7 @@ def _trial(side: str, tps: float, trial: int = 0, tis: int = 16) -> Trial:
         trial=trial, makespan_s=1000 / tps, tasks_per_s=tps, lag_p50_ms=20.0, lag_p95_ms=30.0,
         lag_max_ms=40.0, start_lag_p50_ms=21.0, start_lag_p95_ms=31.0, cpu_s=1.0,
         cpu_ms_per_task=1.0, pg_cpu_s=0.5, machine_busy=0.5, expected_tasks=1000,
+        pg_cpu_ms_per_task=0.5, total_cpu_ms_per_task=1.5,
     )  # fmt: skip
 
 
@@ -58,7 +65,7 @@ def _rows(workload: Workload, ended: int, *, step_ms: int = 10) -> list[TaskTime
 def _summarize(workload: Workload, rows: list[TaskTimes], **kwargs: object) -> Trial:
     return summarize(
         side="sluice", workload=workload, replicas=1, max_tis_per_query=16, trial=0, t0=T0,
-        rows=rows, cpu=(0.5, 0.25, 0.4), **kwargs,  # type: ignore[arg-type]
+        rows=rows, samples=SAMPLES, **kwargs,  # type: ignore[arg-type]
     )  # fmt: skip
 
 
@@ -68,8 +75,27 @@ def test_tasks_per_s_is_the_expected_tasks_over_the_makespan() -> None:
     assert trial.status == "ok"
     assert trial.makespan_s == pytest.approx(0.1)
     assert trial.tasks_per_s == pytest.approx(100.0)
-    assert trial.cpu_ms_per_task == pytest.approx(50.0)
     assert trial.expected_tasks == 10
+    # CPU of the 100 ms makespan only, though the samples run from 1 s before to 1.9 s after.
+    assert trial.cpu_window_s == pytest.approx(0.1)
+    assert trial.cpu_s == pytest.approx(0.5)
+    assert trial.cpu_ms_per_task == pytest.approx(50.0)
+    assert trial.pg_cpu_ms_per_task == pytest.approx(25.0)
+    assert trial.total_cpu_ms_per_task == pytest.approx(75.0)
+    assert trial.machine_busy == pytest.approx(0.4)
+    assert math.isnan(trial.statements_per_task)
+
+
+def test_statements_are_per_expected_task_or_unavailable_with_the_reason() -> None:
+    workload = Workload("no_structure", 2, 5)
+    rows = _rows(workload, 10)
+    counted = _summarize(workload, rows, statements=StatementTotals(calls=45, rows=30, ms=12.5))
+    assert (counted.statements_per_task, counted.statement_rows_per_task) == (4.5, 3.0)
+    assert counted.statement_ms_per_task == pytest.approx(1.25)
+    assert counted.statements_unavailable == ""
+    missing = _summarize(workload, rows, statements_unavailable="not loaded")
+    assert math.isnan(missing.statements_per_task)
+    assert missing.statements_unavailable == "not loaded"
 
 
 def test_a_timed_out_trial_is_kept_with_what_it_finished_and_no_rate() -> None:
@@ -123,7 +149,7 @@ def test_the_readme_table_quotes_medians_and_their_ratio() -> None:
     trials += [_trial("airflow", tps, i) for i, tps in enumerate([20.0, 25.0, 10.0])]
     lines = markdown(trials).splitlines()
     assert lines[0] == "| shape | size | tis 16: Sluice | Airflow | ratio |"
-    assert lines[2] == "| linear | 10x100 | 400 (1.00, 20) | 20 (1.00, 20) | 20.0x |"
+    assert lines[2] == "| linear | 10x100 | 400 (1.50, 20) | 20 (1.50, 20) | 20.0x |"
 
 
 def test_the_readme_table_shows_trials_that_are_not_ok() -> None:
@@ -131,7 +157,7 @@ def test_the_readme_table_shows_trials_that_are_not_ok() -> None:
     trials += [replace(_trial("airflow", 20.0), status="error")]
     lines = markdown(trials).splitlines()
     assert lines[2] == (
-        "| linear | 10x100 | 400 (1.00, 20) [1/2 ok, 1 timeout] | - [0/1 ok, 1 error] | - |"
+        "| linear | 10x100 | 400 (1.50, 20) [1/2 ok, 1 timeout] | - [0/1 ok, 1 error] | - |"
     )
 
 
