@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from sqlalchemy import create_engine, text
@@ -258,7 +259,7 @@ def run_trial(
             [p.pid for p in procs],
             expected_runs=workload.dags,
             timeout=timeout,
-            settle_s=3,  # past startup work (adoption, first loops) into the idle sleep
+            settle_s=knobs.settle_s,
         )
         if measured.timeout:
             errors.append(measured.timeout)
@@ -285,6 +286,8 @@ def run_trial(
             timed_out=measured.timeout is not None,
             failed=failed,
             errors=errors,
+            variant=knobs.variant,
+            knobs=asdict(knobs),
         )
     finally:
         stop_processes(procs, timeout=30)

@@ -11,15 +11,16 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, text
 
-from bench.metrics import CpuSample, StatementTotals
+from bench.metrics import DEFAULTS, LIKE_FOR_LIKE, VARIANTS, CpuSample, StatementTotals
 from sluice.db.embedded import EmbeddedPostgres, start_embedded_postgres
 from sluice.db.engine import normalize_url
+from sluice.scheduler.config import SchedulerConfig
 
 RESULTS = Path(__file__).parent / "results"
 CACHE = Path(os.environ.get("SLUICE_CACHE_DIR", Path.home() / ".cache" / "sluice"))
@@ -31,7 +32,7 @@ HARNESS_MARK = "/* sluice-bench-harness */"
 
 @dataclass(frozen=True)
 class Knobs:
-    """The same settings on both sides (Airflow's names in the comments)."""
+    """The same settings on both sides (Airflow's names in the comments), and Sluice's own."""
 
     max_tis_per_query: int = 16  # [scheduler] max_tis_per_query
     runs_examined: int = 20  # [scheduler] max_dagruns_per_loop_to_schedule
@@ -39,6 +40,37 @@ class Knobs:
     idle_sleep: float = 1.0  # [scheduler] scheduler_idle_sleep_time
     pool_slots: int = 1_000_000  # default pool, "unlimited"
     max_active_tasks: int = 100_000  # per DAG, so only pools and the scheduler limit
+    # Sluice only: critical-section batches per tick (Airflow runs one query per loop)
+    # and whether an idle replica wakes on NOTIFY (Airflow sleeps out its idle sleep).
+    critical_batches: int = SchedulerConfig.critical_batches_per_tick
+    wake: bool = True
+    # How long the started schedulers idle before t0, on both sides (Airflow's startup
+    # work, adoption and first loops, is over by then).
+    settle_s: float = 3.0
+    variant: str = DEFAULTS
+
+
+def for_variant(knobs: Knobs, variant: str, dags: int) -> Knobs:
+    """The knobs of one variant for a workload of `dags` runs.
+
+    `defaults`: each side as configured above (Airflow's own defaults for runs
+    examined and tasks per query; Sluice's for batches and wake-up).
+    `like-for-like`: Sluice runs one critical-section query per tick and no
+    NOTIFY wake-up, as Airflow's loop does, and both sides examine every run in
+    flight on each loop (Airflow's `max_dagruns_per_loop_to_schedule` at least
+    the runs), since a Sluice report decides the tasks it makes ready at once.
+    """
+    if variant == DEFAULTS:
+        return replace(knobs, variant=DEFAULTS)
+    if variant == LIKE_FOR_LIKE:
+        return replace(
+            knobs,
+            critical_batches=1,
+            wake=False,
+            runs_examined=max(knobs.runs_examined, dags),
+            variant=LIKE_FOR_LIKE,
+        )
+    raise ValueError(f"unknown variant {variant!r}: one of {', '.join(VARIANTS)}")
 
 
 class Postgres:

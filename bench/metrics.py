@@ -115,6 +115,11 @@ def cpu_window(samples: list[CpuSample], start: datetime, end: datetime) -> CpuW
     )
 
 
+# The two configurations a trial runs in (`common.for_variant` sets their knobs).
+LIKE_FOR_LIKE = "like-for-like"
+DEFAULTS = "defaults"
+VARIANTS = (LIKE_FOR_LIKE, DEFAULTS)
+
 OK = "ok"
 TIMEOUT = "timeout"
 TASKS_FAILED = "tasks-failed"
@@ -157,6 +162,8 @@ class Trial:
     statement_rows_per_task: float = NAN
     statement_ms_per_task: float = NAN
     statements_unavailable: str = ""
+    variant: str = DEFAULTS
+    knobs: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -167,6 +174,8 @@ class Trial:
         saved = dict(saved)
         saved.setdefault("status", OK if not saved.get("errors") else FAILED_OLD)
         saved.setdefault("expected_tasks", saved["dags"] * saved["tasks"])
+        # Before variants, both sides ran at their defaults (Airflow's 20 runs per loop).
+        saved.setdefault("variant", DEFAULTS)
         return cls(**saved)
 
     @property
@@ -230,6 +239,8 @@ def summarize(
     timed_out: bool = False,
     failed: int = 0,
     errors: list[str] | None = None,
+    variant: str = DEFAULTS,
+    knobs: dict[str, Any] | None = None,
 ) -> Trial:
     """One trial's figures; per-task figures are over the expected tasks, and only
     an `ok` trial has them (a trial that ended early or timed out has none)."""
@@ -278,11 +289,21 @@ def summarize(
         statement_rows_per_task=per_task(statements.rows, 2) if statements else NAN,
         statement_ms_per_task=per_task(statements.ms) if statements else NAN,
         statements_unavailable="" if statements else statements_unavailable,
+        variant=variant,
+        knobs=dict(knobs or {}),
     )
 
 
 def failed_trial(
-    *, side: str, workload: Workload, replicas: int, max_tis_per_query: int, trial: int, error: str
+    *,
+    side: str,
+    workload: Workload,
+    replicas: int,
+    max_tis_per_query: int,
+    trial: int,
+    error: str,
+    variant: str = DEFAULTS,
+    knobs: dict[str, Any] | None = None,
 ) -> Trial:
     """A trial that raised: kept, shown, and never in a median."""
     return Trial(
@@ -307,6 +328,8 @@ def failed_trial(
         errors=[error],
         status=ERROR,
         expected_tasks=workload.total_tasks,
+        variant=variant,
+        knobs=dict(knobs or {}),
     )
 
 

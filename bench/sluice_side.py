@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -101,7 +102,9 @@ def start_replicas(
             f"--runs-examined={knobs.runs_examined}",
             f"--runs-created={knobs.runs_created}",
             f"--idle-sleep={knobs.idle_sleep}",
-            # Sluice-only settings for A/B runs, e.g. "--critical-batches=1 --no-wake".
+            f"--critical-batches={knobs.critical_batches}",
+            *([] if knobs.wake else ["--no-wake"]),
+            # More Sluice-only settings for A/B runs, e.g. "--no-prepared-statements".
             *os.environ.get("SLUICE_BENCH_REPLICA_ARGS", "").split(),
         ]
         procs.append(subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT))
@@ -148,7 +151,7 @@ def run_trial(
             [p.pid for p in procs],
             expected_runs=workload.dags,
             timeout=timeout,
-            settle_s=0.5,  # let every replica reach its idle sleep
+            settle_s=knobs.settle_s,
         )
         if measured.timeout:
             errors.append(measured.timeout)
@@ -175,6 +178,8 @@ def run_trial(
             timed_out=measured.timeout is not None,
             failed=failed,
             errors=errors,
+            variant=knobs.variant,
+            knobs=asdict(knobs),
         )
     finally:
         stop_processes(procs)

@@ -9,10 +9,11 @@ import json
 import signal
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from bench.common import Knobs, Postgres
+from bench.common import Knobs, Postgres, for_variant
 from bench.shapes import Workload
 
 
@@ -20,24 +21,36 @@ from bench.shapes import Workload
 def bench_postgres() -> Iterator[Postgres]:
     from bench.sluice_side import prepare_template
 
-    pg = Postgres()
+    pg = Postgres(statements=True)
     prepare_template(pg, Knobs())
     yield pg
     pg.stop()
 
 
 @pytest.mark.db
-@pytest.mark.parametrize("replicas", [1, 2])
-def test_a_tiny_sluice_trial_runs_every_task(bench_postgres: Postgres, replicas: int) -> None:
+@pytest.mark.parametrize(("replicas", "variant"), [(1, "like-for-like"), (2, "defaults")])
+def test_a_tiny_sluice_trial_runs_every_task(
+    bench_postgres: Postgres, replicas: int, variant: str
+) -> None:
     from bench.sluice_side import run_trial
 
     workload = Workload("binary_tree", 3, 5)
-    trial = run_trial(bench_postgres, workload, Knobs(), replicas, 0, timeout=120)
+    knobs = for_variant(replace(Knobs(), settle_s=0.5), variant, workload.dags)
+    trial = run_trial(bench_postgres, workload, knobs, replicas, 0, timeout=120)
     assert trial.status == "ok"
     assert trial.errors == []
+    assert trial.variant == variant
+    assert trial.knobs["wake"] is (variant == "defaults")
     assert trial.tasks_done == workload.total_tasks
     assert sum(trial.per_replica) == workload.total_tasks
     assert trial.tasks_per_s > 0
+    assert trial.cpu_window_s == pytest.approx(trial.makespan_s, abs=0.002)
+    assert trial.total_cpu_ms_per_task > 0
+    # pg_stat_statements loads in the embedded server: the replicas' statements, not the
+    # harness's (its poll alone would be one a task here).
+    assert bench_postgres.statements_unavailable == ""
+    assert trial.statements_per_task > 1
+    assert trial.statement_rows_per_task > 0
 
 
 @pytest.mark.db
@@ -48,6 +61,7 @@ def test_a_run_saves_its_trials_and_renders_them_for_the_readme(
     import bench.sluice_side
 
     monkeypatch.setattr(bench.run, "RESULTS", tmp_path)
+    monkeypatch.setattr(bench.run, "PUBLISHED", tmp_path / "published")
     monkeypatch.setattr(bench.sluice_side, "RESULTS", tmp_path)
     # The chart is optional (matplotlib comes with the bench extra, not with `make test`).
     monkeypatch.setitem(sys.modules, "matplotlib", None)
@@ -55,7 +69,7 @@ def test_a_run_saves_its_trials_and_renders_them_for_the_readme(
     try:
         code = bench.run.main(
             ["--quick", "--shapes", "linear", "--sizes", "2x3", "--tis", "16",
-             "--replicas", "1", "--trials", "1"]
+             "--replicas", "1", "--trials", "1", "--publish", "tiny"]
         )  # fmt: skip
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -63,6 +77,11 @@ def test_a_run_saves_its_trials_and_renders_them_for_the_readme(
     assert "chart: none (no trials, or matplotlib missing" in capsys.readouterr().out
     saved = json.loads((tmp_path / "quick-latest.json").read_text())
     assert saved["complete"] is True
+    assert saved == json.loads((tmp_path / "published" / "tiny.json").read_text())
+    assert len(saved["commit"]) == 40
+    assert saved["versions"]["postgres"]
+    assert saved["machine"]["cores"] >= 1
+    assert saved["arms"] == ["sluice:defaults"]
     assert [(t["shape"], t["tasks_done"]) for t in saved["trials"]] == [("linear", 6)]
     capsys.readouterr()
     assert bench.run.main(["--render", str(tmp_path / "quick-latest.json"), "--markdown"]) == 0

@@ -11,6 +11,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from bench.metrics import (
+    DEFAULTS,
+    LIKE_FOR_LIKE,
     CpuSample,
     StatementTotals,
     TaskTimes,
@@ -25,6 +27,7 @@ from bench.metrics import (
 from bench.report import (
     cpu_floor_s,
     markdown,
+    markdown_tables,
     medians,
     not_ok_lines,
     scaling_limit,
@@ -128,9 +131,9 @@ def test_medians_are_of_ok_trials_only_and_every_trial_is_counted() -> None:
     assert statuses(group) == "3/5 ok, 1 error, 1 timeout"
     assert median_trial([raised, late]) is None
     assert not_ok_lines(group) == [
-        "sluice linear 10x100 tis=16 x1 #3: error, 0/1000 tasks ended:"
+        "sluice defaults linear 10x100 tis=16 x1 #3: error, 0/1000 tasks ended:"
         " RuntimeError: replica exited with 1",
-        "sluice linear 10x100 tis=16 x1 #4: timeout, 10/1000 tasks ended",
+        "sluice defaults linear 10x100 tis=16 x1 #4: timeout, 10/1000 tasks ended",
     ]
     # A scenario with no ok trial has no median, in the tables or the ratios.
     assert medians([raised, late]) == {}
@@ -147,15 +150,17 @@ def test_an_old_saved_trial_loads_with_a_status() -> None:
 def test_the_readme_table_quotes_medians_and_their_ratio() -> None:
     trials = [_trial("sluice", tps, i) for i, tps in enumerate([300.0, 500.0, 400.0])]
     trials += [_trial("airflow", tps, i) for i, tps in enumerate([20.0, 25.0, 10.0])]
-    lines = markdown(trials).splitlines()
+    lines = markdown(trials, DEFAULTS).splitlines()
     assert lines[0] == "| shape | size | tis 16: Sluice | Airflow | ratio |"
-    assert lines[2] == "| linear | 10x100 | 400 (1.50, 20) | 20 (1.50, 20) | 20.0x |"
+    assert lines[2] == (
+        "| linear | 10x100 | 400 [300-500] (1.50, 20) | 20 [10-25] (1.50, 20) | 20.0x |"
+    )
 
 
 def test_the_readme_table_shows_trials_that_are_not_ok() -> None:
     trials = [_trial("sluice", 400.0), replace(_trial("sluice", 900.0, 1), status="timeout")]
     trials += [replace(_trial("airflow", 20.0), status="error")]
-    lines = markdown(trials).splitlines()
+    lines = markdown(trials, DEFAULTS).splitlines()
     assert lines[2] == (
         "| linear | 10x100 | 400 (1.50, 20) [1/2 ok, 1 timeout] | - [0/1 ok, 1 error] | - |"
     )
@@ -208,3 +213,24 @@ def test_lag_is_measured_from_the_latest_upstream_end() -> None:
     ]
     graph = {"t0": [], "t1": ["t0"], "t2": ["t0"]}
     assert lags_ms(graph, rows) == [5.0, 1.0, 2.0]
+
+
+def test_each_sluice_variant_is_compared_with_airflows_same_variant_or_like_for_like() -> None:
+    like = [replace(_trial("sluice", 600.0), variant=LIKE_FOR_LIKE)]
+    like += [replace(_trial("airflow", 30.0), variant=LIKE_FOR_LIKE)]
+    defaults = [_trial("sluice", 900.0)]
+    tables = markdown_tables(like + defaults)
+    headline, second = tables.split("**defaults**")
+    assert headline.startswith("**like-for-like** (Like for like: Sluice runs one")
+    assert "Against Airflow's like-for-like trials." in headline
+    assert "| linear | 10x100 | 600 (1.50, 20) | 30 (1.50, 20) | 20.0x |" in headline
+    # No Airflow trials at its defaults: Sluice's defaults against the same Airflow trials.
+    assert "Against Airflow's like-for-like trials (the same as the headline's)." in second
+    assert "| linear | 10x100 | 900 (1.50, 20) | 30 (1.50, 20) | 30.0x |" in second
+    # The CPU table: scheduler+Postgres=total per side, statements n/a without the extension.
+    assert "| linear | 10x100 | 16 | 1.00+0.50=1.50 | n/a | 1.00+0.50=1.50 | n/a |" in second
+    # With Airflow at its defaults too, the second table uses those.
+    airflow_defaults = [_trial("airflow", 45.0)]
+    second = markdown_tables(like + defaults + airflow_defaults).split("**defaults**")[1]
+    assert "Against Airflow's defaults trials." in second
+    assert "| 900 (1.50, 20) | 45 (1.50, 20) | 20.0x |" in second
