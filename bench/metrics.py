@@ -1,4 +1,4 @@
-"""Figures of one trial, from database timestamps only.
+"""Figures of one trial: times from database timestamps, CPU from /proc, statements from Postgres.
 
 - status: `ok` when every run ended and every expected task succeeded;
   otherwise `timeout` (runs still active at the deadline), `tasks-failed`,
