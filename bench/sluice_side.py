@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,12 +21,10 @@ from sqlalchemy.orm import Session
 from bench.common import (
     RESULTS,
     Knobs,
-    Meter,
     Postgres,
+    measure,
     stop_processes,
-    unpause_all,
     wait_for,
-    wait_for_runs,
 )
 from bench.metrics import Trial, read_task_times, summarize
 from bench.shapes import Workload
@@ -104,7 +102,9 @@ def start_replicas(
             f"--runs-examined={knobs.runs_examined}",
             f"--runs-created={knobs.runs_created}",
             f"--idle-sleep={knobs.idle_sleep}",
-            # Sluice-only settings for A/B runs, e.g. "--critical-batches=1 --no-wake".
+            f"--critical-batches={knobs.critical_batches}",
+            *([] if knobs.wake else ["--no-wake"]),
+            # More Sluice-only settings for A/B runs, e.g. "--no-prepared-statements".
             *os.environ.get("SLUICE_BENCH_REPLICA_ARGS", "").split(),
         ]
         procs.append(subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT))
@@ -144,13 +144,17 @@ def run_trial(
             return bool(n >= replicas)
 
         wait_for(ready, 60, "replicas to register")
-        time.sleep(0.5)  # let every replica reach its idle sleep
-        meter = Meter([p.pid for p in procs], pg.pid)
-        t0 = unpause_all(engine)
-        error = wait_for_runs(engine, workload.dags, timeout)
-        if error:
-            errors.append(error)
-        cpu = meter.read()
+        measured = measure(
+            pg,
+            engine,
+            name,
+            [p.pid for p in procs],
+            expected_runs=workload.dags,
+            timeout=timeout,
+            settle_s=knobs.settle_s,
+        )
+        if measured.timeout:
+            errors.append(measured.timeout)
         stop_processes(procs)
         rows, failed = read_task_times(
             engine,
@@ -166,10 +170,16 @@ def run_trial(
             replicas=replicas,
             max_tis_per_query=knobs.max_tis_per_query,
             trial=trial,
-            t0=t0,
+            t0=measured.t0,
             rows=rows,
-            cpu=cpu,
+            samples=measured.samples,
+            statements=measured.statements,
+            statements_unavailable=pg.statements_unavailable,
+            timed_out=measured.timeout is not None,
+            failed=failed,
             errors=errors,
+            variant=knobs.variant,
+            knobs=asdict(knobs),
         )
     finally:
         stop_processes(procs)

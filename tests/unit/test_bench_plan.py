@@ -1,0 +1,44 @@
+"""The benchmark's plan: arms in turn within a scenario, and each variant's knobs."""
+
+from __future__ import annotations
+
+import pytest
+from bench.common import Knobs, for_variant
+from bench.run import parse_arms, plan
+
+
+def test_like_for_like_is_one_batch_no_wake_and_every_run_examined() -> None:
+    knobs = for_variant(Knobs(max_tis_per_query=512), "like-for-like", dags=100)
+    assert (knobs.critical_batches, knobs.wake, knobs.runs_examined) == (1, False, 100)
+    assert knobs.max_tis_per_query == 512
+    # Fewer runs than Airflow's default: its default stays (it examines them all anyway).
+    assert for_variant(Knobs(), "like-for-like", dags=10).runs_examined == 20
+    defaults = for_variant(Knobs(), "defaults", dags=100)
+    assert (defaults.critical_batches, defaults.wake, defaults.runs_examined) == (8, True, 20)
+    with pytest.raises(ValueError, match="unknown variant 'fast'"):
+        for_variant(Knobs(), "fast", dags=1)
+
+
+def test_arms_take_turns_trial_by_trial_within_a_scenario() -> None:
+    arms = parse_arms("sluice:like-for-like,airflow:like-for-like,sluice:defaults")
+    steps = plan(["linear"], ["10x100"], [16], [1, 2], 2, arms)
+    assert [(s.replicas, s.trial, s.side, s.variant) for s in steps] == [
+        (1, 0, "sluice", "like-for-like"),
+        (1, 0, "airflow", "like-for-like"),
+        (1, 0, "sluice", "defaults"),
+        (1, 1, "sluice", "like-for-like"),
+        (1, 1, "airflow", "like-for-like"),
+        (1, 1, "sluice", "defaults"),
+        (2, 0, "sluice", "like-for-like"),
+        (2, 0, "airflow", "like-for-like"),
+        (2, 0, "sluice", "defaults"),
+    ]
+
+
+def test_an_arm_names_a_side_and_a_variant() -> None:
+    assert parse_arms("sluice,airflow:defaults") == [
+        ("sluice", "like-for-like"),
+        ("airflow", "defaults"),
+    ]
+    with pytest.raises(SystemExit, match="--arms 'sluice:fast'"):
+        parse_arms("sluice:fast")
