@@ -347,6 +347,18 @@ def test_generated_dag_is_python_with_the_manifest_s_values() -> None:
     assert "max_active_runs=" not in text  # not in the manifest: Airflow's default stays
 
 
+def test_defaults_become_default_args_and_tasks_repeat_only_what_differs() -> None:
+    case = cases.load(cases.CASES / "retries" / "retries-in-defaults.yaml")
+    text = airflow_dags.source(case)
+    ast.parse(text)
+    assert "    default_args={\n        'retries': 1,\n" in text
+    assert "'retry_delay': datetime.timedelta(seconds=2.0)," in text
+    tasks = text.split("    tasks = {", 1)[1]
+    assert tasks.count("retries=") == 2  # no-retries (0) and more-retries (2) only
+    assert "retry_delay=" not in tasks
+    assert "image" not in text  # no place for it in Airflow
+
+
 def test_left_out_catchup_is_left_out_for_airflow_too() -> None:
     case = cases.load(cases.CASES / "schedule" / "catchup-default.yaml")
     assert "catchup=" not in airflow_dags.source(case)
