@@ -1,6 +1,6 @@
 """Generated from conformance/cases/dependencies/rule-all-success.yaml by conformance/airflow_dags.py; do not edit.
 
-Trigger rule all_success against each upstream state (success, failed, skipped by exit 99, upstream_failed), some pairs and all four; the run's state follows its leaves.
+Trigger rule all_success against each upstream state (success, failed, skipped by exit 99, upstream_failed), some pairs and all four; the run's state follows its leaves. The rule settles as soon as an upstream proves it cannot be met, so with a failed and a skipped upstream the first to end decides: the late ones (skip-late, fail-late) end 8 s after the others.
 """
 
 import datetime
@@ -57,6 +57,18 @@ with DAG(
             env=SLUICE_ENV,
             append_env=True,
         ),
+        'skip-late': BashOperator(
+            task_id='skip-late',
+            bash_command='sleep 8; exit 99',
+            env=SLUICE_ENV,
+            append_env=True,
+        ),
+        'fail-late': BashOperator(
+            task_id='fail-late',
+            bash_command='sleep 8; exit 1',
+            env=SLUICE_ENV,
+            append_env=True,
+        ),
         'on-ok': BashOperator(
             task_id='on-ok',
             bash_command='echo "$SLUICE_TASK ran"',
@@ -106,6 +118,13 @@ with DAG(
             append_env=True,
             trigger_rule='all_success',
         ),
+        'on-skip-fail': BashOperator(
+            task_id='on-skip-fail',
+            bash_command='echo "$SLUICE_TASK ran"',
+            env=SLUICE_ENV,
+            append_env=True,
+            trigger_rule='all_success',
+        ),
         'on-all': BashOperator(
             task_id='on-all',
             bash_command='echo "$SLUICE_TASK ran"',
@@ -124,8 +143,10 @@ with DAG(
     tasks['ok'] >> tasks['on-ok-skip']
     tasks['skip'] >> tasks['on-ok-skip']
     tasks['fail'] >> tasks['on-fail-skip']
-    tasks['skip'] >> tasks['on-fail-skip']
+    tasks['skip-late'] >> tasks['on-fail-skip']
+    tasks['skip'] >> tasks['on-skip-fail']
+    tasks['fail-late'] >> tasks['on-skip-fail']
     tasks['ok'] >> tasks['on-all']
     tasks['fail'] >> tasks['on-all']
-    tasks['skip'] >> tasks['on-all']
+    tasks['skip-late'] >> tasks['on-all']
     tasks['upfail'] >> tasks['on-all']
