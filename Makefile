@@ -56,17 +56,20 @@ demo: install
 
 # The differential conformance suite (issue 16, conformance/README.md): what Sluice decides
 # for each case against what Airflow 2.10.5 and 3.3.2 decided, recorded in
-# conformance/expected/ (no Airflow needed; a few seconds). It prints a diff per differing
-# case and a summary line.
+# conformance/expected/ (no Airflow needed). The dependencies and retries cases run their
+# tasks under one `sluice standalone` (embedded Postgres): about 25 s, twice (report, pytest).
+# It prints a diff per differing case and a summary line.
 conformance: install
 	PYTHONPATH=. $(BIN)/python -m conformance check
 	$(BIN)/pytest -q tests/conformance
 
 # Regenerate conformance/expected/ and conformance/airflow_dags/ from real Airflows 2.10.5 and
 # 3.3.2 (installed under ~/.cache/sluice the first time, as the benchmark's: a few minutes).
-#   make conformance-refresh AIRFLOW=3.3.2   one of them
+# The executed cases run on Airflow's own processes, one case after another unless JOBS says.
+#   make conformance-refresh AIRFLOW=3.3.2 JOBS=2   one of them, two cases at a time
 conformance-refresh: install
-	PYTHONPATH=. $(BIN)/python -m conformance refresh $(if $(AIRFLOW),--airflow $(AIRFLOW))
+	PYTHONPATH=. $(BIN)/python -m conformance refresh $(if $(AIRFLOW),--airflow $(AIRFLOW)) \
+		$(if $(JOBS),--jobs $(JOBS))
 
 # The in-process Sluice side of `make conformance` against `sluice standalone` (embedded
 # Postgres, ~100 runs of the cases the clock does not change; a minute or two).

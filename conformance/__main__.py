@@ -24,6 +24,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=records.AIRFLOW_VERSIONS,
         help="refresh only this Airflow (repeatable; default: every one)",
     )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="refresh: executed cases run on Airflow this many at a time (default 1)",
+    )
     args = parser.parse_args(argv)
     selected = cases.load_all()
     if args.case:
@@ -39,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         from conformance import refresh  # imports the benchmark's Airflow install code
 
         for version in args.airflow or records.AIRFLOW_VERSIONS:
-            paths = refresh.refresh(refresh.AIRFLOWS[version], selected)
+            paths = refresh.refresh(refresh.AIRFLOWS[version], selected, args.jobs)
             print(f"recorded Airflow {version}'s observations of {len(paths)} case(s)")
     return 0 if check.report(check.check_all(selected)) else 1
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from conformance.cases import Case, instant
 from conformance.definitions import pool_name, shell_text
-from sluice.spec.models import DagSpec, TaskSpec
+from sluice.spec.models import DagSpec, TaskSpec, task_field_name
 
 # The run context a Sluice task reads, as Airflow templates (the same text on both sides:
 # `ts` is isoformat, as Sluice writes SLUICE_LOGICAL_DATE).
@@ -87,17 +87,26 @@ def file_name(case: Case) -> str:
 
 def source(case: Case) -> str:
     spec = case.manifest.spec
+    defaults = _defaults(spec)
     lines = [
         HEADER.format(path=case.relative_path, about=case.about, env=_dict(SLUICE_ENV, 0)),
         "with DAG(",
         f"    {case.name!r},",
         *(f"    {name}={value}," for name, value in _dag_arguments(spec)),
-        ") as dag:",
-        "    tasks = {",
     ]
+    if defaults:
+        lines.append("    default_args={")
+        lines.extend(
+            f"        {_TASK_FIELDS[field]!r}: {_argument(field, value)},"
+            for field, value in defaults.items()
+        )
+        lines.append("    },")
+    lines.extend([") as dag:", "    tasks = {"])
     for task in spec.tasks:
         lines.append(f"        {task.name!r}: BashOperator(")
-        lines.extend(f"            {name}={value}," for name, value in _task_arguments(task))
+        lines.extend(
+            f"            {name}={value}," for name, value in _task_arguments(task, defaults)
+        )
         lines.append("        ),")
     lines.append("    }")
     edges = [(up, task.name) for task in spec.tasks for up in task.depends_on]
@@ -119,7 +128,16 @@ def _dag_arguments(spec: DagSpec) -> list[tuple[str, str]]:
     return arguments
 
 
-def _task_arguments(task: TaskSpec) -> list[tuple[str, str]]:
+def _defaults(spec: DagSpec) -> dict[str, Any]:
+    """The manifest's `defaults` Airflow has a place for (TaskSpec field -> parsed value)."""
+    if not spec.defaults:
+        return {}
+    parsed = TaskSpec.model_validate({**spec.defaults, "name": "defaults"})
+    given = {task_field_name(key) for key in spec.defaults}
+    return {field: getattr(parsed, field) for field in _TASK_FIELDS if field in given}
+
+
+def _task_arguments(task: TaskSpec, defaults: dict[str, Any]) -> list[tuple[str, str]]:
     env = {**SLUICE_ENV, **{var.name: var.value for var in task.env}}
     arguments = [
         ("task_id", repr(task.name)),
@@ -131,8 +149,14 @@ def _task_arguments(task: TaskSpec) -> list[tuple[str, str]]:
         if field not in task.model_fields_set:
             continue
         value = getattr(task, field)
-        arguments.append((argument, repr(pool_name(value)) if field == "pool" else _literal(value)))
+        if field in defaults and value == defaults[field]:
+            continue  # default_args says it
+        arguments.append((argument, _argument(field, value)))
     return arguments
+
+
+def _argument(field: str, value: Any) -> str:
+    return repr(pool_name(value)) if field == "pool" else _literal(value)
 
 
 def _zoned(value: datetime, timezone: str) -> str:

@@ -16,6 +16,8 @@ records, through Airflow's own code (each observation names the API):
 - manual: `timetable.infer_manual_data_interval(run_after=...)` for each trigger
   instant, which is what `airflow.api.common.trigger_dag` gives a manual run.
 
+A case whose tasks run (no `now`) gets its definition only: `airflow_runs` runs it.
+
 Airflow reads the clock (`utcnow`) only to skip to the latest interval when catchup
 is off; it is set to the case's `now` by replacing `utcnow` in the modules that call
 it. Run limits (max active runs) are not applied: no run executes here.
@@ -234,8 +236,10 @@ def manual(dag: Any, instants: list[str]) -> list[dict[str, Any]]:
 def observe(case: dict[str, Any]) -> dict[str, Any]:
     import airflow
 
-    now = datetime.datetime.fromisoformat(case["now"])
-    set_clock(now)
+    executed = case["now"] is None  # a case whose tasks run: `airflow_runs` observes that
+    now = datetime.datetime.fromisoformat(case["now"]) if not executed else None
+    if now is not None:
+        set_clock(now)
     if airflow.__version__.startswith("2."):
         from airflow.models.dagbag import DagBag
 
@@ -249,6 +253,8 @@ def observe(case: dict[str, Any]) -> dict[str, Any]:
     dag = bag.dags.get(case["name"])  # not get_dag(): that asks the database about the DAG
     if dag is None:
         raise RuntimeError(f"{case['name']}: no DAG {case['name']!r} in {case['dag_file']}")
+    if now is None:
+        return {"definition": definition(dag)}
     if airflow.__version__.startswith("2."):
         return {
             "definition": definition(dag),

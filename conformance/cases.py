@@ -1,13 +1,17 @@
 """The suite's cases: one Sluice DAG manifest each, with the scenario in its annotations.
 
 A case is a plain manifest (`sluice dags validate` accepts it) under
-`cases/<area>/<name>.yaml`; the DAG's name is the case's name. What the
-scenario needs beyond the DAG is written as annotations, so one file says it
-all:
+`cases/<area>/<name>.yaml`; the DAG's name is the case's name. The schedule
+area's cases are decided in-process at a fixed instant; the other areas' cases
+(`EXECUTED_AREAS`) run their tasks, on real scheduler processes, and are
+observed once their runs have ended. What the scenario needs beyond the DAG is
+written as annotations, so one file says it all:
 
 - `conformance.sluice.io/about`: what the case checks, in one sentence;
 - `conformance.sluice.io/now`: the instant both sides observe the schedule at
-  (UTC), so a case with catchup off gives the same runs on every machine;
+  (UTC), so a case with catchup off gives the same runs on every machine
+  (schedule cases only: an executed case runs at the real time, so its runs
+  must not depend on it, e.g. `@once` with a past startDate);
 - `conformance.sluice.io/manual-runs`: instants (space-separated) at which a
   run is triggered by hand, beside the scheduled ones;
 - `conformance.sluice.io/last-run`: the data interval (`START END`) of a
@@ -32,6 +36,9 @@ from sluice.spec.validation import load_dag_documents
 ROOT = Path(__file__).resolve().parent
 CASES = ROOT / "cases"
 PREFIX = "conformance.sluice.io/"
+# Areas whose cases run their tasks (real schedulers, a fresh database), compared once
+# their runs have ended; every other area is decided in-process at the case's `now`.
+EXECUTED_AREAS = frozenset({"dependencies", "retries"})
 
 
 class CaseError(ValueError):
@@ -45,10 +52,16 @@ class Case:
     path: Path
     manifest: DagManifest
     about: str
-    now: datetime
+    now: datetime | None  # None exactly when the case executes
     manual_runs: tuple[datetime, ...]
     last_run: tuple[datetime, datetime] | None
     deviations: tuple[str, ...]
+
+    @property
+    def executes(self) -> bool:
+        """Whether the case runs its tasks (see EXECUTED_AREAS) rather than being decided
+        in-process at `now`."""
+        return self.area in EXECUTED_AREAS
 
     def deviation_for(self, airflow_version: str) -> str | None:
         """The deviation expected against this Airflow version, if any."""
@@ -110,15 +123,25 @@ def load(path: Path) -> Case:
         raise CaseError(f"{path}: unknown annotation(s) {', '.join(unknown)}")
     about = notes.get(PREFIX + "about")
     now = notes.get(PREFIX + "now")
-    if not about or not now:
-        raise CaseError(f"{path}: annotations {PREFIX}about and {PREFIX}now are required")
+    area = path.parent.name
+    if not about:
+        raise CaseError(f"{path}: the annotation {PREFIX}about is required")
+    if area in EXECUTED_AREAS:
+        scheduled = [key for key in ("now", "manual-runs", "last-run") if PREFIX + key in notes]
+        if scheduled:
+            raise CaseError(
+                f"{path}: a {area} case runs at the real time; drop {PREFIX}"
+                f"{', '.join(scheduled)} and give it runs that do not depend on the clock"
+            )
+    elif not now:
+        raise CaseError(f"{path}: the annotation {PREFIX}now is required")
     return Case(
         name=name,
-        area=path.parent.name,
+        area=area,
         path=path,
         manifest=manifest,
         about=about,
-        now=parse_instant(now, path),
+        now=parse_instant(now, path) if now else None,
         manual_runs=tuple(
             parse_instant(text, path) for text in notes.get(PREFIX + "manual-runs", "").split()
         ),

@@ -1,6 +1,7 @@
 """`make conformance`: every case's Sluice observations against Airflow's recorded ones.
 
-Needs no Airflow: the Sluice side runs in-process (`sluice_side`), Airflow's
+Needs no Airflow: the Sluice side is computed (`sluice_side`: in-process for the
+schedule area, one `sluice standalone` run for the executed areas), Airflow's
 side is read from `expected/`, one record per Airflow version. Prints each case
 against each version (the diff under one that differs) and a summary line; the
 exit status is 0 only if every case matches every version or differs from it as
@@ -37,7 +38,7 @@ def check_case(
 ) -> list[Checked]:
     """The case against each Airflow version's record."""
     recorded = records.load(case, expected)
-    observed = sluice_side.observe(case)
+    observed = sluice_side.observe_all([case])[case.name]
     checked = []
     for version in versions:
         record = recorded.get(version)
@@ -59,6 +60,7 @@ def check_case(
 
 def check_all(selected: Sequence[case_files.Case], readme: Path = README) -> list[Checked]:
     documented = documented_deviations(readme.read_text())
+    sluice_side.observe_all(selected)  # the executed cases together, in one standalone run
     return [item for case in selected for item in check_case(case, documented)]
 
 

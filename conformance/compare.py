@@ -3,9 +3,10 @@
 Pure: it takes both sides' observations (plain JSON-shaped dicts) and what is
 known about the case (its documented deviation, whether the record is stale)
 and returns an Outcome. Each section is rendered as lines (one run per line,
-one definition field per line) and the two renderings are diffed, `-` for
-Airflow and `+` for Sluice, so a shifted run shows as one line each side
-rather than as a cascade of index-wise mismatches.
+one definition field per line, one line per executed run and per task of it)
+and the two renderings are diffed, `-` for Airflow and `+` for Sluice, so a
+shifted run shows as one line each side rather than as a cascade of
+index-wise mismatches.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-SECTIONS = ("definition", "scheduled", "next", "manual")
+# The schedule area's sections, then the executed areas' (`runs`: how each run ended).
+SECTIONS = ("definition", "scheduled", "next", "manual", "runs")
 
 
 class Status(StrEnum):
@@ -75,6 +77,8 @@ def diff_observations(airflow: Mapping[str, Any], sluice: Mapping[str, Any]) -> 
     """`-` Airflow / `+` Sluice lines for every section that differs; [] when all agree."""
     lines: list[str] = []
     for section in SECTIONS:
+        if section not in airflow and section not in sluice:
+            continue
         theirs = section_lines(section, airflow.get(section))
         ours = section_lines(section, sluice.get(section))
         if theirs == ours:
@@ -89,7 +93,17 @@ def section_lines(section: str, value: Any) -> list[str]:
         return [f"{path} = {leaf!r}" for path, leaf in flatten(value or {})]
     if section == "next":
         return [run_line(value) if value else "none"]
+    if section == "runs":
+        return [line for run in value or [] for line in executed_run_lines(run)]
     return [run_line(run) for run in value or []]
+
+
+def executed_run_lines(run: Mapping[str, Any]) -> list[str]:
+    """An executed run: its state, then each task's final state and try number."""
+    lines = [f"run {run.get('logical_date')}: {run.get('state')}"]
+    for name, task in sorted((run.get("tasks") or {}).items()):
+        lines.append(f"  {name}: {task.get('state')}, try {task.get('try_number')}")
+    return lines
 
 
 def run_line(run: Mapping[str, Any]) -> str:

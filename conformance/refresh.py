@@ -5,7 +5,9 @@ pinned, under ~/.cache/sluice; 2.10.5 is the benchmark's own venv), writes each
 case's Airflow DAG to `airflow_dags/`, and runs `airflow_observer.py` with that
 venv's Python, all cases in one process, in an AIRFLOW_HOME of its own. The
 schedule area needs no database or scheduler process: Airflow's scheduling code
-is called in-process (see `airflow_observer`).
+is called in-process (see `airflow_observer`). The executed areas' cases are
+then run to the end by Airflow's own processes on Postgres, a fresh database
+each (`airflow_runs`); the observer gives their definition only.
 
 Airflow 3 runs with `[scheduler] create_cron_data_intervals = True`: a cron
 schedule then means data intervals between ticks, as in Airflow 2 and in Sluice
@@ -28,6 +30,8 @@ from bench.airflow_side import VENV, ensure_airflow
 from bench.common import CACHE
 
 from conformance import airflow_dags, records
+from conformance.airflow_runs import API as RUNS_API
+from conformance.airflow_runs import AirflowRuns
 from conformance.cases import Case
 
 OBSERVER = Path(__file__).resolve().parent / "airflow_observer.py"
@@ -94,7 +98,8 @@ def observe(airflow: Airflow, selected: Sequence[Case], dags: dict[str, Path]) -
             {
                 "name": case.name,
                 "dag_file": str(dags[case.name]),
-                "now": case.now.isoformat(),
+                # None for an executed case: the observer gives its definition only.
+                "now": case.now.isoformat() if case.now else None,
                 "manual_runs": [when.isoformat() for when in case.manual_runs],
                 "last_run": [when.isoformat() for when in case.last_run or ()],
             }
@@ -121,26 +126,49 @@ def observe(airflow: Airflow, selected: Sequence[Case], dags: dict[str, Path]) -
     return observed
 
 
-def refresh(airflow: Airflow, selected: Sequence[Case]) -> list[Path]:
+def run_executed(
+    airflow: Airflow, selected: Sequence[Case], dags: dict[str, Path], jobs: int
+) -> dict[str, list[dict[str, Any]]]:
+    """The executed cases' runs, each case on Airflow's own processes (`airflow_runs`)."""
+    executed = [case for case in selected if case.executes]
+    if not executed:
+        return {}
+    logs = LOGS / f"conformance-runs-{airflow.version}"
+    runner = AirflowRuns(airflow.version, airflow.venv, observer_env(airflow), logs)
+    try:
+        runner.prepare()
+        return runner.observe(executed, dags, jobs)
+    finally:
+        runner.close()
+
+
+def refresh(airflow: Airflow, selected: Sequence[Case], jobs: int = 1) -> list[Path]:
     ensure_airflow(
         LOGS / f"conformance-airflow-{airflow.version}-install.log",
         version=airflow.version,
         venv=airflow.venv,
         exclude_newer=airflow.exclude_newer,
     )
-    observed = observe(airflow, selected, write_dags(selected))
+    dags = write_dags(selected)
+    observed = observe(airflow, selected, dags)
+    for name, runs in run_executed(airflow, selected, dags, jobs).items():
+        observed["cases"][name]["runs"] = runs
+    api = {**observed["api"], **RUNS_API}
     recorded_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return [
-        records.save(
-            records.Record(
-                version=airflow.version,
-                python=observed["python"],
-                recorded_at=recorded_at,
-                case_sha256=case.digest,
-                api=observed["api"],
-                observations=observed["cases"][case.name],
-            ),
-            case,
+    paths = []
+    for case in selected:
+        observations = observed["cases"][case.name]
+        paths.append(
+            records.save(
+                records.Record(
+                    version=airflow.version,
+                    python=observed["python"],
+                    recorded_at=recorded_at,
+                    case_sha256=case.digest,
+                    api={key: api[key] for key in observations},
+                    observations=observations,
+                ),
+                case,
+            )
         )
-        for case in selected
-    ]
+    return paths

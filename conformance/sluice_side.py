@@ -12,16 +12,20 @@
 - manual: `CompiledDag.timetable.manual_run(instant)`, what `scheduler.triggers.trigger_run`
   gives a manual run.
 
-No database is needed: these are the pure functions the scheduler calls inside its
-transactions.
+No database is needed for those: they are the pure functions the scheduler calls
+inside its transactions. A case of an executed area (`Case.executes`) is observed
+otherwise: its DAG runs to the end under `sluice standalone` (`executions.sluice_runs`,
+all such cases at once, on a fresh database), and `runs` is how each run and task
+ended; `observe_all` runs them once per process.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from conformance import definitions
+from conformance import definitions, executions
 from conformance.cases import Case, instant
 from sluice.db.dags import set_next_run
 from sluice.db.models import Dag
@@ -38,10 +42,36 @@ API = {
     ),
     "next": "Dag.next_logical_date, next_data_interval_*, next_run_after",
     "manual": "CompiledDag.timetable.manual_run(instant)",
+    "runs": (
+        "sluice standalone DIR --until-idle --output json (local executor, fresh database): "
+        "runs[].state, runs[].tasks[].state and try_number"
+    ),
 }
+
+# Executed cases' observations by (name, digest): `make conformance`'s report and each
+# test ask for the same runs, which take seconds to make.
+_EXECUTED: dict[tuple[str, str], dict[str, Any]] = {}
+
+
+def observe_all(selected: Sequence[Case]) -> dict[str, dict[str, Any]]:
+    """Every case's observations by name; the executed ones from one standalone run."""
+    missing = [case for case in selected if case.executes and _key(case) not in _EXECUTED]
+    for name, runs in executions.sluice_runs(missing).items():
+        case = next(case for case in missing if case.name == name)
+        _EXECUTED[_key(case)] = {"definition": definitions.of_manifest(case.manifest), "runs": runs}
+    return {
+        case.name: _EXECUTED[_key(case)] if case.executes else observe(case) for case in selected
+    }
+
+
+def _key(case: Case) -> tuple[str, str]:
+    return case.name, case.digest
 
 
 def observe(case: Case) -> dict[str, Any]:
+    """A schedule case's observations (in-process, at its `now`)."""
+    if case.now is None:
+        raise ValueError(f"{case.name} executes its tasks: use observe_all")
     compiled = CompiledDag(case.name, 0, case.manifest.spec)
     return {
         "definition": definitions.of_manifest(case.manifest),

@@ -35,6 +35,10 @@ with DAG(
     max_active_runs=3,
     max_active_tasks=5,
     dagrun_timeout=datetime.timedelta(seconds=3600.0),
+    default_args={
+        'retries': 2,
+        'retry_delay': datetime.timedelta(seconds=30.0),
+    },
 ) as dag:
     tasks = {
         'extract': BashOperator(
@@ -52,8 +56,6 @@ with DAG(
                 'GREETING': 'hello',
             },
             append_env=True,
-            retries=2,
-            retry_delay=datetime.timedelta(seconds=30.0),
             retry_exponential_backoff=True,
             max_retry_delay=datetime.timedelta(seconds=120.0),
             execution_timeout=datetime.timedelta(seconds=600.0),
@@ -65,8 +67,6 @@ with DAG(
             bash_command='echo "$GREETING $SLUICE_CONF"; exit 99',
             env=SLUICE_ENV,
             append_env=True,
-            retries=2,
-            retry_delay=datetime.timedelta(seconds=30.0),
             pool_slots=2,
             depends_on_past=True,
             wait_for_downstream=True,
@@ -78,7 +78,6 @@ with DAG(
             env=SLUICE_ENV,
             append_env=True,
             retries=0,
-            retry_delay=datetime.timedelta(seconds=30.0),
             trigger_rule='all_done',
             weight_rule='upstream',
         ),

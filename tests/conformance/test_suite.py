@@ -2,7 +2,8 @@
 
 A case fails when Sluice decides otherwise than Airflow did, unless the case names a
 deviation the README documents; the failure message is the case's readable diff.
-Run by `make conformance` (not by `make test`): no Airflow is needed.
+Run by `make conformance` (not by `make test`): no Airflow is needed. The executed
+areas' cases run first, all together, in one `sluice standalone` (seconds).
 """
 
 from __future__ import annotations
@@ -12,11 +13,17 @@ from collections import Counter
 
 import pytest
 
-from conformance import cases, check, records
+from conformance import cases, check, records, sluice_side
 from conformance.compare import Status, documented_deviations, render
 
 CASES = cases.load_all()
 DOCUMENTED = documented_deviations(check.README.read_text())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _executed_cases_run_once() -> None:
+    """Every executed case in one standalone run; each test then reads its runs."""
+    sluice_side.observe_all(CASES)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from conformance import airflow_dags, cases, definitions
+from conformance import airflow_dags, cases, definitions, executions
 from conformance.compare import (
     Outcome,
     Status,
@@ -126,6 +126,57 @@ def test_missing_next_and_manual_sections() -> None:
     assert lines[2] == "    - none"
 
 
+def test_runs_diff_shows_each_task_that_ended_otherwise() -> None:
+    def executed(flaky: tuple[str, int], run_state: str) -> dict[str, Any]:
+        tasks = {"after": ("success", 1), "flaky": flaky}
+        return {
+            "runs": [executions.run_record(datetime(2026, 11, 1, tzinfo=UTC), run_state, tasks)]
+        }
+
+    diff = diff_observations(executed(("success", 3), "success"), executed(("failed", 2), "failed"))
+    assert diff == [
+        "runs:",
+        "  @@",
+        "    - run 2026-11-01T00:00:00Z: success",
+        "    + run 2026-11-01T00:00:00Z: failed",
+        "        after: success, try 1",
+        "    -   flaky: success, try 3",
+        "    +   flaky: failed, try 2",
+    ]
+    # An executed case has no schedule sections on either side: none is compared.
+    assert (
+        diff_observations(executed(("success", 3), "success"), executed(("success", 3), "success"))
+        == []
+    )
+
+
+def test_executed_runs_are_read_from_standalone_json() -> None:
+    summaries = [
+        {
+            "dag": "d",
+            "run_id": "scheduled__x",
+            "logical_date": "2026-11-01T01:00:00+01:00",
+            "state": "failed",
+            "tasks": [
+                {"task": "b", "state": "upstream_failed", "try_number": 0},
+                {"task": "a", "state": "failed", "try_number": 3},
+            ],
+        }
+    ]
+    assert executions.runs_of(summaries) == {
+        "d": [
+            {
+                "logical_date": "2026-11-01T00:00:00Z",
+                "state": "failed",
+                "tasks": {
+                    "a": {"state": "failed", "try_number": 3},
+                    "b": {"state": "upstream_failed", "try_number": 0},
+                },
+            }
+        ]
+    }
+
+
 def test_render_and_summary() -> None:
     failing = Outcome("a", Status.DIFFERS, ("scheduled:", "    - x", "    + y"))
     lines = render(failing, "schedule", "what it checks", "2.10.5")
@@ -185,8 +236,10 @@ spec:
 """
 
 
-def write_case(tmp_path: Path, notes: str, name: str = "a-case") -> Path:
-    area = tmp_path / "schedule"
+def write_case(
+    tmp_path: Path, notes: str, name: str = "a-case", area_name: str = "schedule"
+) -> Path:
+    area = tmp_path / area_name
     area.mkdir(parents=True, exist_ok=True)
     path = area / f"{name}.yaml"
     path.write_text(MANIFEST.format(name=name, notes=notes))
@@ -217,7 +270,7 @@ def test_case_reads_its_scenario_from_annotations(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("notes", "message"),
     [
-        pytest.param('    conformance.sluice.io/about: "x"', "are required", id="no-now"),
+        pytest.param('    conformance.sluice.io/about: "x"', "now is required", id="no-now"),
         pytest.param(
             '    conformance.sluice.io/about: "x"\n    conformance.sluice.io/now: "2026-12-01"',
             "no UTC offset",
@@ -241,6 +294,26 @@ def test_case_reads_its_scenario_from_annotations(tmp_path: Path) -> None:
 def test_bad_case_files_are_refused(tmp_path: Path, notes: str, message: str) -> None:
     with pytest.raises(cases.CaseError, match=message):
         cases.load(write_case(tmp_path, notes))
+
+
+def test_an_executed_case_has_no_now(tmp_path: Path) -> None:
+    """A dependencies or retries case runs at the real time: no instant to observe at."""
+    about = '    conformance.sluice.io/about: "x"'
+    case = cases.load(write_case(tmp_path, about, area_name="retries"))
+    assert case.executes
+    assert case.now is None
+    assert not cases.load(
+        write_case(tmp_path, about + '\n    conformance.sluice.io/now: "2026-12-01T00:00:00Z"')
+    ).executes
+    with pytest.raises(cases.CaseError, match=r"runs at the real time; drop .*now"):
+        cases.load(
+            write_case(
+                tmp_path,
+                about + '\n    conformance.sluice.io/now: "2026-12-01T00:00:00Z"',
+                name="b-case",
+                area_name="dependencies",
+            )
+        )
 
 
 def test_case_named_unlike_its_file_is_refused(tmp_path: Path) -> None:
@@ -272,6 +345,18 @@ def test_generated_dag_is_python_with_the_manifest_s_values() -> None:
     assert "pendulum.parse('2026-10-21T22:00:00Z').in_timezone('Europe/Berlin')" in text
     assert "catchup=True," in text
     assert "max_active_runs=" not in text  # not in the manifest: Airflow's default stays
+
+
+def test_defaults_become_default_args_and_tasks_repeat_only_what_differs() -> None:
+    case = cases.load(cases.CASES / "retries" / "retries-in-defaults.yaml")
+    text = airflow_dags.source(case)
+    ast.parse(text)
+    assert "    default_args={\n        'retries': 1,\n" in text
+    assert "'retry_delay': datetime.timedelta(seconds=2.0)," in text
+    tasks = text.split("    tasks = {", 1)[1]
+    assert tasks.count("retries=") == 2  # no-retries (0) and more-retries (2) only
+    assert "retry_delay=" not in tasks
+    assert "image" not in text  # no place for it in Airflow
 
 
 def test_left_out_catchup_is_left_out_for_airflow_too() -> None:
@@ -311,6 +396,7 @@ def test_standalone_takes_only_cases_the_clock_does_not_change() -> None:
     later = datetime(2030, 1, 1, tzinfo=UTC)
     by_name = {case.name: case for case in cases.load_all()}
     assert standalone.eligible(by_name["dst-daily-repeated-hour"], later)
+    assert not standalone.eligible(by_name["retries-exhausted"], later)  # executed already
     assert not standalone.eligible(by_name["catchup-off"], later)  # the latest hour moves
     assert not standalone.eligible(by_name["manual-only"], later)  # manual runs
     expected = standalone.expected_runs(by_name["once-past"])

@@ -1,0 +1,57 @@
+"""Generated from conformance/cases/dependencies/run-state-middle-failure.yaml by conformance/airflow_dags.py; do not edit.
+
+The run's state is its leaves': a task in the middle fails, the only leaf runs under all_done and succeeds, so the run succeeds.
+"""
+
+import datetime
+
+import airflow
+import pendulum
+
+if airflow.__version__.startswith("2."):
+    from airflow import DAG
+    from airflow.operators.bash import BashOperator
+else:
+    from airflow.providers.standard.operators.bash import BashOperator
+    from airflow.sdk import DAG
+
+SLUICE_ENV = {
+    'SLUICE_DAG': '{{ dag.dag_id }}',
+    'SLUICE_TASK': '{{ task.task_id }}',
+    'SLUICE_RUN_ID': '{{ run_id }}',
+    'SLUICE_LOGICAL_DATE': '{{ logical_date | ts }}',
+    'SLUICE_DATA_INTERVAL_START': '{{ data_interval_start | ts }}',
+    'SLUICE_DATA_INTERVAL_END': '{{ data_interval_end | ts }}',
+    'SLUICE_TRY_NUMBER': '{{ ti.try_number }}',
+    'SLUICE_CONF': '{{ dag_run.conf | tojson }}',
+}
+
+with DAG(
+    'run-state-middle-failure',
+    schedule='@once',
+    start_date=pendulum.parse('2026-11-01T00:00:00Z').in_timezone('UTC'),
+    catchup=False,
+) as dag:
+    tasks = {
+        'start': BashOperator(
+            task_id='start',
+            bash_command='echo start',
+            env=SLUICE_ENV,
+            append_env=True,
+        ),
+        'middle': BashOperator(
+            task_id='middle',
+            bash_command='echo failing; exit 1',
+            env=SLUICE_ENV,
+            append_env=True,
+        ),
+        'end': BashOperator(
+            task_id='end',
+            bash_command='echo end',
+            env=SLUICE_ENV,
+            append_env=True,
+            trigger_rule='all_done',
+        ),
+    }
+    tasks['start'] >> tasks['middle']
+    tasks['middle'] >> tasks['end']

@@ -1,0 +1,261 @@
+"""The executed areas on Airflow: each case's DAG run to the end by real Airflow processes.
+
+Per Airflow version, one embedded Postgres server (the benchmark's
+`bench.common.Postgres`) and `airflow db migrate` once into a template
+database; then, per case, a fresh database cloned from it, a DAG folder holding
+only the case's generated DAG, an AIRFLOW_HOME and log folder of its own, and
+Airflow's own processes with the LocalExecutor: for 2.10.5 `airflow scheduler`
+(its DAG processor runs inside it); for 3.3.2 `airflow api-server --apps
+execution` (the Task SDK's task processes report to it), `airflow
+dag-processor` and `airflow scheduler`. New DAGs are not paused, so the case's
+`@once` DAG (startDate in the past) gets its one run at once. When every run of
+the DAG has ended, its `dag_run` and `task_instance` rows are read (run state
+by logical date; each task's state and try_number), the processes are stopped
+and the database dropped. Cases run `jobs` at a time; each keeps its processes'
+logs under ~/.cache/sluice/logs/conformance-runs-VERSION/CASE/.
+
+This module runs in Sluice's venv and talks to Airflow only through its CLI and
+its database; it imports nothing from Airflow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import IO, Any
+
+from bench.common import Postgres
+from sqlalchemy import Engine, create_engine, text
+
+from conformance.cases import Case
+from conformance.executions import run_record
+
+API = {
+    "runs": (
+        "real processes, LocalExecutor, a fresh Postgres database per case (2.x: airflow "
+        "scheduler; 3.x: airflow api-server --apps execution, dag-processor, scheduler); "
+        "once every dag_run of the DAG has ended: dag_run.state by logical date, "
+        "task_instance.state and try_number"
+    )
+}
+CASE_TIMEOUT = 300.0
+JWT_SECRET = "sluice-conformance-not-a-secret"
+
+
+def psycopg2_url(url: str) -> str:
+    return url.replace("postgresql://", "postgresql+psycopg2://")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def airflow_env(
+    base: dict[str, str], major: int, url: str, dags: Path, home: Path, port: int
+) -> dict[str, str]:
+    """`base` (the observer's environment for this Airflow) on Postgres, with the
+    LocalExecutor, new DAGs unpaused, and everything written under `home`."""
+    env = {
+        **base,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": psycopg2_url(url),
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        "AIRFLOW__WEBSERVER__SECRET_KEY": JWT_SECRET,
+    }
+    if major >= 3:
+        env.update(
+            {
+                "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+                "AIRFLOW__API__PORT": str(port),
+                "AIRFLOW__API__HOST": "127.0.0.1",
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+                "AIRFLOW__API_AUTH__JWT_SECRET": JWT_SECRET,
+                # asyncpg is not installed and nothing used here needs the async engine.
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": "",
+            }
+        )
+    return env
+
+
+def processes(major: int, port: int) -> list[list[str]]:
+    """The Airflow commands that run a DAG, as this major version splits them."""
+    if major < 3:
+        return [["scheduler", "--skip-serve-logs"]]
+    return [
+        ["api-server", "--apps", "execution", "--port", str(port), "--workers", "1"],
+        ["dag-processor"],
+        ["scheduler", "--skip-serve-logs"],
+    ]
+
+
+class AirflowRuns:
+    """One Airflow version's server and template; `observe` runs cases on them."""
+
+    def __init__(self, version: str, venv: Path, base_env: dict[str, str], logs: Path) -> None:
+        self.version = version
+        self.major = int(version.split(".", 1)[0])
+        self.airflow = str(venv / "bin" / "airflow")
+        self.base_env = base_env
+        self.logs = logs
+        self.template = "conformance_airflow_" + version.replace(".", "_")
+        self.pg = Postgres()
+
+    def close(self) -> None:
+        self.pg.stop()
+
+    def prepare(self) -> None:
+        """`airflow db migrate` into the template every case's database is cloned from."""
+        url = self.pg.create(self.template)
+        home = self.logs / "template"
+        _reset(home)
+        env = airflow_env(self.base_env, self.major, url, home / "dags", home, free_port())
+        (home / "dags").mkdir()
+        with (home / "db-migrate.log").open("wb") as out:
+            result = subprocess.run(
+                [self.airflow, "db", "migrate"],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                check=False,
+                timeout=600,
+            )
+        if result.returncode:
+            raise RuntimeError(f"airflow db migrate exited {result.returncode}; see {home}")
+        self.pg.set_template(self.template)
+
+    def observe(
+        self, selected: Sequence[Case], dag_files: dict[str, Path], jobs: int = 1
+    ) -> dict[str, list[dict[str, Any]]]:
+        """Each case's runs, by case name."""
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            runs = pool.map(lambda case: self.run_case(case, dag_files[case.name]), selected)
+            return {case.name: found for case, found in zip(selected, runs, strict=True)}
+
+    def run_case(self, case: Case, dag_file: Path) -> list[dict[str, Any]]:
+        database = "conformance_" + case.name.replace("-", "_")
+        home = self.logs / case.name
+        _reset(home)
+        dags = home / "dags"
+        dags.mkdir()
+        shutil.copy(dag_file, dags / dag_file.name)
+        port = free_port()
+        url = self.pg.create(database, self.template)
+        env = airflow_env(self.base_env, self.major, url, dags, home, port)
+        engine = create_engine(psycopg2_url(url))
+        started: dict[str, subprocess.Popen[bytes]] = {}
+        logs: list[IO[bytes]] = []
+        try:
+            for command in processes(self.major, port):
+                logs.append((home / f"{command[0]}.log").open("wb"))
+                started[command[0]] = subprocess.Popen(
+                    [self.airflow, *command],
+                    env=env,
+                    cwd=home,
+                    stdout=logs[-1],
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # its task processes go with it on stop
+                )
+            self._wait_for_runs(engine, case.name, started, home)
+            return self._read_runs(engine, case.name)
+        finally:
+            _stop(list(started.values()))
+            for log in logs:
+                log.close()
+            engine.dispose()
+            self.pg.drop(database)
+
+    def _wait_for_runs(
+        self,
+        engine: Engine,
+        dag_id: str,
+        procs: dict[str, subprocess.Popen[bytes]],
+        home: Path,
+    ) -> None:
+        deadline = time.monotonic() + CASE_TIMEOUT
+        while True:
+            for name, proc in procs.items():
+                if proc.poll() is not None:
+                    raise RuntimeError(
+                        f"{dag_id}: airflow {name} exited {proc.returncode}; see {home}"
+                    )
+            with engine.connect() as conn:
+                total, ended = conn.execute(
+                    text(
+                        "SELECT count(*), count(*) FILTER (WHERE state IN ('success', 'failed'))"
+                        " FROM dag_run WHERE dag_id = :dag"
+                    ),
+                    {"dag": dag_id},
+                ).one()
+            if total and total == ended:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{dag_id}: Airflow {self.version}'s runs did not end within "
+                    f"{CASE_TIMEOUT:.0f} s ({ended} of {total} ended); see {home}"
+                )
+            time.sleep(0.5)
+
+    def _read_runs(self, engine: Engine, dag_id: str) -> list[dict[str, Any]]:
+        logical = "execution_date" if self.major < 3 else "logical_date"
+        with engine.connect() as conn:
+            runs = conn.execute(
+                text(
+                    f"SELECT run_id, {logical} AS logical_date, state FROM dag_run"
+                    " WHERE dag_id = :dag ORDER BY 2, 1"
+                ),
+                {"dag": dag_id},
+            ).all()
+            tasks = conn.execute(
+                text(
+                    "SELECT run_id, task_id, state, try_number FROM task_instance"
+                    " WHERE dag_id = :dag AND map_index = -1"
+                ),
+                {"dag": dag_id},
+            ).all()
+        by_run: dict[str, dict[str, tuple[str, int]]] = {}
+        for task in tasks:
+            # A task the scheduler never set has no state (NULL): Sluice calls that `none`.
+            by_run.setdefault(task.run_id, {})[task.task_id] = (
+                task.state or "none",
+                task.try_number,
+            )
+        return [run_record(run.logical_date, run.state, by_run.get(run.run_id, {})) for run in runs]
+
+
+def _reset(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+
+
+def _stop(procs: list[subprocess.Popen[bytes]], grace: float = 20.0) -> None:
+    """SIGTERM each process's group (the process and what it started), SIGKILL it if it
+    has not exited within `grace`."""
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        with contextlib.suppress(ProcessLookupError):  # a task process left behind
+            os.killpg(proc.pid, signal.SIGKILL)
