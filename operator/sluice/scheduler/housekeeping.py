@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy import func, insert, or_, select, text, tuple_, update
+from sqlalchemy import ColumnElement, func, insert, or_, select, text, tuple_, update
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache
@@ -60,16 +60,19 @@ def heartbeat_scheduler(session: Session, job_id: int, now: datetime) -> None:
     )
 
 
+def _live(now: datetime, dead_after: float) -> tuple[ColumnElement[bool], ...]:
+    """What makes a replica live: running, and heartbeating within `dead_after`."""
+    return (
+        SchedulerJob.state == "running",
+        SchedulerJob.latest_heartbeat >= now - timedelta(seconds=dead_after),
+    )
+
+
 def live_schedulers(session: Session, now: datetime, dead_after: float) -> int:
     """Replicas heartbeating within `dead_after` (this one included, once it has beaten)."""
     return int(
         session.execute(
-            select(func.count())
-            .select_from(SchedulerJob)
-            .where(
-                SchedulerJob.state == "running",
-                SchedulerJob.latest_heartbeat >= now - timedelta(seconds=dead_after),
-            )
+            select(func.count()).select_from(SchedulerJob).where(*_live(now, dead_after))
         ).scalar_one()
     )
 
@@ -248,12 +251,7 @@ def plan_stale_tries(
     its skip codes and timeout (one bad spec must not stop the sweep).
     """
     live_jobs = set(
-        session.execute(
-            select(SchedulerJob.id).where(
-                SchedulerJob.state == "running",
-                SchedulerJob.latest_heartbeat >= now - timedelta(seconds=dead_after),
-            )
-        ).scalars()
+        session.execute(select(SchedulerJob.id).where(*_live(now, dead_after))).scalars()
     )
     candidates = session.execute(
         select(
