@@ -24,7 +24,7 @@ from sluice.executors.base import Inspection, TaskLaunch
 from sluice.scheduler import housekeeping
 from sluice.scheduler.loop import SchedulerLoop
 from sluice.spec.states import TaskState
-from tests.db.test_executor_seam import FAST, PodLike
+from tests.db.test_executor_seam import FAST, PodLike, _Died
 from tests.support import FakeClock, make_loop, manifest, register, ti_row, trigger
 
 NO_TRACE = Inspection(
@@ -32,10 +32,6 @@ NO_TRACE = Inspection(
     evidence={"job": "gone", "pod": "gone", "started": False},
     restartable_within=3600.0,
 )
-
-
-class _Died(BaseException):
-    """The replica's process ends here (a SIGKILL): nothing after it in the tick runs."""
 
 
 class JobLike(PodLike):

@@ -131,6 +131,7 @@ def operator(
 
 
 def _custom_objects_api() -> Any:
+    """A client for Sluice's and kopf's objects, from the kubeconfig or in-cluster config."""
     from kubernetes import client, config
 
     config.load_config()  # type: ignore[no-untyped-call]
@@ -153,14 +154,12 @@ def peering_identity() -> str:
 
 def ensure_peering(name: str, namespaces: list[str]) -> None:
     """Create the peering object (cluster-wide, or one per namespace) if it is missing."""
-    from kubernetes import client, config
     from kubernetes.client.exceptions import ApiException
 
     try:
-        config.load_config()  # type: ignore[no-untyped-call]
+        api = _custom_objects_api()
     except Exception as exc:
         fail(f"the operator cannot load a kubeconfig or in-cluster config: {exc}")
-    api = client.CustomObjectsApi()
     body = {"apiVersion": f"{PEERING_GROUP}/{PEERING_VERSION}", "metadata": {"name": name}}
     calls: list[tuple[Any, tuple[str, ...], str]] = (
         [(api.create_cluster_custom_object, ("clusterkopfpeerings",), "ClusterKopfPeering")]
