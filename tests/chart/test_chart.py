@@ -588,9 +588,10 @@ def rules_of(docs: list[Doc], kind: str, name: str, namespace: str | None = None
 
 
 SCHEDULER_TASKS = {
-    *(f"batch/jobs {v}" for v in ("create", "get", "list", "watch", "delete")),
+    *(f"batch/jobs {v}" for v in ("create", "get", "list", "watch", "patch", "delete")),
     "/pods list",
     "/pods watch",
+    "/pods patch",
 }
 SCHEDULER_OBJECTS = {
     "sluice.io/dagruns create",

@@ -41,6 +41,8 @@ def test_the_chart_installs_runs_a_dag_through_a_scheduler_pod_kill_and_uninstal
         ("scheduler", "create", "jobs.batch"),
         ("scheduler", "delete", "jobs.batch"),
         ("scheduler", "watch", "pods"),
+        ("scheduler", "patch", "pods"),  # an adopted try's pods move to the adopter's watch
+        ("scheduler", "patch", "jobs.batch"),
         ("scheduler", "create", "dagruns.sluice.io"),
         ("scheduler", "patch", "dagruns.sluice.io", "--subresource=status"),
         ("scheduler", "create", "events"),

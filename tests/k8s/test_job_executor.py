@@ -238,6 +238,8 @@ def test_a_killed_replicas_job_is_adopted_not_started_again(fleet: Fleet) -> Non
     ti = fleet.wait_task("adopt", "t", lambda t: t.state == "running", "the try running")
     assert ti.running_by_job_id == doomed.job_id
     fleet.follow(f"{names.TI_LABEL}={ti.id}", manifest.SIDECAR)
+    (job,) = fleet.jobs(f"{names.TI_LABEL}={ti.id}")
+    doomed_label = job["metadata"]["labels"][names.REPLICA_LABEL]  # its watch selects on it
     survivor = fleet.start("survivor", sync=False)
     doomed.kill9()
     done = fleet.wait_task(
@@ -253,6 +255,16 @@ def test_a_killed_replicas_job_is_adopted_not_started_again(fleet: Fleet) -> Non
     assert "'create': " not in survivor.output(), f"the survivor created a Job\n{logs}"
     # Sluice never deletes a Job that succeeded (its logs are what a user reads next).
     assert not re.search(rf"deleted Job\s+job={re.escape(str(ti.external_id))}\b", logs), logs
+    # Adopting moved the try into the survivor's watches: its label on the Job and the pod.
+    for obj in (
+        fleet.jobs(f"{names.TI_LABEL}={ti.id}")
+        + fleet.cluster.get_json("pods", "-n", fleet.namespace, "-l", f"{names.TI_LABEL}={ti.id}")[
+            "items"
+        ]
+    ):
+        moved = obj["metadata"]["labels"].get(names.REPLICA_LABEL)
+        assert moved not in (None, doomed_label), (obj["metadata"]["name"], moved, logs)
+    assert "adopted try moved into this replica's watches" in survivor.output(), logs
     if not jobs:  # seen once in CI (2026-12-03), never here: keep what it looked like
         warnings.warn(
             f"the Job is gone, and no replica deleted it\n{fleet.state_dump('adopt')}\n{logs}",

@@ -264,6 +264,9 @@ def test_local_demo_inside_the_namespace_makes_the_volume_then_the_shared_steps(
     cluster's network namespace. "Inside" is faked by naming this process's own network
     namespace as the cluster's (SLUICE_NETNS_PATH is /run/netns/$SLUICE_NETNS)."""
     cluster_dir = tmp_path / "cluster"
+    # The path goes through /run/netns, which exists once any network namespace was named
+    # on this machine (`ip netns add` makes it); on a fresh machine it does not yet.
+    Path("/run/netns").mkdir(parents=True, exist_ok=True)
     fake_inside = {"SLUICE_NETNS": "../../proc/self/ns/net", "SLUICE_CLUSTER_DIR": str(cluster_dir)}
     # Outside, the script would start the local cluster (hack/cluster-up.sh): never here.
     inside = subprocess.run(

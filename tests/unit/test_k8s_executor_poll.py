@@ -10,8 +10,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from sluice.executors.kubernetes import executor as executor_module
+from sluice.executors.kubernetes import names
 from sluice.executors.kubernetes.executor import KubernetesExecutor, KubernetesSettings
 from sluice.executors.kubernetes.manifest import MAIN
 from sluice.executors.kubernetes.outcome import Verdict
@@ -26,27 +28,90 @@ class _Created:
 
 
 class FakeApi:
-    """Creates Jobs as the API server answers (a uid, a version, a creation time)."""
+    """Jobs and pods as the API server keeps them: a create gets a uid, a version and a
+    creation time; reads, label selectors (`a,b=c` form), merge patches of labels,
+    deletes; `fail_next[name] = [503, ...]` makes the next calls of that name raise an
+    ApiException with those statuses."""
 
     def __init__(self) -> None:
         self.created: list[dict[str, Any]] = []
         self.deleted: list[str] = []
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.calls: list[str] = []
+        self.fail_next: dict[str, list[int]] = {}
+        self._version = 1
+
+    def _call(self, name: str) -> None:
+        self.calls.append(name)
+        if self.fail_next.get(name):
+            raise ApiException(status=self.fail_next[name].pop(0), reason="test")
+
+    def _bump(self, obj: dict[str, Any]) -> None:
+        self._version += 1
+        obj["metadata"]["resourceVersion"] = str(self._version)
 
     def create_namespaced_custom_object(
         self, group: str, version: str, namespace: str, plural: str, body: Any, **_: Any
     ) -> _Created:
         assert (group, version, plural) == ("batch", "v1", "jobs")
+        self._call("create_job")
         job = json.loads(json.dumps(body))
         job["metadata"].update(
             uid=f"uid-{len(self.created)}",
-            resourceVersion="1",
             creationTimestamp=T0.strftime("%Y-%m-%dT%H:%M:%SZ"),
         )
+        self._bump(job)
         self.created.append(job)
+        self.jobs[job["metadata"]["name"]] = job
         return _Created(json.dumps(job).encode())
+
+    def read_namespaced_job(self, name: str, namespace: str, **_: Any) -> _Created:
+        self._call("read_job")
+        if name not in self.jobs:
+            raise ApiException(status=404, reason="Not Found")
+        return _Created(json.dumps(self.jobs[name]).encode())
+
+    def patch_namespaced_job(self, name: str, namespace: str, body: Any, **kw: Any) -> _Created:
+        assert kw["_content_type"] == "application/merge-patch+json"
+        self._call("patch_job")
+        if name not in self.jobs:
+            raise ApiException(status=404, reason="Not Found")
+        return _Created(json.dumps(self._patch(self.jobs[name], body)).encode())
+
+    def patch_namespaced_pod(self, name: str, namespace: str, body: Any, **kw: Any) -> _Created:
+        assert kw["_content_type"] == "application/merge-patch+json"
+        self._call("patch_pod")
+        return _Created(json.dumps(self._patch(self.pods[name], body)).encode())
+
+    def _patch(self, obj: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+        obj["metadata"].setdefault("labels", {}).update(body["metadata"]["labels"])
+        self._bump(obj)
+        return obj
+
+    def list_namespaced_pod(self, namespace: str, *, label_selector: str, **_: Any) -> _Created:
+        self._call("list_pods")
+        wanted = dict(part.split("=") for part in label_selector.split(","))
+        items = [
+            pod
+            for pod in self.pods.values()
+            if all(pod["metadata"]["labels"].get(k) == v for k, v in wanted.items())
+        ]
+        return _Created(json.dumps({"items": items}).encode())
 
     def delete_namespaced_job(self, name: str, namespace: str, **_: Any) -> None:
         self.deleted.append(name)
+
+    def add_pod(self, job: dict[str, Any], main_state: dict[str, Any]) -> dict[str, Any]:
+        """The pod the Job controller makes, with the template's labels."""
+        pod = _pod(job, 0, main_state)
+        pod["metadata"]["labels"] = {
+            **job["spec"]["template"]["metadata"]["labels"],
+            "batch.kubernetes.io/job-name": job["metadata"]["name"],
+        }
+        self._bump(pod)
+        self.pods[pod["metadata"]["name"]] = pod
+        return pod
 
 
 class Clock:
@@ -57,24 +122,32 @@ class Clock:
         return self.now
 
 
-@pytest.fixture
-def setup(
-    monkeypatch: pytest.MonkeyPatch,
-) -> tuple[KubernetesExecutor, Clock, list[str]]:
+def make_executor(
+    monkeypatch: pytest.MonkeyPatch, clock: Clock, api: FakeApi, replica: str = "r1"
+) -> KubernetesExecutor:
     monkeypatch.setattr(TryCache, "start", lambda self: None)  # no watches: events by hand
-    clock = Clock()
     executor = KubernetesExecutor(
         KubernetesSettings(namespace="work", sluice_image="img", pod_start_timeout=60),
         api_factory=lambda: None,  # type: ignore[arg-type,return-value]
         clock=clock,
         sync_timeout=0,
+        replica=replica,
     )
-    executor._batch = executor._custom = FakeApi()  # type: ignore[assignment]
+    executor._batch = executor._custom = executor._core = api  # type: ignore[assignment]
     for kind in ("jobs", "pods"):  # synced: a bookmark, as after a first LIST
         executor.cache._apply(
             executor.cache._kinds[kind],
             {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "1"}}},
         )
+    return executor
+
+
+@pytest.fixture
+def setup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[KubernetesExecutor, Clock, list[str]]:
+    clock = Clock()
+    executor = make_executor(monkeypatch, clock, FakeApi())
     judged: list[str] = []
     real = executor_module.judge
 
@@ -180,3 +253,119 @@ def test_inspect_proves_a_try_never_started_only_when_neither_job_nor_pod_exists
     lost = executor.inspect((99, 1), name)  # failed, its pod gone: a zombie's, not a restart
     assert lost.state == "gone"
     assert lost.restartable_within is None
+
+
+def _other_replicas_try(api: FakeApi, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """A try that replica `r0` started; its pod runs."""
+    first = make_executor(monkeypatch, Clock(), api, replica="r0")
+    first.start([launch()])
+    job = api.created[0]
+    api.add_pod(job, {"running": {"startedAt": "2026-12-01T00:00:01Z"}})
+    return job
+
+
+def test_jobs_and_their_pods_carry_the_creating_replicas_label_and_its_watch_selects_on_it(
+    setup: tuple[KubernetesExecutor, Clock, list[str]],
+) -> None:
+    executor, _, _ = setup
+    executor.start([launch()])
+    job = executor._batch.created[0]  # type: ignore[attr-defined]
+    assert job["metadata"]["labels"][names.REPLICA_LABEL] == "r1"
+    assert job["spec"]["template"]["metadata"]["labels"][names.REPLICA_LABEL] == "r1"
+    assert executor.cache.selector == "sluice.io/ti,sluice.io/replica=r1"
+    assert names.new_replica_id() != names.new_replica_id()
+
+
+def test_an_adopted_try_is_moved_into_the_adopters_watches_before_it_is_judged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    api = FakeApi()
+    job = _other_replicas_try(api, monkeypatch)
+    name = job["metadata"]["name"]
+    clock = Clock()
+    adopter = make_executor(monkeypatch, clock, api, replica="r1")
+
+    seen = adopter.inspect(launch().key, name)  # not in r1's watches: read from the server
+    assert (seen.state, seen.running) == ("alive", True)
+    assert api.calls[-2:] == ["read_job", "list_pods"]
+
+    api.fail_next["patch_pod"] = [503]  # the API server hiccups: moved at a later poll
+    adopter.adopt(launch().key, name, elapsed=5.0, timeout=None, skip_on_exit_code=frozenset())
+    assert adopter.cache.job(name) is not None  # the Job moved, its pod not yet
+    clock.now += timedelta(seconds=120)  # past the pod start timeout (60 s)
+    api.fail_next["patch_pod"] = [503, 503]  # two more polls fail to move its pod
+    # Not judged while its pod is not in r1's watches: judged on the Job alone, the try
+    # would look as if its pod never started, and fail.
+    assert adopter.poll() == []
+    assert adopter.poll() == []
+    assert adopter.alive() == [launch().key]
+    assert adopter.poll() == []  # moved now, and judged: running
+    assert api.calls.count("patch_job") == 1  # the Job is not moved twice
+    assert api.calls.count("patch_pod") == 4
+    assert job["metadata"]["labels"][names.REPLICA_LABEL] == "r1"
+    (pod,) = api.pods.values()
+    assert pod["metadata"]["labels"][names.REPLICA_LABEL] == "r1"
+    assert adopter.cache.newest_pod(name) is not None  # cached from the patch response
+    assert adopter.alive() == [launch().key]
+
+    pod["status"]["containerStatuses"][0]["state"] = {"terminated": {"exitCode": 0}}
+    api._bump(pod)
+    adopter.cache._apply(adopter.cache._kinds["pods"], {"type": "MODIFIED", "object": pod})
+    (event,) = adopter.poll()
+    assert (event.key, event.state) == (launch().key, TaskState.SUCCESS)
+    assert "create_job" not in api.calls[1:]  # adopted, never started again
+
+
+def test_a_pod_made_after_the_move_is_moved_when_its_job_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    api = FakeApi()
+    first = make_executor(monkeypatch, Clock(), api, replica="r0")
+    first.start([launch()])  # r0 died before the Job controller made the pod
+    job = api.created[0]
+    adopter = make_executor(monkeypatch, Clock(), api, replica="r1")
+    adopter.adopt(
+        launch().key,
+        job["metadata"]["name"],
+        elapsed=1.0,
+        timeout=None,
+        skip_on_exit_code=frozenset(),
+    )
+    assert adopter.poll() == []
+    assert api.calls.count("patch_pod") == 0  # no pod yet
+    pod = api.add_pod(job, {"running": {}})  # made from the template: r0's label
+    assert pod["metadata"]["labels"][names.REPLICA_LABEL] == "r0"
+    job["status"] = {"active": 1}
+    api._bump(job)
+    adopter.cache._apply(adopter.cache._kinds["jobs"], {"type": "MODIFIED", "object": job})
+    assert adopter.poll() == []
+    assert pod["metadata"]["labels"][names.REPLICA_LABEL] == "r1"
+
+
+def test_a_try_another_replica_adopted_is_handed_over_not_reported(
+    setup: tuple[KubernetesExecutor, Clock, list[str]],
+) -> None:
+    """A replica taken for dead (but running) sees its try's Job and pod leave its watches
+    with the adopter's label: it drops the try and reports nothing (the Job was not
+    deleted); a Job deleted for real leaves with its own label and is judged as ever."""
+    executor, _, _ = setup
+    executor.start([launch(ti_id=1), launch(ti_id=2, task_id="load")])
+    executor.poll()
+    adopted, deleted = executor._batch.created  # type: ignore[attr-defined]
+    moved = json.loads(json.dumps(adopted))
+    moved["metadata"]["labels"][names.REPLICA_LABEL] = "r2"
+    jobs = executor.cache._kinds["jobs"]
+    executor.cache._apply(jobs, {"type": "DELETED", "object": moved})
+    executor.cache._apply(jobs, {"type": "DELETED", "object": deleted})
+    assert executor.poll() == []
+    assert executor.alive() == [(2, 2)]  # lost, for the zombie sweep to judge
+    assert executor.cache.take_handed_over() == set()
+
+
+def test_inspect_cannot_tell_when_another_replicas_try_cannot_be_read(
+    setup: tuple[KubernetesExecutor, Clock, list[str]],
+) -> None:
+    executor, _, _ = setup
+    executor._batch.fail_next["read_job"] = [500]  # type: ignore[attr-defined]
+    seen = executor.inspect((99, 1), "some-job")
+    assert seen.state == "unreachable"  # never a zombie on a stale heartbeat alone

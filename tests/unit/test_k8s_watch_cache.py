@@ -60,3 +60,23 @@ def test_a_pod_with_the_older_label_or_none_is_indexed_as_it_can_be() -> None:
     assert found["metadata"]["name"] == "c-1"
     assert cache.newest_pod("d") is None
     assert cache.stats()["pods_cached"] == 2
+
+
+def test_a_try_leaving_the_selection_with_another_replicas_label_is_handed_over() -> None:
+    cache = TryCache(lambda: None, "ns", replica="r1")  # type: ignore[arg-type,return-value]
+    assert cache.selector == "sluice.io/ti,sluice.io/replica=r1"
+    pods = cache._kinds["pods"]
+    mine = pod("a-1", "a", "2026-12-03T10:00:00Z")
+    mine["metadata"]["labels"]["sluice.io/replica"] = "r1"
+    cache._apply(pods, event("ADDED", mine))
+    moved = pod("a-1", "a", "2026-12-03T10:00:00Z", version=2)
+    moved["metadata"]["labels"]["sluice.io/replica"] = "r2"
+    cache._apply(pods, event("DELETED", moved))
+    assert cache.newest_pod("a") is None
+    assert cache.take_handed_over() == {"a"}
+    assert cache.take_handed_over() == set()
+    gone = pod("b-1", "b", "2026-12-03T10:00:00Z")
+    gone["metadata"]["labels"]["sluice.io/replica"] = "r1"
+    cache._apply(pods, event("ADDED", gone))
+    cache._apply(pods, event("DELETED", gone))  # deleted for real: its own label
+    assert cache.take_handed_over() == set()

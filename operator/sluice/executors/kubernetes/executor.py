@@ -14,15 +14,24 @@
   pod start timeout has passed; so a try is judged again only when its Job or
   pod changed (`TryCache.take_touched`) or that timeout comes, not on every
   poll.
-- `inspect` answers from the same cache for any try, including another
-  replica's: "alive" while its pod starts or runs, "gone" with the outcome if
-  it ended, "gone" with the evidence if its Job or pod vanished, and
-  "unreachable" while the watches are not synced (then no try is a zombie on
-  this replica's word).
-- `adopt` and `release` only change what this replica reports on: every
-  replica watches every Sluice Job in the namespace, and ownership lives in
-  the database. `kill` deletes the Job (foreground: its pod goes first).
-  `shutdown` stops the watches and deletes nothing: tries outlive replicas.
+- Each replica watches only its own tries: every Job it creates, and its
+  pod, carries `sluice.io/replica` with the replica's watch identity (new at
+  every start), and its two watches select on it. So a replica parses the
+  events of the tries it reports on, not every replica's.
+- `inspect` answers "alive" while a try's pod starts or runs, "gone" with the
+  outcome if it ended, "gone" with the evidence if its Job or pod vanished,
+  and "unreachable" when it cannot look (then no try is a zombie on this
+  replica's word): from the cache for this replica's tries, and for another
+  replica's (a dead one's, which the zombie sweep asks about) by reading the
+  Job and listing its pods, two requests per try, once.
+- `adopt` moves the try into this replica's watches: it patches the label on
+  the Job and on its pods (a dead replica's tries only; rare), and judges the
+  try only once they are moved. The old owner, if it still runs, sees them
+  leave its selection with another replica's label and drops them: handed
+  over, not deleted. `release` only changes what this replica reports on;
+  ownership lives in the database. `kill` deletes the Job (foreground: its
+  pod goes first). `shutdown` stops the watches and deletes nothing: tries
+  outlive replicas.
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -95,6 +104,10 @@ class _Try:
     # start timeout runs out (its verdict can change with time only then).
     judged: bool = False
     late_at: datetime | None = None
+    # Adopted: its Job and pods carried another replica's label. `relabel` while they
+    # still may (not in this replica's watches yet: not judged until they are moved).
+    adopted: bool = False
+    relabel: bool = False
 
 
 @dataclass
@@ -153,9 +166,13 @@ class KubernetesExecutor:
         api_factory: Callable[[], client.ApiClient] | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         sync_timeout: float = 30.0,
+        replica: str | None = None,
     ) -> None:
         self.settings = settings
-        self._job_settings = settings.job_settings()
+        # This replica's watch identity: on every Job it creates or adopts, and its pods.
+        self.replica = replica or names.new_replica_id()
+        self._job_settings = replace(settings.job_settings(), replica=self.replica)
+        self._label_patch = {"metadata": {"labels": {names.REPLICA_LABEL: self.replica}}}
         # With a task API, heartbeats come from the task pods' sidecars, never from this
         # process; without one (no sidecar), the scheduler heartbeats the tries it watches.
         self.pods_heartbeat = settings.task_api_url is not None
@@ -164,8 +181,9 @@ class KubernetesExecutor:
         factory = api_factory or api_client_factory(settings)
         api = factory()
         self._batch = client.BatchV1Api(api)
+        self._core = client.CoreV1Api(api)
         self._custom = client.CustomObjectsApi(api)
-        self.cache = TryCache(factory, settings.namespace)
+        self.cache = TryCache(factory, settings.namespace, replica=self.replica)
         self._tries: dict[Key, _Try] = {}
         self._events: list[TaskEvent] = []
         self._to_delete: dict[str, str] = {}  # Job name -> why
@@ -266,6 +284,9 @@ class KubernetesExecutor:
             log.info("job already exists: adopting it", job=entry.job_name, ti=entry.key[0])
             self.cache.put_job(found)
             entry.pending_body = None
+            if not self._ours(found):
+                entry.adopted = entry.relabel = True
+                self._relabel(entry)
             return
         self._tries.pop(entry.key, None)
         self._fail(
@@ -286,8 +307,16 @@ class KubernetesExecutor:
         for name, why in list(self._to_delete.items()):
             if self._delete(name, why):
                 del self._to_delete[name]
+        handed = self.cache.take_handed_over()
         for entry in list(self._tries.values()):
-            if entry.pending_body is not None:
+            if entry.job_name in handed:
+                # Another replica adopted it (this one was taken for dead): it reports now.
+                log.info("try handed over to another replica", job=entry.job_name)
+                del self._tries[entry.key]
+                continue
+            if entry.relabel:
+                self._relabel(entry)
+            elif entry.pending_body is not None:
                 if (now - entry.started).total_seconds() >= self.settings.pod_start_timeout:
                     self._tries.pop(entry.key, None)
                     self._fail(
@@ -312,9 +341,12 @@ class KubernetesExecutor:
             log.info("the watches see the cluster again", blind_seconds=round(blind, 1))
         touched = self.cache.take_touched()  # before the reads below: later changes come next
         for key, entry in list(self._tries.items()):
-            if entry.pending_body is not None:
+            if entry.pending_body is not None or entry.relabel:
                 continue
             unchanged = touched is not None and entry.job_name not in touched
+            if entry.adopted and not unchanged and self.cache.newest_pod(entry.job_name) is None:
+                # A pod its Job made after the move still carries the old label.
+                self._relabel_pods(entry)
             if entry.judged and unchanged and (entry.late_at is None or now < entry.late_at):
                 continue  # the same objects, and not yet late: the same verdict
             verdict, entry.late_at = self._judge(entry, now)
@@ -360,13 +392,21 @@ class KubernetesExecutor:
     # -- other replicas' tries ----------------------------------------------------------
 
     def inspect(self, key: Key, external_id: str | None) -> Inspection:
-        if not self.cache.synced:
-            return Inspection(state="unreachable")
-        name = external_id or (self._tries[key].job_name if key in self._tries else None)
+        ours = self._tries.get(key)
+        name = external_id or (ours.job_name if ours is not None else None)
         if name is None:
             return Inspection(state="unknown")
-        job = self.cache.job(name)
-        pod = self.cache.newest_pod(name)
+        if ours is not None and not ours.relabel:
+            if not self.cache.synced:
+                return Inspection(state="unreachable")
+            job = self.cache.job(name)
+            pod = self.cache.newest_pod(name)
+        else:
+            # Another replica's try: not in this replica's watches, so read it.
+            seen = self._read_try(key, name)
+            if seen is None:
+                return Inspection(state="unreachable")
+            job, pod = seen
         now = self._clock()
         verdict = judge(
             job,
@@ -414,13 +454,118 @@ class KubernetesExecutor:
     ) -> None:
         if key in self._tries:
             return
-        self._tries[key] = _Try(
+        entry = _Try(
             key=key,
             job_name=external_id,
             started=self._clock() - timedelta(seconds=elapsed),
             blind_at_start=self._blind_total,
             skip_on_exit_code=skip_on_exit_code,
+            adopted=True,
+            relabel=True,
         )
+        self._tries[key] = entry
+        self._relabel(entry)
+
+    def _relabel(self, entry: _Try) -> None:
+        """Move an adopted try's Job and pods into this replica's watches (its label on
+        them); until that succeeds the try is not judged, and the next poll tries again."""
+        # A Job moved at an earlier attempt (its pods were not) is not patched again.
+        moved = self._ours(self.cache.job(entry.job_name)) or self._relabel_job(entry)
+        if moved and self._relabel_pods(entry):
+            entry.relabel = False
+            log.info("adopted try moved into this replica's watches", job=entry.job_name)
+
+    def _ours(self, obj: dict[str, Any] | None) -> bool:
+        labels = (obj or {}).get("metadata", {}).get("labels") or {}
+        return bool(labels.get(names.REPLICA_LABEL) == self.replica)
+
+    def _relabel_job(self, entry: _Try) -> bool:
+        try:
+            self.api.add("patch")
+            response: Any = self._batch.patch_namespaced_job(
+                entry.job_name,
+                self.settings.namespace,
+                self._label_patch,
+                _content_type="application/merge-patch+json",
+                _preload_content=False,
+                _request_timeout=(10, 30),
+            )
+            self.cache.put_job(json.loads(response.data))
+        except ApiException as exc:
+            if exc.status == 404:
+                return True  # no Job: its pods may still be there (being deleted)
+            entry.last_error = _api_error(exc)
+            return False
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            entry.last_error = f"{type(exc).__name__}: {str(exc)[:200]}"
+            return False
+        return True
+
+    def _relabel_pods(self, entry: _Try) -> bool:
+        """Put this replica's label on the try's pods; False if it could not (retried)."""
+        try:
+            pods = self._list_pods(entry.key)
+            for pod in pods:
+                if self._ours(pod):
+                    continue
+                self.api.add("patch")
+                try:
+                    response: Any = self._core.patch_namespaced_pod(
+                        pod["metadata"]["name"],
+                        self.settings.namespace,
+                        self._label_patch,
+                        _content_type="application/merge-patch+json",
+                        _preload_content=False,
+                        _request_timeout=(10, 30),
+                    )
+                except ApiException as exc:
+                    if exc.status == 404:
+                        continue  # deleted meanwhile: nothing to move
+                    raise
+                self.cache.put_pod(json.loads(response.data))
+        except ApiException as exc:
+            entry.last_error = _api_error(exc)
+            return False
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            entry.last_error = f"{type(exc).__name__}: {str(exc)[:200]}"
+            return False
+        return True
+
+    def _list_pods(self, key: Key) -> list[dict[str, Any]]:
+        self.api.add("list")
+        response: Any = self._core.list_namespaced_pod(
+            self.settings.namespace,
+            label_selector=names.try_selector(*key),
+            _preload_content=False,
+            _request_timeout=(10, 30),
+        )
+        return list(json.loads(response.data).get("items") or [])
+
+    def _read_try(
+        self, key: Key, name: str
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None] | None:
+        """Another replica's try as the API server has it now: its Job (None if there is
+        none) and newest pod; None when the API server cannot be asked."""
+        try:
+            self.api.add("get")
+            try:
+                response: Any = self._batch.read_namespaced_job(
+                    name,
+                    self.settings.namespace,
+                    _preload_content=False,
+                    _request_timeout=(10, 30),
+                )
+                job = json.loads(response.data)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                job = None
+            pods = self._list_pods(key)
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            log.warning("cannot read another replica's try", job=name, error=str(exc)[:200])
+            return None
+        pod = max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), default=None)
+        return job, pod
 
     def heartbeats_recorded(self, keys: Sequence[tuple[int, int]], at: float) -> None:
         """Nothing to renew: pods heartbeat themselves."""
@@ -463,12 +608,13 @@ class KubernetesExecutor:
 
     def request_counts(self) -> dict[str, int]:
         """The API requests this executor made, by verb, watches excluded: its own
-        creates, gets and deletes, and the watches' LISTs (the first and every relist)."""
+        creates, gets, patches, lists and deletes, and the watches' LISTs (the first and
+        every relist)."""
         counts = dict(self.api.by_verb)
         stats = self.cache.stats()
         lists = stats["jobs_relists"] + stats["pods_relists"]
         if lists:
-            counts["list"] = lists
+            counts["list"] = counts.get("list", 0) + lists
         return counts
 
 

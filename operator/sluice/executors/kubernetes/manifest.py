@@ -65,6 +65,8 @@ class JobSettings:
     ttl_seconds_after_finished: int = 3600
     image_pull_policy: str | None = None
     sidecar_image_pull_policy: str = "IfNotPresent"
+    # The creating replica's watch identity (`sluice.io/replica` on the Job and its pods).
+    replica: str | None = None
 
 
 def build_job(
@@ -73,6 +75,8 @@ def build_job(
     """The Job for one try. Raises PodTemplateError for a template that cannot be merged."""
     name = names.job_name(launch.dag_id, launch.run_id, launch.task_id, launch.try_number)
     labels = identity_labels(launch)
+    if settings.replica is not None:
+        labels[names.REPLICA_LABEL] = settings.replica
     annotations = {
         names.LABEL_PREFIX + "dag": launch.dag_id,
         names.LABEL_PREFIX + "run-id": launch.run_id,

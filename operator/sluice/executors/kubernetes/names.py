@@ -11,6 +11,7 @@ create is `AlreadyExists`, never a second Job.
 from __future__ import annotations
 
 import re
+import secrets
 
 from sluice.k8s_names import HASH_LENGTH, MAX_LABEL, digest, dns_label
 
@@ -22,6 +23,9 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "sluice"}
 TI_LABEL = LABEL_PREFIX + "ti"
 TRY_LABEL = LABEL_PREFIX + "try"
 SELECTOR = TI_LABEL
+# The replica that reports on the try: it created the Job, or adopted it from a dead
+# replica and moved the label onto itself. Each replica watches only its own (ADR 0013).
+REPLICA_LABEL = LABEL_PREFIX + "replica"
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
@@ -39,3 +43,19 @@ def label_value(value: str) -> str:
     cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "-", value)
     head = cleaned[: MAX_NAME - HASH_LENGTH - 1].strip("-_.")
     return f"{head}-{digest(value)}" if head else digest(value)
+
+
+def new_replica_id() -> str:
+    """A replica's watch identity: new at every start (a restarted replica's tries are
+    another replica's to adopt, its own included), 12 hex characters."""
+    return secrets.token_hex(6)
+
+
+def replica_selector(replica: str) -> str:
+    """The label selector of one replica's tries (their Jobs and pods)."""
+    return f"{TI_LABEL},{REPLICA_LABEL}={replica}"
+
+
+def try_selector(ti_id: int, try_number: int) -> str:
+    """The label selector of one try's Job and pods, whichever replica watches them."""
+    return f"{TI_LABEL}={ti_id},{TRY_LABEL}={try_number}"

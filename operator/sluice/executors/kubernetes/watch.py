@@ -12,6 +12,13 @@ newest object per name, so they are idempotent. The cache also notes which
 Jobs changed (their own object or one of their pods), so the executor judges
 only those tries again (`take_touched`).
 
+With a `replica`, the watches select only that replica's tries (the
+`sluice.io/replica` label), so a replica parses the events of the tries it
+reports on, not every replica's. A Job or pod that leaves the selection
+because another replica adopted it (moved the label onto itself) arrives as a
+DELETED event carrying the new label: the cache forgets it and notes its Job
+as handed over (`take_handed_over`), which is not the Job being deleted.
+
 No per-task polling: the only steady API traffic is the two watches.
 """
 
@@ -70,12 +77,13 @@ class TryCache:
         api_factory: Callable[[], client.ApiClient],
         namespace: str,
         *,
-        selector: str = names.SELECTOR,
+        replica: str | None = None,
         on_change: Callable[[], None] | None = None,
     ) -> None:
         self._api_factory = api_factory
         self.namespace = namespace
-        self.selector = selector
+        self.replica = replica
+        self.selector = names.SELECTOR if replica is None else names.replica_selector(replica)
         self._on_change = on_change
         self._lock = threading.Lock()
         self._kinds = {"jobs": _Kind("jobs"), "pods": _Kind("pods")}
@@ -85,6 +93,8 @@ class TryCache:
         # after a relist, when any may have (the cache was replaced).
         self._touched: set[str] = set()
         self._everything = True
+        # The Jobs whose Job or pod another replica took over since the last call.
+        self._handed_over: set[str] = set()
 
     # -- reading ----------------------------------------------------------------------
 
@@ -112,6 +122,13 @@ class TryCache:
             everything, self._everything = self._everything, False
         return None if everything else touched
 
+    def take_handed_over(self) -> set[str]:
+        """The names of the Jobs another replica adopted since the last call (their Job or
+        a pod left this replica's selection with another replica's label on it)."""
+        with self._lock:
+            handed, self._handed_over = self._handed_over, set()
+        return handed
+
     def stats(self) -> dict[str, int]:
         with self._lock:
             return {
@@ -131,6 +148,11 @@ class TryCache:
         """A Job this replica just created or read: known before its watch event arrives."""
         with self._lock:
             self._store(self._kinds["jobs"], obj)
+
+    def put_pod(self, obj: dict[str, Any]) -> None:
+        """A pod this replica just relabelled (adopted): known before its watch event."""
+        with self._lock:
+            self._store(self._kinds["pods"], obj)
 
     # -- the watches ------------------------------------------------------------------
 
@@ -247,6 +269,10 @@ class TryCache:
         with self._lock:
             if kind == "DELETED":
                 self._forget(state, raw["metadata"]["name"])
+                if self._taken_over(raw):
+                    job = raw["metadata"]["name"] if state.kind == "jobs" else _job_of(raw)
+                    if job is not None:
+                        self._handed_over.add(job)
             elif kind in ("ADDED", "MODIFIED"):
                 self._store(state, raw)
             if version:
@@ -281,6 +307,15 @@ class TryCache:
                 names.discard(name)
                 if not names:
                     del state.by_job[job]
+
+    def _taken_over(self, obj: dict[str, Any]) -> bool:
+        """Does this object carry another replica's label (it left the selection because
+        that replica adopted its try, not because it was deleted)?"""
+        if self.replica is None:
+            return False
+        labels = obj.get("metadata", {}).get("labels") or {}
+        owner = labels.get(names.REPLICA_LABEL)
+        return owner is not None and owner != self.replica
 
     def _gone(self, state: _Kind) -> None:
         log.info("watch history gone (410): relisting", kind=state.kind)
