@@ -84,6 +84,15 @@ def _managed(
     return entry
 
 
+def selects(selector: str, labels: dict[str, str]) -> bool:
+    """Does a label selector of `key` and `key=value` terms (comma-separated) match?"""
+    for term in filter(None, selector.split(",")):
+        key, eq, value = term.partition("=")
+        if key not in labels or (eq and labels[key] != value):
+            return False
+    return True
+
+
 class _Store:
     """Jobs and pods with a shared resourceVersion, and the history watches replay."""
 
@@ -92,7 +101,8 @@ class _Store:
         self.versions = itertools.count(1000)
         self.version = 999
         self.objects: dict[str, dict[str, dict[str, Any]]] = {"jobs": {}, "pods": {}}
-        self.history: list[tuple[int, str, bytes]] = []  # (rv, plural, event line)
+        # (rv, plural, event line, the object's labels: what a watch's selector matches)
+        self.history: list[tuple[int, str, bytes, dict[str, str]]] = []
         self.events = {"jobs": 0, "pods": 0}
 
     def write(self, plural: str, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -105,7 +115,8 @@ class _Store:
         else:
             self.objects[plural][name] = obj
         line = json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode() + b"\n"
-        self.history.append((self.version, plural, line))
+        labels = dict(obj["metadata"].get("labels") or {})
+        self.history.append((self.version, plural, line, labels))
         self.events[plural] += 1
         if len(self.history) > 50_000:
             del self.history[:10_000]
@@ -660,9 +671,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _list_or_watch(self, plural: str, query: dict[str, str]) -> None:
         store = self.owner.store
+        selector = query.get("labelSelector", "")
         if query.get("watch") not in ("true", "1"):
             with store.lock:
-                items = list(store.objects[plural].values())
+                items = [
+                    o
+                    for o in store.objects[plural].values()
+                    if selects(selector, o["metadata"].get("labels") or {})
+                ]
                 body = {"metadata": {"resourceVersion": str(store.version)}, "items": items}
                 data = json.dumps(body).encode()
             self._send(200, data)
@@ -677,9 +693,13 @@ class _Handler(BaseHTTPRequestHandler):
         while not self.owner._stop.is_set() and time.monotonic() < ends:
             with store.lock:
                 first = bisect.bisect_right(store.history, sent, key=lambda e: e[0])
-                lines = [(rv, line) for rv, p, line in store.history[first:] if p == plural]
+                lines = [
+                    (rv, line)
+                    for rv, p, line, labels in store.history[first:]
+                    if p == plural and selects(selector, labels)
+                ]
                 if not lines and first < len(store.history):
-                    sent = store.history[-1][0]  # only the other kind's events came
+                    sent = store.history[-1][0]  # only events this watch does not select came
                     continue
                 if not lines:
                     left = ends - time.monotonic()

@@ -1,0 +1,15 @@
+"""The stand-in cluster of `make bench-steady` selects watch events by label as the API
+server does, so each replica's watches carry only its own tries' events there too."""
+
+from __future__ import annotations
+
+from bench.fake_cluster import selects
+
+
+def test_label_selectors_of_keys_and_equalities() -> None:
+    labels = {"sluice.io/ti": "7", "sluice.io/replica": "r1"}
+    assert selects("", labels)
+    assert selects("sluice.io/ti", labels)
+    assert selects("sluice.io/ti,sluice.io/replica=r1", labels)
+    assert not selects("sluice.io/ti,sluice.io/replica=r2", labels)
+    assert not selects("sluice.io/ti", {"sluice.io/replica": "r1"})
