@@ -16,8 +16,8 @@ $(BIN)/.installed: pyproject.toml
 install: $(BIN)/.installed
 
 lint: install
-	$(BIN)/ruff check operator tests bench conformance
-	$(BIN)/ruff format --check operator tests bench conformance
+	$(BIN)/ruff check operator tests bench conformance hack
+	$(BIN)/ruff format --check operator tests bench conformance hack
 	$(BIN)/mypy
 
 # Everything that needs no Kubernetes: unit tests, real-Postgres tests (the

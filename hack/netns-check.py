@@ -95,11 +95,12 @@ def main(netns: str, bridge: str, node_cidr: str, service_cidr: str) -> list[str
                 continue
             if dev == bridge and dst in (node_cidr,):
                 continue
-            if family == "-6" and dev in ("lo", bridge) and dst.startswith(("fe80::", "::1", "ff00::")):
+            own_link = dev in ("lo", bridge)
+            if family == "-6" and own_link and dst.startswith(("fe80::", "::1", "ff00::")):
                 continue  # link-local and loopback on our own links
-            if family == "-6" and dev is not None and str(dev).startswith("veth"):
-                if dst.startswith(("fe80::", "ff00::")):
-                    continue
+            veth = dev is not None and str(dev).startswith("veth")
+            if family == "-6" and veth and dst.startswith(("fe80::", "ff00::")):
+                continue
             problems.append(f"cluster namespace: unexpected route {json.dumps(route)}")
 
     # Nothing outside is reachable from the cluster's namespace.
