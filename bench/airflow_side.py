@@ -105,6 +105,10 @@ class Peer:
         return RESULTS / "airflow" / self.version / "home"
 
     @property
+    def plugins(self) -> Path:
+        return RESULTS / "airflow" / self.version / "plugins"
+
+    @property
     def base_template(self) -> str:
         return f"airflow_bench_template_{self.tag}"
 
@@ -144,7 +148,9 @@ def airflow_env(peer: Peer, url: str, knobs: Knobs, dags_folder: Path) -> dict[s
                 "postgresql://", "postgresql+psycopg2://"
             ),
             "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
-            "AIRFLOW__CORE__PLUGINS_FOLDER": str(PLUGIN_DIR),
+            # An empty folder: Airflow imports every module of its plugins folder, and
+            # the executors are imported by module path (PYTHONPATH) instead.
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(peer.plugins),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__EXECUTOR": peer.executor,
             "AIRFLOW__CORE__PARALLELISM": str(knobs.pool_slots),
@@ -194,6 +200,7 @@ def run_airflow(peer: Peer, args: list[str], env: dict[str, str], log: Path) -> 
 def prepare_template(peer: Peer, pg: Postgres, knobs: Knobs) -> None:
     """`airflow db migrate` into this version's template database (once per server)."""
     peer.home.mkdir(parents=True, exist_ok=True)
+    peer.plugins.mkdir(parents=True, exist_ok=True)
     url = pg.create(peer.base_template)
     empty = RESULTS / "airflow" / peer.version / "empty-dags"
     empty.mkdir(parents=True, exist_ok=True)

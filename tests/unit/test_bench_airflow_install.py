@@ -192,3 +192,39 @@ def test_airflow_3s_executor_ends_tries_by_task_instance_id() -> None:
     started.add(key)
     started.clear()
     assert len(started) == 0
+
+
+def test_each_airflow_gets_the_same_dag_and_knobs_in_its_own_dialect() -> None:
+    from bench.airflow_side import PEERS, airflow_env, dag_source
+    from bench.common import Knobs
+    from bench.shapes import Workload
+
+    workload = Workload("grid", 2, 6)
+    knobs = Knobs(max_tis_per_query=512, runs_examined=100)
+    two, three = PEERS["airflow"], PEERS["airflow3"]
+    assert (two.version, three.version) == ("2.10.5", "3.3.2")
+    sources = {peer.major: dag_source(peer, workload, "grid-0", knobs) for peer in (two, three)}
+    for source in sources.values():
+        compile(source, "dag.py", "exec")  # valid Python, whichever Airflow reads it
+        assert f"UPSTREAM: dict[str, list[str]] = {workload.graph()!r}" in source
+    assert "from airflow.operators.bash import BashOperator" in sources[2]
+    assert "from airflow.sdk import DAG" in sources[3]
+    assert "from airflow.providers.standard.operators.bash import BashOperator" in sources[3]
+    # Apart from the imports and the header, the same text on both.
+    body = [s.split("UPSTREAM", 1)[1] for s in sources.values()]
+    assert body[0] == body[1]
+
+    envs = {p.major: airflow_env(p, "postgresql://h/db", knobs, Path("/d")) for p in (two, three)}
+    for peer, env in zip((two, three), envs.values(), strict=True):
+        assert env["AIRFLOW__CORE__EXECUTOR"] == peer.executor
+        assert env["AIRFLOW__SCHEDULER__MAX_TIS_PER_QUERY"] == "512"
+        assert env["AIRFLOW__SCHEDULER__MAX_DAGRUNS_PER_LOOP_TO_SCHEDULE"] == "100"
+        assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == "postgresql+psycopg2://h/db"
+        # Not the folder holding the executors: Airflow imports every plugin module.
+        assert env["AIRFLOW__CORE__PLUGINS_FOLDER"] != env["PYTHONPATH"]
+    assert envs[2]["AIRFLOW__SCHEDULER__STANDALONE_DAG_PROCESSOR"] == "True"
+    assert "AIRFLOW__SCHEDULER__STANDALONE_DAG_PROCESSOR" not in envs[3]
+    assert len(envs[3]["AIRFLOW__API_AUTH__JWT_SECRET"]) >= 64
+    assert two.executor == "bench_noop_executor.BenchNoopExecutor"
+    assert three.executor == "bench_noop_executor3.BenchNoopExecutor"
+    assert two.base_template != three.base_template
