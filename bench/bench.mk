@@ -1,9 +1,10 @@
-# Benchmarks (issue 5): Sluice's scheduler, alone and against Airflow 2.10.5's.
+# Benchmarks (issue 5): Sluice's scheduler, alone and against Airflow 2.10.5's and 3.3.2's.
 # Included from the Makefile; results go to bench/results/ (JSON + PNG).
 #   make bench          quick suite, Sluice only, at its defaults
-#   make bench-compare  the same scenarios in three interleaved arms: Sluice like-for-like (the
-#                       headline), Airflow like-for-like (installed under ~/.cache/sluice), Sluice
-#                       at its defaults; 5 trials each at 1 replica (not timed end to end yet)
+#   make bench-compare  the same scenarios in four interleaved arms: Sluice like-for-like (the
+#                       headline), Airflow 2.10.5 and Airflow 3.3.2 like-for-like (each installed
+#                       under ~/.cache/sluice, bench/airflow_install.py), Sluice at its defaults;
+#                       5 trials each at 1 replica (not timed end to end yet)
 #   make bench-smoke    tiny workload, under a minute, figures printed, no timing asserted (CI)
 #   make bench-scale    the scheduler alone with 10,000 DAGs and 100,000 task instances
 #   make bench-k8s      the Job executor on the local cluster (hack/), 1 and 3 replicas

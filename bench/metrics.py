@@ -120,6 +120,17 @@ LIKE_FOR_LIKE = "like-for-like"
 DEFAULTS = "defaults"
 VARIANTS = (LIKE_FOR_LIKE, DEFAULTS)
 
+# The sides a trial runs on: Sluice, and each Airflow peer by its side name (a trial's
+# `side`; "airflow" is 2.10.5, as in every results file from before Airflow 3).
+AIRFLOW_SIDES = {"airflow": "2.10.5", "airflow3": "3.3.2"}
+SIDES = ("sluice", *AIRFLOW_SIDES)
+
+
+def side_label(side: str) -> str:
+    """`Sluice`, `Airflow 2.10.5`, `Airflow 3.3.2`."""
+    return f"Airflow {AIRFLOW_SIDES[side]}" if side in AIRFLOW_SIDES else side.capitalize()
+
+
 OK = "ok"
 TIMEOUT = "timeout"
 TASKS_FAILED = "tasks-failed"

@@ -3,8 +3,10 @@
 Trials are grouped by arm (side and variant, `metrics.VARIANTS`) and scenario;
 each group's figures are those of its median `ok` trial, with the min-max of
 its `ok` trials' tasks/s and a count of every trial by status. Sluice's arms
-are compared with Airflow's arm of the same variant, or, when the run has no
-such arm, with Airflow's like-for-like arm (and the table says so).
+are compared with each Airflow side's arm of the same variant (Airflow 2.10.5
+and 3.3.2, `metrics.AIRFLOW_SIDES`), or, when the run has no such arm, with
+that side's like-for-like arm (and the table says so). Ratios and targets are
+judged against the faster of the Airflows in each scenario (`faster_peer`).
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.metrics import (
+    AIRFLOW_SIDES,
     DEFAULTS,
     LIKE_FOR_LIKE,
     Trial,
     median_trial,
+    side_label,
     statuses,
     tasks_per_s_range,
 )
@@ -74,13 +78,47 @@ def medians(trials: list[Trial]) -> dict[Key, tuple[Trial, list[Trial]]]:
     return {key: (m, group) for key, (m, group) in found.items() if m is not None}
 
 
-def airflow_variant(trials: list[Trial], variant: str) -> str | None:
-    """The Airflow arm a Sluice variant is compared with: the same variant, or like-for-like."""
-    present = {t.variant for t in trials if t.side == "airflow"}
+def airflow_variant(trials: list[Trial], variant: str, side: str = "airflow") -> str | None:
+    """The arm of an Airflow side a Sluice variant is compared with: the same variant,
+    or like-for-like; None when that side has neither."""
+    present = {t.variant for t in trials if t.side == side}
     for candidate in (variant, LIKE_FOR_LIKE):
         if candidate in present:
             return candidate
     return None
+
+
+def airflow_sides(trials: list[Trial]) -> list[str]:
+    """The Airflow sides with trials, in `AIRFLOW_SIDES` order (2.10.5, then 3.3.2)."""
+    present = {t.side for t in trials}
+    return [side for side in AIRFLOW_SIDES if side in present]
+
+
+def peer_medians(
+    trials: list[Trial],
+    by_key: dict[Key, tuple[Trial, list[Trial]]],
+    variant: str,
+    scenario_: Scenario,
+) -> dict[str, Trial]:
+    """Each Airflow side's median trial in a scenario, of the arm a Sluice `variant`
+    is compared with (`airflow_variant`); a side without one is left out."""
+    found = {}
+    for side in airflow_sides(trials):
+        peer_variant = airflow_variant(trials, variant, side)
+        median = by_key.get(((side, peer_variant or ""), scenario_))
+        if peer_variant is not None and median is not None:
+            found[side] = median[0]
+    return found
+
+
+def faster_peer(peers: dict[str, Trial]) -> str | None:
+    """The Airflow side with the higher median tasks/s (targets are judged against it);
+    the first side on a tie, None without any."""
+    best = None
+    for side, trial in peers.items():
+        if best is None or trial.tasks_per_s > peers[best].tasks_per_s:
+            best = side
+    return best
 
 
 def spread(group: list[Trial]) -> str:
@@ -132,7 +170,7 @@ def trials_table(trials: list[Trial], title: str) -> Table:
         table.add_column(name, justify="left" if left else "right")
     for ((side, variant), key), group in groups(trials).items():
         m = median_trial(group)
-        head = [side, variant, key[0], f"{key[1]}x{key[2]}", str(key[4]), str(key[3])]
+        head = [side_label(side), variant, key[0], f"{key[1]}x{key[2]}", str(key[4]), str(key[3])]
         if m is None:
             table.add_row(*head, statuses(group))
             continue
@@ -188,45 +226,47 @@ def target_verdict(sluice: Trial, airflow: Trial, cores: int) -> str:
     return f"{head} (the rest is waiting)"
 
 
-def pairs(trials: list[Trial]) -> list[tuple[str, str, Scenario, Trial, Trial]]:
-    """(Sluice variant, Airflow variant, scenario, Sluice median, Airflow median)."""
+def pairs(trials: list[Trial]) -> list[tuple[str, Scenario, Trial, dict[str, Trial]]]:
+    """(Sluice variant, scenario, Sluice median, each Airflow side's median)."""
     by_key = medians(trials)
     found = []
     for ((side, variant), key), (sluice, _) in by_key.items():
-        peer_variant = airflow_variant(trials, variant)
-        peer = by_key.get((("airflow", peer_variant or ""), key))
-        if side == "sluice" and peer is not None and peer_variant is not None:
-            found.append((variant, peer_variant, key, sluice, peer[0]))
+        peers = peer_medians(trials, by_key, variant, key)
+        if side == "sluice" and peers:
+            found.append((variant, key, sluice, peers))
     return found
 
 
 def ratio_table(trials: list[Trial], cores: int) -> Table | None:
-    """Sluice/Airflow per scenario; a miss says whether it is CPU or waiting.
+    """Sluice/Airflow per scenario, against the faster Airflow; a miss says whether it
+    is CPU or waiting.
 
-    The budget is the makespan that 20x Airflow's tasks/s allows; the CPU floor
-    is what Sluice's scheduler and Postgres CPU in the same trial take at least
-    on this machine's cores (`cpu_floor_s`).
+    The budget is the makespan that 20x the faster Airflow's tasks/s allows; the CPU
+    floor is what Sluice's scheduler and Postgres CPU in the same trial take at
+    least on this machine's cores (`cpu_floor_s`).
     """
     table = Table(
-        title=f"Sluice / Airflow (medians; target: tasks/s >= {TARGET_RATIO:.0f}x)",
+        title=f"Sluice / the faster Airflow (medians; target: tasks/s >= {TARGET_RATIO:.0f}x)",
         title_justify="left",
     )
-    for name in (
-        "Sluice",
-        "vs Airflow",
-        "shape",
-        "DAGs x tasks",
-        "tis/query",
-        "replicas",
+    sides = airflow_sides(trials)
+    columns = ["Sluice", "shape", "DAGs x tasks", "tis/query", "replicas", "Sluice tasks/s"]
+    columns += [f"{side_label(side)} tasks/s" for side in sides]
+    columns += [
+        "faster",
         "tasks/s ratio",
         "lag p50 Airflow/Sluice",
         "total CPU/task Airflow/Sluice",
         "target",
-    ):
-        left = name in ("Sluice", "vs Airflow", "shape")
+    ]
+    for name in columns:
+        left = name in ("Sluice", "shape", "faster")
         table.add_column(name, justify="left" if left else "right")
     found = pairs(trials)
-    for variant, peer_variant, key, sluice, airflow in found:
+    for variant, key, sluice, peers in found:
+        best = faster_peer(peers)
+        assert best is not None  # pairs() keeps scenarios with a peer only
+        airflow = peers[best]
         ratio = sluice.tasks_per_s / airflow.tasks_per_s if airflow.tasks_per_s else math.nan
         lag = airflow.lag_p50_ms / sluice.lag_p50_ms if sluice.lag_p50_ms else math.inf
         cpu = (
@@ -234,13 +274,16 @@ def ratio_table(trials: list[Trial], cores: int) -> Table | None:
             if sluice.total_cpu_ms_per_task
             else math.inf
         )
+        peer_variant = airflow_variant(trials, variant, best)
         table.add_row(
             variant,
-            peer_variant,
             key[0],
             f"{key[1]}x{key[2]}",
             str(key[4]),
             str(key[3]),
+            _f(sluice.tasks_per_s),
+            *(_f(peers[side].tasks_per_s) if side in peers else "-" for side in sides),
+            f"{side_label(best)} {peer_variant}",
             f"{ratio:.2f}x",
             f"{lag:.1f}x",
             f"{cpu:.1f}x",
@@ -338,54 +381,83 @@ def _sizes_and_shapes(trials: list[Trial]) -> list[tuple[str, int, int]]:
     return [(shape, dags, tasks) for dags, tasks in sizes for shape in shapes]
 
 
+def _ratio(sluice: Trial, peers: dict[str, Trial], *, name_it: bool) -> str:
+    """Sluice's median tasks/s over the faster Airflow's, and (`name_it`, when the
+    table has two Airflows) which one that was."""
+    best = faster_peer(peers)
+    if best is None or not peers[best].tasks_per_s:
+        return "-"
+    which = f" ({AIRFLOW_SIDES[best]})" if name_it else ""
+    return f"{sluice.tasks_per_s / peers[best].tasks_per_s:.1f}x{which}"
+
+
 def markdown(trials: list[Trial], variant: str) -> str:
-    """One variant's table for the README: Sluice's 1-replica medians against Airflow's
-    (`airflow_variant`), each setting of tis/query; the ratio is of median tasks/s."""
+    """One variant's table for the README: Sluice's 1-replica medians against each
+    Airflow's (`airflow_variant`), each setting of tis/query; the ratio is of median
+    tasks/s, against the faster Airflow."""
     by_key = medians(trials)
     all_groups = groups(trials)
-    peer = airflow_variant(trials, variant) or variant
+    sides = airflow_sides(trials)
+    peer_arms = {side: (side, airflow_variant(trials, variant, side) or variant) for side in sides}
     tis_values = sorted({t.max_tis_per_query for t in trials})
     head = ["shape", "size"]
     for tis in tis_values:
-        head += [f"tis {tis}: Sluice", "Airflow", "ratio"]
+        head += [f"tis {tis}: Sluice", *(side_label(side) for side in sides)]
+        head += ["ratio" if len(sides) < 2 else "ratio (faster Airflow)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for shape, dags, tasks in _sizes_and_shapes(trials):
         cells = [shape, f"{dags}x{tasks}"]
         for tis in tis_values:
             key = (shape, dags, tasks, 1, tis)
-            sides = {"sluice": (("sluice", variant), key), "airflow": (("airflow", peer), key)}
-            sluice, airflow = by_key.get(sides["sluice"]), by_key.get(sides["airflow"])
-            for name in ("sluice", "airflow"):
-                cells.append(_cell(by_key.get(sides[name]), all_groups.get(sides[name], [])))
-            if sluice and airflow and airflow[0].tasks_per_s:
-                cells.append(f"{sluice[0].tasks_per_s / airflow[0].tasks_per_s:.1f}x")
-            else:
-                cells.append("-")
+            arms = [("sluice", variant), *(peer_arms[side] for side in sides)]
+            for arm_ in arms:
+                cells.append(_cell(by_key.get((arm_, key)), all_groups.get((arm_, key), [])))
+            sluice = by_key.get((("sluice", variant), key))
+            peers = peer_medians(trials, by_key, variant, key)
+            cells.append(_ratio(sluice[0], peers, name_it=len(sides) > 1) if sluice else "-")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def markdown_cpu(trials: list[Trial], variant: str) -> str:
-    """CPU and statements per task of one variant's 1-replica medians, both sides:
+    """CPU and statements per task of one variant's 1-replica medians, every side:
     `scheduler+Postgres=total ms` and `statements (rows, ms)` (n/a without
     pg_stat_statements)."""
     by_key = medians(trials)
-    peer = airflow_variant(trials, variant) or variant
-    head = ["shape", "size", "tis", "Sluice CPU", "Sluice statements", "Airflow CPU"]
-    head += ["Airflow statements"]
+    sides = airflow_sides(trials)
+    arms = [("sluice", variant)]
+    arms += [(side, airflow_variant(trials, variant, side) or variant) for side in sides]
+    head = ["shape", "size", "tis"]
+    for side, _ in arms:
+        head += [f"{side_label(side)} CPU", f"{side_label(side)} statements"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for tis in sorted({t.max_tis_per_query for t in trials}):
         for shape, dags, tasks in _sizes_and_shapes(trials):
             key = (shape, dags, tasks, 1, tis)
             cells = [shape, f"{dags}x{tasks}", str(tis)]
-            for found in (
-                by_key.get((("sluice", variant), key)),
-                by_key.get((("airflow", peer), key)),
-            ):
+            for arm_ in arms:
+                found = by_key.get((arm_, key))
                 cells += ["-", "-"] if found is None else [_cpu(found[0]), _statements(found[0])]
-            if cells[3:] != ["-"] * 4:
+            if cells[3:] != ["-"] * (2 * len(arms)):
                 lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _against(trials: list[Trial], variant: str) -> str:
+    """Which Airflow trials a variant's table compares with, side by side."""
+    sides = airflow_sides(trials)
+    if not sides:
+        return "no Airflow trials"
+    parts = []
+    for side in sides:
+        peer = airflow_variant(trials, variant, side)
+        if peer is None:
+            parts.append(f"no {side_label(side)} trials")
+        elif peer != variant:
+            parts.append(f"{side_label(side)}'s like-for-like trials (the same as the headline's)")
+        else:
+            parts.append(f"{side_label(side)}'s {variant} trials")
+    return " and ".join(parts)
 
 
 def markdown_tables(trials: list[Trial]) -> str:
@@ -395,20 +467,18 @@ def markdown_tables(trials: list[Trial]) -> str:
     for variant in (LIKE_FOR_LIKE, DEFAULTS):
         if not any(t.side == "sluice" and t.variant == variant for t in trials):
             continue
-        peer = airflow_variant(trials, variant)
-        against = (
-            "no Airflow trials"
-            if peer is None
-            else "Airflow's like-for-like trials (the same as the headline's)"
-            if peer != variant
-            else f"Airflow's {variant} trials"
+        faster = (
+            " ratio: median tasks/s, Sluice / the faster Airflow (which one in brackets);"
+            " targets are judged against it."
+            if len(airflow_sides(trials)) > 1
+            else " ratio: median tasks/s, Sluice / Airflow."
         )
         parts += [
-            f"**{variant}** ({CAPTIONS[variant]} Against {against}.)",
+            f"**{variant}** ({CAPTIONS[variant]} Against {_against(trials, variant)}.)",
             "",
             "Cell: median tasks/s [min-max of the `ok` trials] (total CPU ms/task, scheduler"
             " plus Postgres over the makespan; lag p50 ms); [n/N ok] when a trial was not `ok`;"
-            " ratio: median tasks/s, Sluice / Airflow.",
+            + faster,
             "",
             markdown(trials, variant),
             "",
@@ -454,7 +524,7 @@ def chart(trials: list[Trial], path: Path) -> Path | None:
         ax.set_xticklabels(shapes, rotation=20)
         ax.set_title(f"{dags} DAGs x {tasks} tasks, {tis} tis/query")
         ax.set_ylabel("tasks / s")
-        if any(a[0] == "airflow" for a, _ in series):
+        if any(a[0] in AIRFLOW_SIDES for a, _ in series):
             ax.set_yscale("log")
         ax.legend(fontsize=7)
     fig.tight_layout()

@@ -3,22 +3,24 @@
 --smoke    Sluice only, tiny workloads, 1 and 2 replicas (under a minute; CI runs it).
 --quick    Sluice only, at its defaults: Airflow's five shapes at 100x10 and 10x100,
            tis/query 16 and 512, 1-3 replicas; 3 trials at 1 replica, 1 otherwise.
---compare  the same scenarios in three arms, interleaved: Sluice like-for-like,
-           Airflow 2.10.5 like-for-like (installed on first use), Sluice at its
-           defaults; 5 trials of each at 1 replica (the headline), 1 otherwise.
+--compare  the same scenarios in four arms, interleaved: Sluice like-for-like,
+           Airflow 2.10.5 and Airflow 3.3.2 like-for-like (each installed on first
+           use), Sluice at its defaults; 5 trials of each at 1 replica (the
+           headline), 1 otherwise.
 --scale    the scheduler alone with 10,000 DAGs and 100,000 task instances.
 
-An arm is SIDE:VARIANT (`--arms`; variants: like-for-like, defaults; see
-`common.for_variant`). Within a scenario the arms take turns, trial by trial
-(A/B/C/A/B/C...), so that a drift of the machine reaches every arm alike.
+An arm is SIDE:VARIANT (`--arms`; sides: sluice, airflow (2.10.5), airflow3
+(3.3.2); variants: like-for-like, defaults; see `common.for_variant`). Within a
+scenario the arms take turns, trial by trial (A/B/C/D/A/B/C/D...), so that a drift
+of the machine reaches every arm alike.
 
 Results go to bench/results/<mode>-<time>.json (rewritten after every trial, so an
 interrupted run keeps what it measured) and .png (copied to <mode>-latest.json and
 <mode>-tasks-per-s.png); `--publish NAME` also writes the JSON to
 bench/published/NAME.json, which is committed. Each JSON carries the commit, the
 versions and the machine. `--render FILE.json [FILE.json ...]` reprints saved
-runs, merged; `FILE.json:airflow` (or `:sluice`) takes one side's trials only, so
-a new run of one side renders against a saved run of the other. With
+runs, merged; `FILE.json:airflow` (or `:sluice`, `:airflow3`) takes one side's
+trials only, so a new run of one side renders against a saved run of the other. With
 `--markdown`, as the README's tables. Figures come from database timestamps.
 """
 
@@ -44,7 +46,16 @@ from sqlalchemy import text
 
 from bench import report
 from bench.common import RESULTS, Knobs, Postgres, for_variant
-from bench.metrics import DEFAULTS, LIKE_FOR_LIKE, VARIANTS, Trial, failed_trial
+from bench.metrics import (
+    AIRFLOW_SIDES,
+    DEFAULTS,
+    LIKE_FOR_LIKE,
+    SIDES,
+    VARIANTS,
+    Trial,
+    failed_trial,
+    side_label,
+)
 from bench.shapes import AIRFLOW_SHAPES, SHAPES, Workload
 
 SIZES = {"100x10": (100, 10), "10x100": (10, 100)}
@@ -55,7 +66,9 @@ Runner = Callable[[Postgres, Workload, Knobs, int, int], Trial]
 ARMS = {
     "smoke": f"sluice:{LIKE_FOR_LIKE}",
     "quick": f"sluice:{DEFAULTS}",
-    "compare": f"sluice:{LIKE_FOR_LIKE},airflow:{LIKE_FOR_LIKE},sluice:{DEFAULTS}",
+    "compare": (
+        f"sluice:{LIKE_FOR_LIKE},airflow:{LIKE_FOR_LIKE},airflow3:{LIKE_FOR_LIKE},sluice:{DEFAULTS}"
+    ),
 }
 TRIALS = {"smoke": 1, "quick": 3, "compare": 5}
 
@@ -75,9 +88,9 @@ def parse_arms(value: str) -> list[tuple[str, str]]:
     for item in value.split(","):
         side, _, variant = item.partition(":")
         variant = variant or LIKE_FOR_LIKE
-        if side not in ("sluice", "airflow") or variant not in VARIANTS:
+        if side not in SIDES or variant not in VARIANTS:
             raise SystemExit(
-                f"--arms {item!r}: SIDE:VARIANT with SIDE sluice or airflow"
+                f"--arms {item!r}: SIDE:VARIANT with SIDE one of {', '.join(SIDES)}"
                 f" and VARIANT one of {', '.join(VARIANTS)}"
             )
         arms.append((side, variant))
@@ -111,8 +124,10 @@ def plan(
 def _saved_run(arg: str) -> tuple[dict[str, Any], list[Trial]]:
     """A saved results file, and its trials (of one side, for `FILE.json:SIDE`)."""
     path, _, side = arg.partition(":")
-    if side and side not in ("sluice", "airflow"):
-        raise SystemExit(f"--render {arg}: the side after ':' is sluice or airflow, not {side!r}")
+    if side and side not in SIDES:
+        raise SystemExit(
+            f"--render {arg}: the side after ':' is one of {', '.join(SIDES)}, not {side!r}"
+        )
     saved = json.loads(Path(path).read_text())
     trials = [Trial.from_dict(t) for t in saved["trials"] if not side or t["side"] == side]
     return saved, trials
@@ -128,8 +143,9 @@ def _git(*args: str) -> str:
     return out.stdout.strip()
 
 
-def provenance(pg: Postgres | None, airflow_version: str | None) -> dict[str, Any]:
-    """The commit, versions and machine a run was measured on (in every results JSON)."""
+def provenance(pg: Postgres | None, airflow: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The commit, versions and machine a run was measured on (in every results JSON);
+    `airflow`: each Airflow side's install record (`airflow_install.install_record`)."""
     cpu = "unknown"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -149,9 +165,10 @@ def provenance(pg: Postgres | None, airflow_version: str | None) -> dict[str, An
         "versions": {
             "python": platform.python_version(),
             "postgres": postgres,
-            "airflow": airflow_version,
+            "airflow": {side: record.get("version") for side, record in airflow.items()},
             "statements": "" if pg is None else pg.statements_unavailable or "pg_stat_statements",
         },
+        "airflow_installs": airflow,
         "machine": {
             "cpu": cpu,
             "cores": os.cpu_count(),
@@ -187,7 +204,9 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help=f"SIDE:VARIANT,... (default by mode; compare: {ARMS['compare']})",
     )
-    parser.add_argument("--sides", default=None, help="keep only these sides' arms: sluice,airflow")
+    parser.add_argument(
+        "--sides", default=None, help=f"keep only these sides' arms: {','.join(SIDES)}"
+    )
     parser.add_argument("--publish", metavar="NAME", help="also write bench/published/NAME.json")
     parser.add_argument(
         "--markdown", action="store_true", help="with --render: the README's tables"
@@ -253,21 +272,36 @@ def main(argv: list[str] | None = None) -> int:
 
     pg = Postgres(statements=True)
     try:
-        airflow_version = None
+        installs: dict[str, dict[str, Any]] = {}
         if "sluice" in sides:
             from bench import sluice_side
 
             sluice_side.prepare_template(pg, knobs)
             runners["sluice"] = sluice_side.run_trial
-        if "airflow" in sides:
+        for side in AIRFLOW_SIDES:
+            if side not in sides:
+                continue
             from bench import airflow_side
 
-            console.print("Airflow 2.10.5: checking the venv (the first install takes minutes)")
-            airflow_side.ensure_airflow(RESULTS / "logs" / "airflow-install.log")
-            airflow_version = airflow_side.installed_airflow()
-            airflow_side.prepare_template(pg, knobs)
-            runners["airflow"] = airflow_side.run_trial
-        about.update(provenance(pg, airflow_version))
+            console.print(
+                f"{side_label(side)}: checking the venv (the first install takes minutes)"
+            )
+            installs[side] = airflow_side.prepare(side, pg, knobs)
+            constraints = installs[side].get("constraints") or {}
+            console.print(
+                f"{side_label(side)}: installed by {installs[side]['method']}"
+                + (
+                    f" ({constraints['source']}, sha256 {constraints['sha256'][:12]})"
+                    if constraints.get("file")
+                    else f" ({constraints['unavailable']})"
+                    if constraints
+                    else ""
+                ),
+                highlight=False,
+                soft_wrap=True,
+            )
+            runners[side] = airflow_side.runner(side)
+        about.update(provenance(pg, installs))
         if pg.statements_unavailable:
             console.print(f"[yellow]statements n/a: {pg.statements_unavailable}[/yellow]")
         trials = _run(steps, runners, pg, knobs, console, lambda t: save(t, complete=False))
@@ -338,7 +372,7 @@ def _run(
         trials.append(result)
         progress(trials)
         console.print(
-            f"[{done}/{len(steps)}] {side:7} {step.variant:13} {workload.label:18} "
+            f"[{done}/{len(steps)}] {side:8} {step.variant:13} {workload.label:18} "
             f"tis={step.tis:<3} x{step.replicas} #{step.trial} {result.status}: "
             f"{result.tasks_per_s:>7.0f} tasks/s, makespan {result.makespan_s:.2f}s, "
             f"lag p50 {result.lag_p50_ms:.0f} ms, CPU {result.total_cpu_ms_per_task:.2f} ms/task "

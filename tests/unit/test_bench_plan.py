@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from bench.common import Knobs, for_variant
-from bench.run import parse_arms, plan
+from bench.run import ARMS, parse_arms, plan
 
 
 def test_like_for_like_is_one_batch_no_wake_and_every_run_examined() -> None:
@@ -42,3 +42,15 @@ def test_an_arm_names_a_side_and_a_variant() -> None:
     ]
     with pytest.raises(SystemExit, match="--arms 'sluice:fast'"):
         parse_arms("sluice:fast")
+    with pytest.raises(SystemExit, match="SIDE one of sluice, airflow, airflow3"):
+        parse_arms("airflow4")
+
+
+def test_compare_runs_both_airflows_beside_sluice_in_turn() -> None:
+    steps = plan(["grid"], ["100x10"], [512], [1], 1, parse_arms(ARMS["compare"]))
+    assert [(s.side, s.variant) for s in steps] == [
+        ("sluice", "like-for-like"),
+        ("airflow", "like-for-like"),
+        ("airflow3", "like-for-like"),
+        ("sluice", "defaults"),
+    ]

@@ -26,10 +26,12 @@ from bench.metrics import (
 )
 from bench.report import (
     cpu_floor_s,
+    faster_peer,
     markdown,
     markdown_tables,
     medians,
     not_ok_lines,
+    pairs,
     scaling_limit,
     target_verdict,
 )
@@ -151,7 +153,7 @@ def test_the_readme_table_quotes_medians_and_their_ratio() -> None:
     trials = [_trial("sluice", tps, i) for i, tps in enumerate([300.0, 500.0, 400.0])]
     trials += [_trial("airflow", tps, i) for i, tps in enumerate([20.0, 25.0, 10.0])]
     lines = markdown(trials, DEFAULTS).splitlines()
-    assert lines[0] == "| shape | size | tis 16: Sluice | Airflow | ratio |"
+    assert lines[0] == "| shape | size | tis 16: Sluice | Airflow 2.10.5 | ratio |"
     assert lines[2] == (
         "| linear | 10x100 | 400 [300-500] (1.50, 20) | 20 [10-25] (1.50, 20) | 20.0x |"
     )
@@ -222,15 +224,66 @@ def test_each_sluice_variant_is_compared_with_airflows_same_variant_or_like_for_
     tables = markdown_tables(like + defaults)
     headline, second = tables.split("**defaults**")
     assert headline.startswith("**like-for-like** (Like for like: Sluice runs one")
-    assert "Against Airflow's like-for-like trials." in headline
+    assert "Against Airflow 2.10.5's like-for-like trials." in headline
     assert "| linear | 10x100 | 600 (1.50, 20) | 30 (1.50, 20) | 20.0x |" in headline
     # No Airflow trials at its defaults: Sluice's defaults against the same Airflow trials.
-    assert "Against Airflow's like-for-like trials (the same as the headline's)." in second
+    assert "Against Airflow 2.10.5's like-for-like trials (the same as the headline's)." in second
     assert "| linear | 10x100 | 900 (1.50, 20) | 30 (1.50, 20) | 30.0x |" in second
     # The CPU table: scheduler+Postgres=total per side, statements n/a without the extension.
     assert "| linear | 10x100 | 16 | 1.00+0.50=1.50 | n/a | 1.00+0.50=1.50 | n/a |" in second
     # With Airflow at its defaults too, the second table uses those.
     airflow_defaults = [_trial("airflow", 45.0)]
     second = markdown_tables(like + defaults + airflow_defaults).split("**defaults**")[1]
-    assert "Against Airflow's defaults trials." in second
+    assert "Against Airflow 2.10.5's defaults trials." in second
     assert "| 900 (1.50, 20) | 45 (1.50, 20) | 20.0x |" in second
+
+
+def test_both_airflows_are_in_every_table_and_the_faster_one_judges() -> None:
+    def arm(side: str, tps: float, variant: str = LIKE_FOR_LIKE) -> Trial:
+        return replace(_trial(side, tps), variant=variant)
+
+    trials = [arm("sluice", 600.0), arm("airflow", 20.0), arm("airflow3", 30.0)]
+    trials += [arm("sluice", 900.0, DEFAULTS)]
+    lines = markdown(trials, LIKE_FOR_LIKE).splitlines()
+    assert lines[0] == (
+        "| shape | size | tis 16: Sluice | Airflow 2.10.5 | Airflow 3.3.2"
+        " | ratio (faster Airflow) |"
+    )
+    # 600 / 30: against 3.3.2, the faster, not 2.10.5's 30x.
+    assert lines[2] == (
+        "| linear | 10x100 | 600 (1.50, 20) | 20 (1.50, 20) | 30 (1.50, 20) | 20.0x (3.3.2) |"
+    )
+    tables = markdown_tables(trials)
+    headline, second = tables.split("**defaults**")
+    assert (
+        "Against Airflow 2.10.5's like-for-like trials and Airflow 3.3.2's like-for-like trials."
+        in headline
+    )
+    assert "Sluice / the faster Airflow (which one in brackets)" in headline
+    assert "| linear | 10x100 | 16 | 1.00+0.50=1.50 | n/a | 1.00+0.50=1.50 | n/a" in headline
+    assert "| 30 (1.50, 20) | 30.0x (3.3.2) |" in second
+    # A scenario where 2.10.5 is the faster one is judged against 2.10.5.
+    swapped = [arm("sluice", 600.0), arm("airflow", 40.0), arm("airflow3", 30.0)]
+    assert markdown(swapped, LIKE_FOR_LIKE).splitlines()[2].endswith("| 15.0x (2.10.5) |")
+    ((variant, _, sluice, peers),) = pairs(swapped)
+    assert variant == LIKE_FOR_LIKE
+    assert sluice.tasks_per_s == 600.0
+    assert faster_peer(peers) == "airflow"
+    assert target_verdict(sluice, peers["airflow"], cores=2).startswith("MISSED")
+    # Only one Airflow with trials: its column alone, and the plain ratio.
+    only3 = [arm("sluice", 600.0), arm("airflow3", 30.0)]
+    assert markdown(only3, LIKE_FOR_LIKE).splitlines()[0] == (
+        "| shape | size | tis 16: Sluice | Airflow 3.3.2 | ratio |"
+    )
+    assert faster_peer({}) is None
+
+
+def test_a_peer_with_no_ok_trial_does_not_judge() -> None:
+    trials = [replace(_trial("sluice", 600.0), variant=LIKE_FOR_LIKE)]
+    trials += [replace(_trial("airflow", 20.0), variant=LIKE_FOR_LIKE)]
+    trials += [replace(_trial("airflow3", 90.0), variant=LIKE_FOR_LIKE, status="timeout")]
+    line = markdown(trials, LIKE_FOR_LIKE).splitlines()[2]
+    assert line == (
+        "| linear | 10x100 | 600 (1.50, 20) | 20 (1.50, 20)"
+        " | - [0/1 ok, 1 timeout] | 30.0x (2.10.5) |"
+    )
