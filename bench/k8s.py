@@ -208,6 +208,21 @@ class Cluster:
         raise TimeoutError(f"namespace {name} still there after {timeout:.0f}s")
 
 
+def apply_crds(kubeconfig: Path) -> None:
+    """Sluice's CRDs, applied (idempotent) and served before a trial: the replicas publish
+    every run to a DagRun object, as a release does, and without the CRD each publication
+    fails and is retried (a fresh cluster has none until a test or the chart applies them)."""
+    kubectl = shutil.which("kubectl") or str(CACHE / "bin" / "kubectl")
+    base = [kubectl, "--kubeconfig", str(kubeconfig)]
+    subprocess.run([*base, "apply", "-f", str(REPO / "crds")], check=True, capture_output=True)
+    subprocess.run(
+        [*base, "wait", "--for=condition=Established", "--timeout=60s"]
+        + [f"crd/{kind}.sluice.io" for kind in ("dags", "dagruns", "pools", "backfills")],
+        check=True,
+        capture_output=True,
+    )
+
+
 def foreign_namespaces(cluster: Cluster, mine: str | None = None) -> list[str]:
     return sorted(
         ns["metadata"]["name"]
@@ -850,6 +865,7 @@ def main(argv: list[str] | None = None) -> int:
             "hack/cluster-status.sh"
         ) from None
     opts.image = opts.image or env.get("SLUICE_IMAGE", "localhost/sluice:dev")
+    apply_crds(kubeconfig)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
     RESULTS.mkdir(parents=True, exist_ok=True)
     for name in foreign_namespaces(cluster):
