@@ -140,5 +140,5 @@ def test_backfill_takes_only_intervals_that_have_ended(sessions: sessionmaker[Se
         (T0 + timedelta(days=d)).isoformat() for d in (0, 1, 2)
     ]
     assert "has not ended" in plan.skipped[0][1]
-    with sessions() as session, pytest.raises(BackfillError, match="has ended yet.*earlier --end"):
+    with sessions() as session, pytest.raises(BackfillError, match=r"has ended yet.*earlier --end"):
         create_backfill(session, SpecCache(), "bff", T0, T0 + timedelta(days=2), T0)

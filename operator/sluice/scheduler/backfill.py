@@ -3,7 +3,8 @@
 A backfill records its range and its own maxActiveRuns, then creates one
 `backfill` run per cron tick in `[start, end]` (both inclusive) whose data
 interval has ended by `now` and that has no run yet (as Airflow 3's backfill:
-an interval still under way, or in the future, is listed as skipped). With `rerun_failed`, a date whose run failed is cleared instead: its failed
+an interval still under way, or in the future, is listed as skipped). With
+`rerun_failed`, a date whose run failed is cleared instead: its failed
 and upstream_failed tasks go back to `none` with a fresh set of retries and the
 run is queued again under the backfill. Replicas then schedule these runs like
 any other; `start_queued_runs` holds them to the backfill's limit.
