@@ -55,6 +55,10 @@ API = {
         "the same rows: task_instance.start_date and end_date (the last try's), as waves "
         "and the most runs and tasks at once (conformance.executions.order_of)"
     ),
+    "triggers": (
+        "airflow dags trigger DAG --exec-date (2.x) / --logical-date (3.x) DATE once "
+        "serialized_dag has the DAG: created if it exits 0, else refused"
+    ),
 }
 SETTLE = 3.0
 CASE_TIMEOUT = 300.0
@@ -98,6 +102,9 @@ def airflow_env(
                 "AIRFLOW__API_AUTH__JWT_SECRET": JWT_SECRET,
                 # asyncpg is not installed and nothing used here needs the async engine.
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": "",
+                # A task process waits this long for the API server (default 5 s): on a
+                # loaded machine a request timed out and failed the task (httpx.ReadTimeout).
+                "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
             }
         )
     return env

@@ -51,6 +51,10 @@ API = {
         "the same JSON: runs[].tasks[].start and end (the last try's), as waves and the "
         "most runs and tasks at once (conformance.executions.order_of)"
     ),
+    "triggers": (
+        "db.dags.sync_dag, then scheduler.triggers.trigger_run(logical_date=DATE) before "
+        "the standalone starts: created, or refused with its TriggerError"
+    ),
 }
 
 # Executed cases' observations by (name, digest): `make conformance`'s report and each
