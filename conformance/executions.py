@@ -7,9 +7,13 @@ from what `sluice standalone --output json` prints; the Airflow side
 rows.
 
 `sluice_runs` runs every selected executed case in one `sluice standalone
-DIR --until-idle --output json` on a fresh database: real scheduler
-processes, the local executor, each task a subprocess. One database for all
-of them keeps `make conformance` to seconds; the cases cannot meet there,
+DIR --until-idle --output json` on a fresh database (on an embedded Postgres it
+starts, or on SLUICE_TEST_DATABASE_URL's server), with the cases' pools
+(`create_pools`) and manual runs (`trigger_runs`) made first: real scheduler
+processes, the local executor, each task a subprocess. The cases that `wait`
+(runs that may never end) run beside it in a second standalone on a database
+of their own, stopped after the longest wait. One database for all the others
+keeps `make conformance` short; the cases cannot meet there,
 since each is a DAG of its own, its limits are its own, and what is compared
 is how tasks ended, not when; a case that asks for the order
 (`observe: order`) has limits of its own that decide it, which the other
