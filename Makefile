@@ -56,8 +56,8 @@ demo: install
 
 # The differential conformance suite (issue 16, conformance/README.md): what Sluice decides
 # for each case against what Airflow 2.10.5 and 3.3.2 decided, recorded in
-# conformance/expected/ (no Airflow needed). The dependencies and retries cases run their
-# tasks under one `sluice standalone` (embedded Postgres): about 25 s, twice (report, pytest).
+# conformance/expected/ (no Airflow needed). The executed areas' cases run their
+# tasks under `sluice standalone` (embedded Postgres): about 2 minutes, twice (report, pytest).
 # It prints a diff per differing case and a summary line.
 conformance: install
 	PYTHONPATH=. $(BIN)/python -m conformance check

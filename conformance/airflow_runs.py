@@ -8,10 +8,16 @@ Airflow's own processes with the LocalExecutor: for 2.10.5 `airflow scheduler`
 (its DAG processor runs inside it); for 3.3.2 `airflow api-server --apps
 execution` (the Task SDK's task processes report to it), `airflow
 dag-processor` and `airflow scheduler`. New DAGs are not paused, so the case's
-`@once` DAG (startDate in the past) gets its one run at once. When every run of
-the DAG has ended, its `dag_run` and `task_instance` rows are read (run state
-by logical date; each task's state and try_number), the processes are stopped
-and the database dropped. Cases run `jobs` at a time; each keeps its processes'
+`@once` DAG (startDate in the past) gets its one run at once, and a DAG with
+catchup and a past endDate its runs one after another. A case's pools
+(`Case.pools`) are rows of `slot_pool` before Airflow starts. When the DAG has
+as many runs as its schedule gives by now (Sluice's timetable counts them:
+with `max_active_runs` Airflow creates the next run only once one ends, so
+"every run has ended" alone could stop between two) and every one has ended,
+and still after a few seconds more, its `dag_run` and `task_instance` rows are
+read (run state by logical date; each task's state and try_number; where the
+case asks, the order from each task's start_date and end_date), the processes
+are stopped and the database dropped. Cases run `jobs` at a time; each keeps its processes'
 logs under ~/.cache/sluice/logs/conformance-runs-VERSION/CASE/.
 
 This module runs in Sluice's venv and talks to Airflow only through its CLI and
@@ -35,8 +41,8 @@ from typing import IO, Any
 from bench.common import Postgres
 from sqlalchemy import Engine, create_engine, text
 
-from conformance.cases import Case
-from conformance.executions import run_record
+from conformance.cases import Case, instant
+from conformance.executions import Ran, order_of, run_record, trigger_record
 
 API = {
     "runs": (
@@ -44,8 +50,17 @@ API = {
         "scheduler; 3.x: airflow api-server --apps execution, dag-processor, scheduler); "
         "once every dag_run of the DAG has ended: dag_run.state by logical date, "
         "task_instance.state and try_number"
-    )
+    ),
+    "order": (
+        "the same rows: task_instance.start_date and end_date (the last try's), as waves "
+        "and the most runs and tasks at once (conformance.executions.order_of)"
+    ),
+    "triggers": (
+        "airflow dags trigger DAG --exec-date (2.x) / --logical-date (3.x) DATE once "
+        "serialized_dag has the DAG: created if it exits 0, else refused"
+    ),
 }
+SETTLE = 3.0
 CASE_TIMEOUT = 300.0
 JWT_SECRET = "sluice-conformance-not-a-secret"
 
@@ -87,6 +102,9 @@ def airflow_env(
                 "AIRFLOW__API_AUTH__JWT_SECRET": JWT_SECRET,
                 # asyncpg is not installed and nothing used here needs the async engine.
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": "",
+                # A task process waits this long for the API server (default 5 s): on a
+                # loaded machine a request timed out and failed the task (httpx.ReadTimeout).
+                "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
             }
         )
     return env
@@ -140,13 +158,13 @@ class AirflowRuns:
 
     def observe(
         self, selected: Sequence[Case], dag_files: dict[str, Path], jobs: int = 1
-    ) -> dict[str, list[dict[str, Any]]]:
-        """Each case's runs, by case name."""
+    ) -> dict[str, dict[str, Any]]:
+        """Each case's observations (`runs`, and `order` where asked), by case name."""
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             runs = pool.map(lambda case: self.run_case(case, dag_files[case.name]), selected)
             return {case.name: found for case, found in zip(selected, runs, strict=True)}
 
-    def run_case(self, case: Case, dag_file: Path) -> list[dict[str, Any]]:
+    def run_case(self, case: Case, dag_file: Path) -> dict[str, Any]:
         database = "conformance_" + case.name.replace("-", "_")
         home = self.logs / case.name
         _reset(home)
@@ -157,6 +175,15 @@ class AirflowRuns:
         url = self.pg.create(database, self.template)
         env = airflow_env(self.base_env, self.major, url, dags, home, port)
         engine = create_engine(psycopg2_url(url))
+        with engine.begin() as conn:
+            for name, slots in case.pools:
+                conn.execute(
+                    text(
+                        "INSERT INTO slot_pool (pool, slots, description, include_deferred)"
+                        " VALUES (:pool, :slots, 'a conformance case''s pool', false)"
+                    ),
+                    {"pool": name, "slots": slots},
+                )
         started: dict[str, subprocess.Popen[bytes]] = {}
         logs: list[IO[bytes]] = []
         try:
@@ -170,8 +197,14 @@ class AirflowRuns:
                     stderr=subprocess.STDOUT,
                     start_new_session=True,  # its task processes go with it on stop
                 )
-            self._wait_for_runs(engine, case.name, started, home)
-            return self._read_runs(engine, case.name)
+            triggered = self._trigger(engine, case, env, home, started)
+            created = sum(item["created"] for item in triggered)
+            expected = max(1, expected_runs(case) + created)
+            self._wait_for_runs(engine, case.name, expected, started, home, case.wait)
+            observed = self._read_runs(engine, case)
+            if case.triggers:
+                observed["triggers"] = triggered
+            return observed
         finally:
             _stop(list(started.values()))
             for log in logs:
@@ -179,14 +212,69 @@ class AirflowRuns:
             engine.dispose()
             self.pg.drop(database)
 
+    def _trigger(
+        self,
+        engine: Engine,
+        case: Case,
+        env: dict[str, str],
+        home: Path,
+        procs: dict[str, subprocess.Popen[bytes]],
+    ) -> list[dict[str, Any]]:
+        """`airflow dags trigger` for each of the case's manual runs, once the DAG is
+        serialized (what the command reads): created (exit 0) or refused (its output)."""
+        if not case.triggers:
+            return []
+        deadline = time.monotonic() + CASE_TIMEOUT
+        while True:
+            with engine.connect() as conn:
+                parsed = conn.execute(
+                    text("SELECT count(*) FROM serialized_dag WHERE dag_id = :dag"),
+                    {"dag": case.name},
+                ).scalar_one()
+            if parsed:
+                break
+            for name, proc in procs.items():
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{case.name}: airflow {name} exited; see {home}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{case.name}: the DAG was never parsed; see {home}")
+            time.sleep(0.5)
+        option = "--exec-date" if self.major < 3 else "--logical-date"
+        found = []
+        with (home / "triggers.log").open("w") as log:
+            for when in case.triggers:
+                result = subprocess.run(
+                    [self.airflow, "dags", "trigger", case.name, option, str(instant(when))],
+                    env=env,
+                    cwd=home,
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                    timeout=300,
+                )
+                log.write(f"$ airflow dags trigger {case.name} {option} {instant(when)}\n")
+                log.write(f"exit {result.returncode}\n{result.stdout}{result.stderr}\n")
+                refused = None
+                if result.returncode:
+                    lines = [line for line in result.stderr.splitlines() if line.strip()]
+                    refused = lines[-1] if lines else f"exit {result.returncode}"
+                found.append(trigger_record(when, refused))
+        return found
+
     def _wait_for_runs(
         self,
         engine: Engine,
         dag_id: str,
+        expected: int,
         procs: dict[str, subprocess.Popen[bytes]],
         home: Path,
+        wait: float | None = None,
     ) -> None:
+        """Until the DAG has `expected` runs, all ended (and still so SETTLE s later); or,
+        with `wait`, until that many seconds after its first run appeared at the latest."""
         deadline = time.monotonic() + CASE_TIMEOUT
+        settled: int | None = None  # the run count seen all ended, SETTLE seconds ago
+        first_run: float | None = None
         while True:
             for name, proc in procs.items():
                 if proc.poll() is not None:
@@ -201,16 +289,27 @@ class AirflowRuns:
                     ),
                     {"dag": dag_id},
                 ).one()
-            if total and total == ended:
+            if total and first_run is None:
+                first_run = time.monotonic()
+            if wait is not None and first_run is not None and time.monotonic() - first_run > wait:
                 return
+            if total >= expected and total == ended:
+                if settled == total:
+                    return
+                settled = total
+                time.sleep(SETTLE)
+                continue
+            settled = None
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"{dag_id}: Airflow {self.version}'s runs did not end within "
-                    f"{CASE_TIMEOUT:.0f} s ({ended} of {total} ended); see {home}"
+                    f"{CASE_TIMEOUT:.0f} s ({ended} of {total} ended, {expected} expected); "
+                    f"see {home}"
                 )
             time.sleep(0.5)
 
-    def _read_runs(self, engine: Engine, dag_id: str) -> list[dict[str, Any]]:
+    def _read_runs(self, engine: Engine, case: Case) -> dict[str, Any]:
+        dag_id = case.name
         logical = "execution_date" if self.major < 3 else "logical_date"
         with engine.connect() as conn:
             runs = conn.execute(
@@ -222,7 +321,8 @@ class AirflowRuns:
             ).all()
             tasks = conn.execute(
                 text(
-                    "SELECT run_id, task_id, state, try_number FROM task_instance"
+                    "SELECT run_id, task_id, state, try_number, start_date, end_date"
+                    " FROM task_instance"
                     " WHERE dag_id = :dag AND map_index = -1"
                 ),
                 {"dag": dag_id},
@@ -234,7 +334,30 @@ class AirflowRuns:
                 task.state or "none",
                 task.try_number,
             )
-        return [run_record(run.logical_date, run.state, by_run.get(run.run_id, {})) for run in runs]
+        observed: dict[str, Any] = {
+            "runs": [
+                run_record(run.logical_date, run.state, by_run.get(run.run_id, {})) for run in runs
+            ]
+        }
+        if "order" in case.observe:
+            logical_dates = {run.run_id: str(instant(run.logical_date)) for run in runs}
+            observed["order"] = order_of(
+                Ran(logical_dates[task.run_id], task.task_id, task.start_date, task.end_date)
+                for task in tasks
+                if task.run_id in logical_dates
+            )
+        return observed
+
+
+def expected_runs(case: Case) -> int:
+    """How many scheduled runs the case's DAG has by now: Sluice's timetable counts them."""
+    from datetime import UTC, datetime
+
+    from conformance.sluice_side import schedule
+    from sluice.spec.compiled import CompiledDag
+
+    compiled = CompiledDag(case.name, 0, case.manifest.spec)
+    return len(schedule(compiled, datetime.now(UTC))["scheduled"])
 
 
 def _reset(folder: Path) -> None:

@@ -18,7 +18,22 @@ written as annotations, so one file says it all:
   scheduled run the DAG already has: the DAG is (re)parsed at `now` with it;
 - `conformance.sluice.io/deviation`: the id of a documented deviation (the
   README's semantics section explains it): the case is expected to differ;
-  `id@2` limits it to Airflow 2.x (several, space-separated, may be given).
+  `id@2` limits it to Airflow 2.x (several, space-separated, may be given);
+- `conformance.sluice.io/observe: order` (executed cases): also compare the order
+  tasks ran in, as waves, and how many runs and tasks ran at once
+  (`executions.order_of`); for a case whose order is deterministic (one slot,
+  one run at a time, retries seconds apart);
+- `conformance.sluice.io/pools`: pools the case's tasks use, `NAME=SLOTS`
+  (space-separated), created with these slots on both sides before the DAG
+  runs; name them after the case, since Sluice's side runs every case in one
+  database;
+- `conformance.sluice.io/triggers` (executed cases): logical dates (space-separated)
+  of manual runs asked for once the DAG is registered, before it runs: `airflow
+  dags trigger` on Airflow, `scheduler.triggers.trigger_run` on Sluice; whether
+  each was created or refused is compared too (`triggers`);
+- `conformance.sluice.io/wait: SECONDS` (executed cases): observe the DAG's runs that
+  long after its first run appeared, ended or not (for runs that never end, such as
+  a dependsOnPast task after a failure), instead of once every run has ended.
 """
 
 from __future__ import annotations
@@ -38,7 +53,9 @@ CASES = ROOT / "cases"
 PREFIX = "conformance.sluice.io/"
 # Areas whose cases run their tasks (real schedulers, a fresh database), compared once
 # their runs have ended; every other area is decided in-process at the case's `now`.
-EXECUTED_AREAS = frozenset({"dependencies", "retries"})
+EXECUTED_AREAS = frozenset({"dependencies", "retries", "limits", "across-runs"})
+# What `observe` may ask for beyond each run's and task's end state.
+OBSERVABLE = frozenset({"order"})
 
 
 class CaseError(ValueError):
@@ -56,6 +73,10 @@ class Case:
     manual_runs: tuple[datetime, ...]
     last_run: tuple[datetime, datetime] | None
     deviations: tuple[str, ...]
+    observe: frozenset[str] = frozenset()
+    pools: tuple[tuple[str, int], ...] = ()
+    triggers: tuple[datetime, ...] = ()
+    wait: float | None = None
 
     @property
     def executes(self) -> bool:
@@ -76,7 +97,7 @@ class Case:
     def digest(self) -> str:
         """A sha256 of what Airflow's observations depend on, recorded with them to tell
         them stale: the manifest and the scenario, not `about` or `deviation`."""
-        inputs = {
+        inputs: dict[str, object] = {
             "manifest": self.manifest.model_dump(
                 mode="json", by_alias=True, exclude={"metadata": {"annotations"}}
             ),
@@ -84,6 +105,15 @@ class Case:
             "manual_runs": [instant(when) for when in self.manual_runs],
             "last_run": [instant(when) for when in self.last_run or ()],
         }
+        # Added later: left out when unset, so older cases keep their digests.
+        if self.observe:
+            inputs["observe"] = sorted(self.observe)
+        if self.pools:
+            inputs["pools"] = [list(pool) for pool in self.pools]
+        if self.triggers:
+            inputs["triggers"] = [instant(when) for when in self.triggers]
+        if self.wait is not None:
+            inputs["wait"] = self.wait
         canonical = json.dumps(inputs, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -135,6 +165,21 @@ def load(path: Path) -> Case:
             )
     elif not now:
         raise CaseError(f"{path}: the annotation {PREFIX}now is required")
+    observe = frozenset(notes.get(PREFIX + "observe", "").split())
+    pools = _pools(notes.get(PREFIX + "pools", ""), path)
+    triggers = tuple(
+        parse_instant(text, path) for text in notes.get(PREFIX + "triggers", "").split()
+    )
+    wait_text = notes.get(PREFIX + "wait")
+    if wait_text is not None and not wait_text.isdigit():
+        raise CaseError(f"{path}: {PREFIX}wait is a whole number of seconds, got {wait_text!r}")
+    if (observe or pools or triggers or wait_text) and area not in EXECUTED_AREAS:
+        raise CaseError(f"{path}: {PREFIX}observe, pools, triggers and wait are for executed cases")
+    if observe - OBSERVABLE:
+        raise CaseError(
+            f"{path}: {PREFIX}observe: unknown {', '.join(sorted(observe - OBSERVABLE))}; "
+            f"known: {', '.join(sorted(OBSERVABLE))}"
+        )
     return Case(
         name=name,
         area=area,
@@ -147,7 +192,21 @@ def load(path: Path) -> Case:
         ),
         last_run=_interval(notes.get(PREFIX + "last-run"), path),
         deviations=tuple(notes.get(PREFIX + "deviation", "").split()),
+        observe=observe,
+        pools=pools,
+        triggers=triggers,
+        wait=float(wait_text) if wait_text is not None else None,
     )
+
+
+def _pools(text: str, where: object) -> tuple[tuple[str, int], ...]:
+    pools = []
+    for item in text.split():
+        name, _, slots = item.partition("=")
+        if not name or not slots.isdigit():
+            raise CaseError(f"{where}: pools are NAME=SLOTS, got {item!r}")
+        pools.append((name, int(slots)))
+    return tuple(pools)
 
 
 def _interval(text: str | None, where: object) -> tuple[datetime, datetime] | None:
@@ -160,7 +219,17 @@ def _interval(text: str | None, where: object) -> tuple[datetime, datetime] | No
     return start, end
 
 
-_ANNOTATIONS = ("about", "now", "manual-runs", "last-run", "deviation")
+_ANNOTATIONS = (
+    "about",
+    "now",
+    "manual-runs",
+    "last-run",
+    "deviation",
+    "observe",
+    "pools",
+    "triggers",
+    "wait",
+)
 
 
 def parse_instant(text: str, where: object = "") -> datetime:

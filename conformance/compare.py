@@ -19,8 +19,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-# The schedule area's sections, then the executed areas' (`runs`: how each run ended).
-SECTIONS = ("definition", "scheduled", "next", "manual", "runs")
+# The schedule area's sections, then the executed areas' (`runs`: how each run ended;
+# `order`: the waves tasks ran in, where the case asks; `triggers`: manual runs asked
+# for before the DAG runs, created or refused).
+SECTIONS = ("definition", "scheduled", "next", "manual", "triggers", "runs", "order")
 
 
 class Status(StrEnum):
@@ -95,6 +97,14 @@ def section_lines(section: str, value: Any) -> list[str]:
         return [run_line(value) if value else "none"]
     if section == "runs":
         return [line for run in value or [] for line in executed_run_lines(run)]
+    if section == "order":
+        return order_lines(value)
+    if section == "triggers":
+        return [
+            f"trigger {item.get('logical_date')}: "
+            + ("created" if item.get("created") else "refused")
+            for item in value or []
+        ]
     return [run_line(run) for run in value or []]
 
 
@@ -103,6 +113,21 @@ def executed_run_lines(run: Mapping[str, Any]) -> list[str]:
     lines = [f"run {run.get('logical_date')}: {run.get('state')}"]
     for name, task in sorted((run.get("tasks") or {}).items()):
         lines.append(f"  {name}: {task.get('state')}, try {task.get('try_number')}")
+    return lines
+
+
+def order_lines(order: Mapping[str, Any] | None) -> list[str]:
+    """One line per wave (the tasks in it, by logical date), then how many ran at once."""
+    if not order:
+        return ["none"]
+    lines = [
+        f"wave {number}: {', '.join(names)}"
+        for number, names in enumerate(order.get("waves") or [], 1)
+    ]
+    lines.append(
+        f"at most {order.get('runs_at_once')} run(s) and {order.get('tasks_at_once')} "
+        "task(s) at once"
+    )
     return lines
 
 

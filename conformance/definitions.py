@@ -67,7 +67,8 @@ def _task(task: TaskSpec) -> dict[str, Any]:
         "pool_slots": task.pool_slots,
         "priority_weight": task.priority_weight,
         "weight_rule": task.weight_rule.value,
-        "depends_on_past": task.depends_on_past,
+        # waitForDownstream implies dependsOnPast, as in Airflow (spec.compiled's "past").
+        "depends_on_past": task.depends_on_past or task.wait_for_downstream,
         "wait_for_downstream": task.wait_for_downstream,
         "skip_on_exit_code": sorted(task.skip_on_exit_code),
     }

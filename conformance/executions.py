@@ -7,11 +7,25 @@ from what `sluice standalone --output json` prints; the Airflow side
 rows.
 
 `sluice_runs` runs every selected executed case in one `sluice standalone
-DIR --until-idle --output json` on a fresh database: real scheduler
-processes, the local executor, each task a subprocess. One database for all
-of them keeps `make conformance` to seconds; the cases cannot meet there,
+DIR --until-idle --output json` on a fresh database (on an embedded Postgres it
+starts, or on SLUICE_TEST_DATABASE_URL's server), with the cases' pools
+(`create_pools`) and manual runs (`trigger_runs`) made first: real scheduler
+processes, the local executor, each task a subprocess. The cases that `wait`
+(runs that may never end) run beside it in a second standalone on a database
+of their own, stopped after the longest wait. One database for all the others
+keeps `make conformance` short; the cases cannot meet there,
 since each is a DAG of its own, its limits are its own, and what is compared
-is how tasks ended, not when or in which order.
+is how tasks ended, not when; a case that asks for the order
+(`observe: order`) has limits of its own that decide it, which the other
+cases, each a DAG of its own in a default pool far from full, do not touch.
+
+The order (`order_of`) is read from each task's last try's start and end, on
+both sides: a task's wave is one more than the highest wave among the tasks
+that had ended when it started (a task nothing ended before is in wave 1), so
+one slot gives one task per wave, in the order they ran, and two tasks that ran
+side by side share a wave however their starts fell. Beside the waves, the most
+runs (a run spanning its tasks' first start to last end) and tasks that were
+running at one instant: with `maxActiveRuns` 1, runs never overlap.
 """
 
 from __future__ import annotations
@@ -19,11 +33,12 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from conformance.cases import Case, instant
 
@@ -44,6 +59,57 @@ def run_record(
     }
 
 
+class Ran(NamedTuple):
+    """One task's last try, as far as the order is concerned."""
+
+    logical_date: str  # an instant, as `instant` spells it
+    task: str
+    start: datetime | None  # None: it never started (skipped, upstream_failed, ...)
+    end: datetime | None
+
+
+def order_of(tries: Iterable[Ran]) -> dict[str, Any]:
+    """The waves tasks ran in and the most runs and tasks at once (see the module doc)."""
+    ran = sorted(
+        (
+            (t.start, t.end, t.logical_date, t.task)
+            for t in tries
+            if t.start is not None and t.end is not None
+        ),
+        key=lambda t: (t[0], t[2], t[3]),
+    )
+    waves: list[list[str]] = []
+    ended: list[tuple[datetime, int]] = []  # (end, wave) of the tasks placed so far
+    spans: dict[str, tuple[datetime, datetime]] = {}
+    for start, end, logical_date, task in ran:
+        wave = 1 + max((number for other_end, number in ended if other_end <= start), default=0)
+        ended.append((end, wave))
+        if wave > len(waves):
+            waves.append([])
+        waves[wave - 1].append(f"{logical_date} {task}")
+        first, last = spans.get(logical_date, (start, end))
+        spans[logical_date] = (min(first, start), max(last, end))
+    return {
+        "waves": [sorted(names) for names in waves],
+        "runs_at_once": _most_at_once(list(spans.values())),
+        "tasks_at_once": _most_at_once([(start, end) for start, end, _, _ in ran]),
+    }
+
+
+def _most_at_once(spans: Sequence[tuple[datetime, datetime]]) -> int:
+    # An end and a start at the same instant do not overlap: ends count first.
+    events = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+    most = now = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def _instant(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text else None
+
+
 def runs_of(summaries: Sequence[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Each DAG's runs, by logical date, from `sluice standalone --output json`'s `runs`."""
     by_dag: dict[str, list[dict[str, Any]]] = {}
@@ -54,35 +120,168 @@ def runs_of(summaries: Sequence[Mapping[str, Any]]) -> dict[str, list[dict[str, 
     return by_dag
 
 
-def sluice_runs(selected: Sequence[Case]) -> dict[str, list[dict[str, Any]]]:
-    """Run the cases' DAGs to the end with `sluice standalone`; their runs by case name."""
-    from conformance.standalone import run_standalone  # the CLI, as a subprocess
+def tries_of(summaries: Sequence[Mapping[str, Any]]) -> dict[str, list[Ran]]:
+    """Each DAG's tasks' last tries (start and end), from the same JSON."""
+    by_dag: dict[str, list[Ran]] = {}
+    for run in summaries:
+        logical_date = instant(datetime.fromisoformat(run["logical_date"]))
+        assert logical_date is not None
+        by_dag.setdefault(run["dag"], []).extend(
+            Ran(logical_date, task["task"], _instant(task["start"]), _instant(task["end"]))
+            for task in run["tasks"]
+        )
+    return by_dag
 
+
+def sluice_runs(selected: Sequence[Case]) -> dict[str, dict[str, Any]]:
+    """Run the cases' DAGs to the end with `sluice standalone`; their observations (`runs`,
+    and `order` and `triggers` where asked) by case name."""
     if not selected:
         return {}
+    # The cases that wait a fixed time run beside the others, in a standalone of their
+    # own stopped after the longest wait (their runs may never end: --until-idle would
+    # not return).
+    ending = [case for case in selected if case.wait is None]
+    waiting = [case for case in selected if case.wait is not None]
+    groups = [
+        (group, stop_after)
+        for group, stop_after in (
+            (ending, None),
+            (waiting, max((case.wait or 0.0 for case in waiting), default=0.0)),
+        )
+        if group
+    ]
+    summaries: list[dict[str, Any]] = []
+    triggered: dict[str, list[dict[str, Any]]] = {}
     with (
-        tempfile.TemporaryDirectory(prefix="sluice-conformance-runs-") as tmp,
-        fresh_database() as url,
+        tempfile.TemporaryDirectory(prefix="sluice-conformance-") as tmp,
+        database_server(Path(tmp)) as admin_url,
+        ThreadPoolExecutor(max_workers=2) as pool,
     ):
-        summaries = run_standalone(selected, Path(tmp), database_url=url, failed_runs_ok=True)
+        jobs = [
+            pool.submit(_standalone, group, admin_url, Path(tmp) / str(number), stop_after)
+            for number, (group, stop_after) in enumerate(groups)
+        ]
+        for job in jobs:
+            found, asked = job.result()
+            summaries.extend(found)
+            triggered.update(asked)
     by_dag = runs_of(summaries)
-    return {case.name: by_dag.get(case.name, []) for case in selected}
+    tries = tries_of(summaries)
+    observed: dict[str, dict[str, Any]] = {}
+    for case in selected:
+        observed[case.name] = {"runs": by_dag.get(case.name, [])}
+        if "order" in case.observe:
+            observed[case.name]["order"] = order_of(tries.get(case.name, []))
+        if case.triggers:
+            observed[case.name]["triggers"] = triggered[case.name]
+    return observed
+
+
+def _standalone(
+    selected: Sequence[Case], admin_url: str, workdir: Path, stop_after: float | None
+) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """One `sluice standalone` over these cases on a new database of the server: its runs,
+    and the manual runs asked for first."""
+    from conformance.standalone import run_standalone  # the CLI, as a subprocess
+
+    workdir.mkdir()
+    with fresh_database(admin_url) as url:
+        create_pools(url, selected)
+        triggered = trigger_runs(url, selected)
+        summaries = run_standalone(
+            selected, workdir, database_url=url, failed_runs_ok=True, stop_after=stop_after
+        )
+    return summaries, triggered
+
+
+def create_pools(url: str, selected: Sequence[Case]) -> None:
+    """The cases' pools, as a Pool object's handler stores them, in a migrated database."""
+    from sluice.db.engine import make_engine, session_factory
+    from sluice.db.migrate import upgrade
+    from sluice.handlers.objects import PoolSpec
+    from sluice.handlers.store import upsert_pool
+
+    pools = [pool for case in selected for pool in case.pools]
+    if not pools:
+        return
+    upgrade(url)
+    engine = make_engine(url)
+    try:
+        with session_factory(engine)() as session:
+            for name, slots in pools:
+                upsert_pool(session, PoolSpec(name, slots, "a conformance case's pool"))
+            session.commit()
+    finally:
+        engine.dispose()
+
+
+def trigger_runs(url: str, selected: Sequence[Case]) -> dict[str, list[dict[str, Any]]]:
+    """The cases' manual runs (`Case.triggers`), asked for as `sluice dags trigger` asks
+    (`trigger_run`) once the DAG is registered (`sync_dag`, as standalone registers it):
+    whether each was created, and if not why, by case name."""
+    from sluice.db.dags import SpecCache, sync_dag
+    from sluice.db.engine import make_engine, session_factory
+    from sluice.db.migrate import upgrade
+    from sluice.scheduler.loop import utcnow
+    from sluice.scheduler.triggers import TriggerError, trigger_run
+
+    asking = [case for case in selected if case.triggers]
+    if not asking:
+        return {}
+    upgrade(url)
+    engine = make_engine(url)
+    found: dict[str, list[dict[str, Any]]] = {}
+    try:
+        with session_factory(engine)() as session:
+            for case in asking:
+                sync_dag(session, case.manifest, utcnow())
+                session.commit()
+                found[case.name] = []
+                for when in case.triggers:
+                    try:
+                        trigger_run(session, SpecCache(), case.name, utcnow(), logical_date=when)
+                    except TriggerError as exc:
+                        session.rollback()
+                        found[case.name].append(trigger_record(when, str(exc)))
+                        continue
+                    session.commit()
+                    found[case.name].append(trigger_record(when, None))
+    finally:
+        engine.dispose()
+    return found
+
+
+def trigger_record(logical_date: datetime, refused: str | None) -> dict[str, Any]:
+    """One manual run asked for, as both sides record it (`refused`: why, if it was)."""
+    return {"logical_date": instant(logical_date), "created": refused is None, "refused": refused}
 
 
 @contextmanager
-def fresh_database() -> Iterator[str | None]:
-    """A new database on the server SLUICE_TEST_DATABASE_URL names (dropped afterwards), as
-    the test suite uses it; without it None: `sluice standalone` then starts an embedded
-    Postgres of its own in a temporary directory, the test suite's default."""
-    admin_url = os.environ.get(TEST_DATABASE_URL)
-    if not admin_url:
-        yield None
-        return
-    from sqlalchemy import create_engine, text
-
+def database_server(workdir: Path) -> Iterator[str]:
+    """The server SLUICE_TEST_DATABASE_URL names, as the test suite uses it; without it an
+    embedded Postgres in `workdir` (the test suite's default), stopped and removed
+    afterwards. Its URL, to make databases on (`fresh_database`)."""
     from sluice.db.engine import normalize_url
 
-    admin_url = normalize_url(admin_url)
+    admin_url = os.environ.get(TEST_DATABASE_URL)
+    if admin_url:
+        yield normalize_url(admin_url)
+        return
+    from sluice.db.embedded import start_embedded_postgres
+
+    server = start_embedded_postgres(workdir / "pgdata", keep_data=False)
+    try:
+        yield normalize_url(server.url)
+    finally:
+        server.stop()
+
+
+@contextmanager
+def fresh_database(admin_url: str) -> Iterator[str]:
+    """A new database on the server, dropped afterwards."""
+    from sqlalchemy import create_engine, text
+
     name = f"sluice_conformance_{uuid.uuid4().hex[:12]}"
     admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     try:

@@ -128,8 +128,9 @@ def observe(airflow: Airflow, selected: Sequence[Case], dags: dict[str, Path]) -
 
 def run_executed(
     airflow: Airflow, selected: Sequence[Case], dags: dict[str, Path], jobs: int
-) -> dict[str, list[dict[str, Any]]]:
-    """The executed cases' runs, each case on Airflow's own processes (`airflow_runs`)."""
+) -> dict[str, dict[str, Any]]:
+    """The executed cases' observations (`runs`, `order`), each case on Airflow's own
+    processes (`airflow_runs`)."""
     executed = [case for case in selected if case.executes]
     if not executed:
         return {}
@@ -151,8 +152,8 @@ def refresh(airflow: Airflow, selected: Sequence[Case], jobs: int = 1) -> list[P
     )
     dags = write_dags(selected)
     observed = observe(airflow, selected, dags)
-    for name, runs in run_executed(airflow, selected, dags, jobs).items():
-        observed["cases"][name]["runs"] = runs
+    for name, executed in run_executed(airflow, selected, dags, jobs).items():
+        observed["cases"][name].update(executed)
     api = {**observed["api"], **RUNS_API}
     recorded_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     paths = []

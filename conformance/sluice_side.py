@@ -16,7 +16,8 @@ No database is needed for those: they are the pure functions the scheduler calls
 inside its transactions. A case of an executed area (`Case.executes`) is observed
 otherwise: its DAG runs to the end under `sluice standalone` (`executions.sluice_runs`,
 all such cases at once, on a fresh database), and `runs` is how each run and task
-ended; `observe_all` runs them once per process.
+ended (and, where the case asks, the order its tasks ran in); `observe_all` runs
+them once per process.
 """
 
 from __future__ import annotations
@@ -46,6 +47,14 @@ API = {
         "sluice standalone DIR --until-idle --output json (local executor, fresh database): "
         "runs[].state, runs[].tasks[].state and try_number"
     ),
+    "order": (
+        "the same JSON: runs[].tasks[].start and end (the last try's), as waves and the "
+        "most runs and tasks at once (conformance.executions.order_of)"
+    ),
+    "triggers": (
+        "db.dags.sync_dag, then scheduler.triggers.trigger_run(logical_date=DATE) before "
+        "the standalone starts: created, or refused with its TriggerError"
+    ),
 }
 
 # Executed cases' observations by (name, digest): `make conformance`'s report and each
@@ -56,9 +65,9 @@ _EXECUTED: dict[tuple[str, str], dict[str, Any]] = {}
 def observe_all(selected: Sequence[Case]) -> dict[str, dict[str, Any]]:
     """Every case's observations by name; the executed ones from one standalone run."""
     missing = [case for case in selected if case.executes and _key(case) not in _EXECUTED]
-    for name, runs in executions.sluice_runs(missing).items():
+    for name, observed in executions.sluice_runs(missing).items():
         case = next(case for case in missing if case.name == name)
-        _EXECUTED[_key(case)] = {"definition": definitions.of_manifest(case.manifest), "runs": runs}
+        _EXECUTED[_key(case)] = {"definition": definitions.of_manifest(case.manifest), **observed}
     return {
         case.name: _EXECUTED[_key(case)] if case.executes else observe(case) for case in selected
     }

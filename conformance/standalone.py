@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -50,24 +51,28 @@ def run_standalone(
     *,
     database_url: str | None = None,
     failed_runs_ok: bool = False,
+    stop_after: float | None = None,
 ) -> list[dict[str, Any]]:
     """`sluice standalone` over the cases' manifests until idle: the runs its JSON lists.
 
     Its own embedded Postgres in `workdir` unless `database_url` is given. It exits 1
-    when a run failed; `failed_runs_ok` when that is what some cases expect."""
+    when a run failed; `failed_runs_ok` when that is what some cases expect. With
+    `stop_after`, it runs that many seconds instead and is stopped with SIGTERM (it then
+    prints the runs as they are, ended or not)."""
     dags = workdir / "dags"
     dags.mkdir()
     for case in selected:
         shutil.copy(case.path, dags / case.path.name)
     database = ["--database-url", database_url] if database_url else []
-    result = subprocess.run(
+    until = ["--until-idle"] if stop_after is None else []
+    process = subprocess.Popen(
         [
             sys.executable,
             "-c",
             "import sys; from sluice.cli import main; sys.argv[0] = 'sluice'; main()",
             "standalone",
             str(dags),
-            "--until-idle",
+            *until,
             "--output",
             "json",
             "--state-dir",
@@ -76,15 +81,22 @@ def run_standalone(
             "0.2",
             *database,
         ],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        check=False,
-        timeout=900,
     )
-    failed_runs = result.returncode == 1 and result.stderr.rstrip().endswith("run(s) failed")
-    if result.returncode and not (failed_runs_ok and failed_runs):
-        raise RuntimeError(f"sluice standalone exited {result.returncode}:\n{result.stderr}")
-    runs: list[dict[str, Any]] = json.loads(result.stdout)["runs"]
+    try:
+        stdout, stderr = process.communicate(timeout=stop_after or 900)
+    except subprocess.TimeoutExpired:
+        if stop_after is None:
+            process.kill()
+            raise
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=120)
+    failed_runs = process.returncode == 1 and stderr.rstrip().endswith("run(s) failed")
+    if process.returncode and not (failed_runs_ok and failed_runs):
+        raise RuntimeError(f"sluice standalone exited {process.returncode}:\n{stderr}")
+    runs: list[dict[str, Any]] = json.loads(stdout)["runs"]
     return runs
 
 

@@ -122,3 +122,23 @@ def test_backfill_errors_say_what_to_fix(
             T0 + timedelta(days=end, hours=2),
             T0,
         )
+
+
+def test_backfill_takes_only_intervals_that_have_ended(sessions: sessionmaker[Session]) -> None:
+    """As Airflow 3's backfill: a tick whose data interval has not ended by `now` gets no
+    run (the interval of the day before T0 ends at T0; the day of T0 ends a day later)."""
+    register(sessions, manifest("bff", chain("a"), **DAILY))
+    _only_backfill_runs(sessions, "bff")
+    with sessions() as session:
+        plan = create_backfill(
+            session, SpecCache(), "bff", T0 - timedelta(days=2), T0 + timedelta(days=2), T0
+        )
+        session.commit()
+        created = [r.logical_date for r in runs(session, "bff")]
+    assert created == [T0 - timedelta(days=2), T0 - timedelta(days=1)]
+    assert [date for date, _ in plan.skipped] == [
+        (T0 + timedelta(days=d)).isoformat() for d in (0, 1, 2)
+    ]
+    assert "has not ended" in plan.skipped[0][1]
+    with sessions() as session, pytest.raises(BackfillError, match=r"has ended yet.*earlier --end"):
+        create_backfill(session, SpecCache(), "bff", T0, T0 + timedelta(days=2), T0)

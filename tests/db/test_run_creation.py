@@ -5,13 +5,14 @@ from __future__ import annotations
 import itertools
 from datetime import timedelta
 
+import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.dags import SpecCache, set_paused
 from sluice.db.models import DagRun
 from sluice.scheduler.runs import create_due_runs, start_queued_runs
-from sluice.scheduler.triggers import trigger_run
+from sluice.scheduler.triggers import TriggerError, trigger_run
 from sluice.spec.states import RunState
 from tests.support import (
     T0,
@@ -361,3 +362,21 @@ def _running_dags(session: Session) -> set[str]:
     return set(
         session.execute(select(DagRun.dag_id).where(DagRun.state == RunState.RUNNING)).scalars()
     )
+
+
+@pytest.mark.parametrize("given", [True, False])
+def test_a_manual_run_before_the_start_date_is_refused_naming_the_field(
+    sessions: sessionmaker[Session], given: bool
+) -> None:
+    """Airflow runs no task for a logical date before the DAG's start date (its trigger
+    refuses one before default_args' start_date); Sluice refuses the run, with the fix."""
+    register(sessions, manifest("early", chain("a"), **HOURLY))
+    before = T0 - timedelta(minutes=1)
+    with sessions() as session:
+        now, logical_date = (T0, before) if given else (before, None)
+        with pytest.raises(TriggerError, match=r"before its spec\.startDate 2026-12-01T00:00:00"):
+            trigger_run(session, SpecCache(), "early", now, logical_date=logical_date)
+        assert runs(session, "early") == []
+        # At the start date itself it is created.
+        trigger_run(session, SpecCache(), "early", T0, logical_date=T0)
+        assert [r.logical_date for r in runs(session, "early")] == [T0]

@@ -455,3 +455,96 @@ def test_records_keep_each_version_and_tell_when_they_are_stale(tmp_path: Path) 
     assert records.staleness(case, loaded["2.10.5"], dags) is None
     later = cases.load(write_case(tmp_path / "cases", notes.replace("12-01", "12-02")))
     assert "changed since Airflow 2.10.5" in str(records.staleness(later, loaded["2.10.5"], dags))
+
+
+def test_an_executed_case_reads_order_pools_triggers_and_wait(tmp_path: Path) -> None:
+    case = cases.load(
+        write_case(
+            tmp_path,
+            '    conformance.sluice.io/about: "x"\n'
+            "    conformance.sluice.io/observe: order\n"
+            '    conformance.sluice.io/pools: "a-case=1 other=3"\n'
+            '    conformance.sluice.io/triggers: "2026-10-31T00:00:00Z"\n'
+            '    conformance.sluice.io/wait: "40"',
+            area_name="limits",
+        )
+    )
+    assert case.executes
+    assert case.observe == {"order"}
+    assert case.pools == (("a-case", 1), ("other", 3))
+    assert case.triggers == (datetime(2026, 10, 31, tzinfo=UTC),)
+    assert case.wait == 40.0
+    plain = cases.load(
+        write_case(tmp_path, '    conformance.sluice.io/about: "x"', "b-case", "limits")
+    )
+    assert plain.digest != case.digest
+
+
+@pytest.mark.parametrize(
+    ("notes", "area", "message"),
+    [
+        ("    conformance.sluice.io/observe: timing", "limits", "observe: unknown timing"),
+        ('    conformance.sluice.io/pools: "p"', "limits", "pools are NAME=SLOTS"),
+        ('    conformance.sluice.io/wait: "soon"', "limits", "wait is a whole number"),
+        (
+            '    conformance.sluice.io/now: "2026-12-01T00:00:00Z"\n'
+            "    conformance.sluice.io/observe: order",
+            "schedule",
+            "are for executed cases",
+        ),
+    ],
+)
+def test_executed_annotations_are_checked(
+    tmp_path: Path, notes: str, area: str, message: str
+) -> None:
+    with pytest.raises(cases.CaseError, match=message):
+        cases.load(
+            write_case(tmp_path, '    conformance.sluice.io/about: "x"\n' + notes, area_name=area)
+        )
+
+
+def _ran(task: str, start: float, end: float, day: int = 1) -> executions.Ran:
+    t0 = datetime(2026, 11, 1, tzinfo=UTC)
+    return executions.Ran(
+        cases.instant(datetime(2026, 11, day, tzinfo=UTC)) or "",
+        task,
+        t0 + timedelta(seconds=start),
+        t0 + timedelta(seconds=end),
+    )
+
+
+def test_order_is_waves_of_what_had_ended_and_the_most_at_once() -> None:
+    """One slot gives one task per wave in order; tasks side by side share a wave however
+    their starts fell; a task that never started is left out."""
+    order = executions.order_of(
+        [
+            _ran("b", 0.5, 4),  # beside a
+            _ran("a", 0, 3),
+            _ran("c", 3.2, 6),  # after a, while b still ran: wave 2
+            _ran("d", 4.1, 7),  # after a and b: wave 2 still
+            _ran("e", 7, 8, day=2),  # after d ended at the same instant: wave 3
+            executions.Ran("2026-11-02T00:00:00Z", "never", None, None),
+        ]
+    )
+    day1, day2 = "2026-11-01T00:00:00Z", "2026-11-02T00:00:00Z"
+    assert order == {
+        "waves": [[f"{day1} a", f"{day1} b"], [f"{day1} c", f"{day1} d"], [f"{day2} e"]],
+        "runs_at_once": 1,
+        "tasks_at_once": 2,
+    }
+    assert diff_observations({"order": order}, {"order": order}) == []
+    other = {**order, "tasks_at_once": 3}
+    assert "    + at most 1 run(s) and 3 task(s) at once" in diff_observations(
+        {"order": order}, {"order": other}
+    )
+
+
+def test_triggers_diff_shows_created_against_refused() -> None:
+    asked = [executions.trigger_record(datetime(2026, 10, 31, tzinfo=UTC), None)]
+    refused = [executions.trigger_record(datetime(2026, 10, 31, tzinfo=UTC), "before start")]
+    assert diff_observations({"triggers": asked}, {"triggers": refused}) == [
+        "triggers:",
+        "  @@",
+        "    - trigger 2026-10-31T00:00:00Z: created",
+        "    + trigger 2026-10-31T00:00:00Z: refused",
+    ]

@@ -1,8 +1,10 @@
 """Backfill: the scheduler's own machinery over a given list of logical dates.
 
 A backfill records its range and its own maxActiveRuns, then creates one
-`backfill` run per cron tick in `[start, end]` (both inclusive) that has no run
-yet. With `rerun_failed`, a date whose run failed is cleared instead: its failed
+`backfill` run per cron tick in `[start, end]` (both inclusive) whose data
+interval has ended by `now` and that has no run yet (as Airflow 3's backfill:
+an interval still under way, or in the future, is listed as skipped). With
+`rerun_failed`, a date whose run failed is cleared instead: its failed
 and upstream_failed tasks go back to `none` with a fresh set of retries and the
 run is queued again under the backfill. Replicas then schedule these runs like
 any other; `start_queued_runs` holds them to the backfill's limit.
@@ -70,11 +72,18 @@ def create_backfill(
         raise BackfillError(f"--start {start.isoformat()} is after --end {end.isoformat()}")
     if max_active_runs is not None and max_active_runs < 1:
         raise BackfillError("--max-active-runs must be at least 1")
-    infos = compiled.timetable.runs_between(start, end)
-    if not infos:
+    ticks = compiled.timetable.runs_between(start, end)
+    if not ticks:
         raise BackfillError(
             f"schedule {compiled.spec.schedule!r} has no logical dates between "
             f"{start.isoformat()} and {end.isoformat()}"
+        )
+    infos = [info for info in ticks if info.data_interval_end <= now]
+    if not infos:
+        raise BackfillError(
+            f"no data interval between {start.isoformat()} and {end.isoformat()} has ended "
+            f"yet (the first ends at {ticks[0].data_interval_end.isoformat()}); a backfill "
+            "runs intervals that have ended: give an earlier --end"
         )
     backfill = Backfill(
         dag_id=dag_id,
@@ -87,6 +96,13 @@ def create_backfill(
     session.add(backfill)
     session.flush()
     plan = BackfillPlan(backfill.id)
+    plan.skipped.extend(
+        (
+            info.logical_date.isoformat(),
+            f"its data interval has not ended (it ends at {info.data_interval_end.isoformat()})",
+        )
+        for info in ticks[len(infos) :]
+    )
     existing: dict[datetime, list[Any]] = defaultdict(list)
     for row in session.execute(
         select(DagRun.id, DagRun.logical_date, DagRun.state, DagRun.run_id).where(

@@ -35,6 +35,20 @@ def trigger_run(
     if conf is not None and not isinstance(conf, dict):
         raise TriggerError('conf must be a JSON object, e.g. \'{"key": "value"}\'')
     when = logical_date or now
+    start_date = compiled.spec.start_date
+    if start_date is not None and when < start_date:
+        # Airflow never runs a task for a logical date before its start date: its
+        # trigger refuses one before default_args' start_date, and a run it does create
+        # gets no task instances. Refused here, saying which field and what to do.
+        asked = (
+            f"a manual run's logical date {when.isoformat()} is"
+            if logical_date is not None
+            else f"a manual run now ({when.isoformat()}, no logical date given) would be"
+        )
+        raise TriggerError(
+            f"DAG {dag_id!r}: {asked} before its spec.startDate {start_date.isoformat()}; "
+            "give a logical date at or after spec.startDate, or move spec.startDate earlier"
+        )
     info = compiled.timetable.manual_run(when)
     run_id = run_id or run_id_for(RunType.MANUAL, info.logical_date)
     created = insert_run(
