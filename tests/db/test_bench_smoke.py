@@ -91,5 +91,7 @@ def test_a_run_saves_its_trials_and_renders_them_for_the_readme(
     latest = tmp_path / "quick-latest.json"
     assert bench.run.main(["--render", f"{latest}:sluice", "--markdown"]) == 0
     assert "| linear | 2x3 | " in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="the side after ':' is sluice or airflow, not 'other'"):
+    with pytest.raises(
+        SystemExit, match="the side after ':' is one of sluice, airflow, airflow3, not 'other'"
+    ):
         bench.run.main(["--render", f"{latest}:other"])
