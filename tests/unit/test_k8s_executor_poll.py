@@ -365,7 +365,14 @@ def test_a_try_another_replica_adopted_is_handed_over_not_reported(
 def test_inspect_cannot_tell_when_another_replicas_try_cannot_be_read(
     setup: tuple[KubernetesExecutor, Clock, list[str]],
 ) -> None:
-    executor, _, _ = setup
-    executor._batch.fail_next["read_job"] = [500]  # type: ignore[attr-defined]
+    executor, clock, _ = setup
+    api = executor._batch
+    api.fail_next["read_job"] = [500]  # type: ignore[attr-defined]
     seen = executor.inspect((99, 1), "some-job")
     assert seen.state == "unreachable"  # never a zombie on a stale heartbeat alone
+    # The sweep's next reads answer at once, for a while: one timeout per sweep, not per try.
+    calls = len(api.calls)  # type: ignore[attr-defined]
+    assert executor.inspect((98, 1), "other-job").state == "unreachable"
+    assert len(api.calls) == calls  # type: ignore[attr-defined]
+    clock.now += timedelta(seconds=executor_module.READ_BACKOFF)
+    assert executor.inspect((98, 1), "other-job").state == "gone"  # read: no Job, no pod

@@ -59,6 +59,10 @@ log = structlog.get_logger("sluice.executors.kubernetes")
 # After the watches resync, how long kubelets get to report what happened meanwhile before
 # a pod that still looks Pending counts against its try's start timeout again.
 RESYNC_SETTLE = 30.0
+# After a read of another replica's try failed, the sweep's next reads answer "unreachable"
+# at once for this long: a blackholed API server costs one timeout per sweep, not one per try
+# (the sweep reads inside a database transaction).
+READ_BACKOFF = 10.0
 
 Key = tuple[int, int]
 TokenIssuer = Callable[[int, int, float], str]
@@ -191,6 +195,7 @@ class KubernetesExecutor:
         # time after each resync: the pod start timeout counts only time it could see.
         self._blind_total = 0.0
         self._blind_since: datetime | None = None
+        self._reads_blocked_until: datetime | None = None
         self.api = ApiCounts()
         self.cache.start()
         if not self.cache.wait_synced(sync_timeout):
@@ -392,13 +397,13 @@ class KubernetesExecutor:
     # -- other replicas' tries ----------------------------------------------------------
 
     def inspect(self, key: Key, external_id: str | None) -> Inspection:
+        if not self.cache.synced:
+            return Inspection(state="unreachable")
         ours = self._tries.get(key)
         name = external_id or (ours.job_name if ours is not None else None)
         if name is None:
             return Inspection(state="unknown")
         if ours is not None and not ours.relabel:
-            if not self.cache.synced:
-                return Inspection(state="unreachable")
             job = self.cache.job(name)
             pod = self.cache.newest_pod(name)
         else:
@@ -546,6 +551,9 @@ class KubernetesExecutor:
     ) -> tuple[dict[str, Any] | None, dict[str, Any] | None] | None:
         """Another replica's try as the API server has it now: its Job (None if there is
         none) and newest pod; None when the API server cannot be asked."""
+        now = self._clock()
+        if self._reads_blocked_until is not None and now < self._reads_blocked_until:
+            return None
         try:
             self.api.add("get")
             try:
@@ -553,7 +561,7 @@ class KubernetesExecutor:
                     name,
                     self.settings.namespace,
                     _preload_content=False,
-                    _request_timeout=(10, 30),
+                    _request_timeout=(5, 10),
                 )
                 job = json.loads(response.data)
             except ApiException as exc:
@@ -563,6 +571,7 @@ class KubernetesExecutor:
             pods = self._list_pods(key)
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
             log.warning("cannot read another replica's try", job=name, error=str(exc)[:200])
+            self._reads_blocked_until = now + timedelta(seconds=READ_BACKOFF)
             return None
         pod = max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), default=None)
         return job, pod
