@@ -137,7 +137,7 @@ def _start_replicas(
     for i in range(args.replicas):
         snap = work / f"replica-{i}.json"
         log = work / f"replica-{i}.log"
-        profile = ["--profile", str(work)] if args.profile and i == 0 else []
+        profile = ["--profile", str(work)] if args.profile and i == args.profile_replica else []
         cmd = [
             sys.executable, "-m", "bench.steady_replica", str(snap), *profile, "--",
             "scheduler",
@@ -369,7 +369,10 @@ def main() -> int:
     parser.add_argument(
         "--no-publish-status", dest="publish_status", action="store_false", default=True
     )
-    parser.add_argument("--profile", action="store_true", help="cProfile replica 0's loop")
+    parser.add_argument("--profile", action="store_true", help="cProfile one replica's loop")
+    parser.add_argument(
+        "--profile-replica", type=int, default=0, help="which replica --profile profiles"
+    )
     args = parser.parse_args()
     # A SIGTERM (or a SIGINT where a background shell ignores it) stops the replicas, the
     # stand-in cluster and Postgres on the way out, like Ctrl-C.

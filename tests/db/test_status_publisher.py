@@ -362,6 +362,51 @@ def test_a_missing_dagrun_crd_is_reported_with_the_fix(sessions: sessionmaker[Se
     assert outbox_rows(sessions) == 1  # kept for when the CRD is there
 
 
+def test_a_failing_object_backs_off_however_many_changes_it_gets(
+    sessions: sessionmaker[Session],
+) -> None:
+    """Every change to a run adds an outbox row; the backoff after a failed publication is
+    the run's, so a new row waits it out instead of starting again at 2 s (with the
+    DagRun CRD missing, 3 replicas once tried 12 times a second)."""
+    kube = FakeKube(missing_kinds={"dagruns"})
+    clock = Clock()
+    pub = publisher(sessions, kube, clock)
+    register_in(sessions, manifest("storm", [{"name": "a"}], schedule=None))
+    run_id = trigger(sessions, "storm", FakeClock().now)
+
+    def change(state: str) -> None:  # what a report does: a new row for the run
+        with sessions.begin() as session:
+            session.execute(update(DagRun).where(DagRun.id == run_id).values(state=state))
+
+    def tries() -> int:
+        return sum(1 for verb, _ in kube.calls if verb == "create")
+
+    pub.run_once()
+    assert (tries(), pub.counts.failures) == (1, 1)  # backoff 2 s
+    for state in ("running", "queued", "running"):
+        change(state)
+        clock.advance(0.5)
+        pub.run_once()
+    assert tries() == 1  # the new rows waited with the run
+    assert pub.counts.held == 3
+    clock.advance(1.0)  # 2.5 s since the failure
+    pub.run_once()
+    assert (tries(), pub.counts.failures) == (2, 2)  # tried again; backoff 4 s
+    change("queued")
+    clock.advance(3.0)
+    pub.run_once()
+    assert tries() == 2
+    kube.missing_kinds.clear()  # the CRD is applied
+    clock.advance(1.5)
+    drain(pub)
+    assert tries() == 3
+    assert kube.dagruns()[0]["status"]["state"] == "queued"
+    change("running")
+    drain(pub)  # published: no backoff left
+    assert kube.dagruns()[0]["status"]["state"] == "running"
+    assert outbox_rows(sessions) == 0
+
+
 def _backfill_request(dag: str, uid: str, days: int, **extra: Any) -> BackfillRequest:
     return BackfillRequest(
         dag_id=dag,
@@ -631,3 +676,31 @@ def test_the_changes_of_a_burst_after_a_wake_are_one_patch(
     finally:
         pub.stop()
     assert sum(1 for verb, _ in kube.calls if verb == "patch") == patches + 1
+
+
+def test_live_replicas_share_the_pool_sampling(sessions: sessionmaker[Session]) -> None:
+    """Alone, a publisher samples the pools once per `pool_interval`; told that ten
+    replicas share (the loop counts them at its heartbeat), once per ten intervals."""
+    kube = FakeKube()
+    pub = publisher(sessions, kube, interval=0.01, idle_interval=600.0, pool_interval=0.2)
+    samples: list[float] = []
+    publish_pools = pub.publish_pools
+
+    def counted() -> int:
+        samples.append(time.monotonic())
+        return publish_pools()
+
+    pub.publish_pools = counted  # type: ignore[method-assign]
+    pub.start()
+    try:
+        time.sleep(2.0)
+        alone = len(samples)
+        pub.share(10)
+        pub.wake()  # the idle wait ends at the next sampling as the new interval puts it
+        shared_from = time.monotonic()
+        time.sleep(2.0)
+        shared = sum(1 for at in samples if at > shared_from)
+    finally:
+        pub.stop()
+    assert alone >= 5  # ten intervals of 0.2 s (a slow machine may miss a few)
+    assert shared <= 1  # one interval of 2 s: at most the sampling its phase put first

@@ -378,3 +378,64 @@ def test_the_loop_wakes_the_status_publisher_after_a_change_or_a_notification(
     waker.heard = True  # another process inserted or ended a run, or (un)paused a DAG
     loop.tick()
     assert woken == ["woken"]
+
+
+def test_live_replicas_share_the_sweeps_and_the_counter_reconciliation(
+    sessions: sessionmaker[Session], engine: Engine
+) -> None:
+    """The sweeps for stale tries and the counter reconciliation look at the whole
+    fleet's work: with three live replicas each sweeps once per three
+    `zombie_check_interval`s (with or without a waker), and alone again once per
+    interval. The loop tells the status publisher how many replicas share."""
+    clock = FakeClock()
+    loop = make_loop(
+        sessions,
+        ScriptedExecutor(),
+        clock,
+        zombie_check_interval=10,
+        reconcile_interval=60,
+        heartbeat_interval=5,
+        scheduler_dead_after=30,
+    )
+    told: list[int] = []
+    loop.on_replicas = told.append
+    with sessions() as session:
+        for _ in range(2):
+            session.execute(
+                text(
+                    "INSERT INTO scheduler_job (hostname, pid, state, started_at,"
+                    " latest_heartbeat) VALUES ('other', 1, 'running', :now, :now)"
+                ),
+                {"now": clock.now},
+            )
+        session.commit()
+    sweep = "UPDATE scheduler_job SET state=%(state)s, ended_at=%(ended_at)s"
+    reconcile = "SELECT dag_run.id, dag_run.tasks_total"
+
+    def tick_for(seconds: int, others_beat: bool) -> tuple[int, int]:
+        """(ticks that swept, ticks that reconciled) over `seconds` ticks a second apart."""
+        swept = reconciled = 0
+        for _ in range(seconds):
+            clock.advance(seconds=1)
+            if others_beat:
+                with sessions() as session:
+                    session.execute(
+                        text("UPDATE scheduler_job SET latest_heartbeat = :now WHERE pid = 1"),
+                        {"now": clock.now},
+                    )
+                    session.commit()
+            with count_queries(engine) as statements:
+                loop.tick()
+            swept += any(sweep in s for s in statements)
+            reconciled += any(reconcile in s for s in statements)
+        return swept, reconciled
+
+    swept, reconciled = tick_for(180, others_beat=True)
+    assert told == [3]
+    assert 5 <= swept <= 7  # once per 30 s (the phase taken once may add one)
+    assert 1 <= reconciled <= 2  # once per 180 s
+    tick_for(40, others_beat=False)  # the others die (30 s) and are counted out
+    assert told == [3, 1]
+    swept, reconciled = tick_for(60, others_beat=False)
+    assert swept == 6  # alone: every 10 s
+    assert reconciled == 1

@@ -277,6 +277,7 @@ def scheduler(
                 waker=waker,
                 health=health,
                 on_change=None if publisher is None else publisher.wake,
+                on_replicas=None if publisher is None else publisher.share,
             )
 
         if not until_reachable("registering the replica", register, stopped):

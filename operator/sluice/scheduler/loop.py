@@ -151,6 +151,7 @@ class SchedulerLoop:
         waker: Waker | None = None,
         health: LoopHealth | None = None,
         on_change: Callable[[], None] | None = None,
+        on_replicas: Callable[[int], None] | None = None,
     ) -> None:
         self.sessions = sessions
         self.executor = executor
@@ -179,8 +180,10 @@ class SchedulerLoop:
         self._last_heartbeat = self.clock()
         self._last_try_heartbeat = self.clock()
         self._beaten: set[tuple[int, int]] = set()  # tries heartbeated since the last full beat
-        self._last_zombie_check = self.clock()
-        self._last_reconcile = self.clock()
+        # The sweeps for stale tries and stuck queued tasks, and the counter reconciliation:
+        # their look is at the whole fleet's work, so live replicas share them too.
+        self._sweep_due = Due(self.config.zombie_check_interval, self.clock(), told=False)
+        self._reconcile_due = Due(self.config.reconcile_interval, self.clock(), told=False)
         self._reconcile_after: int | None = None  # a pass under way: the last run id reached
         # Each runs on the first tick, then when told or once per tick interval.
         every = self.config.tick_interval
@@ -192,6 +195,9 @@ class SchedulerLoop:
         self._claims_due = Due(every, long_ago)  # phase 4: queued tries to claim
         self._alerts_due = Due(every, long_ago)  # phase 4: alerts to deliver
         self._replicas = 1  # live replicas at the last heartbeat: they share the looks
+        # Told the live replicas' count when it changes (the status publisher shares its
+        # own periodic looks the same way).
+        self.on_replicas = on_replicas
         self._offsets = random.Random(self.job_id)  # each replica its own phase of them
         self._heard = False  # the idle wait was woken by a notification
         self._tick_monotonic = time.monotonic()
@@ -629,15 +635,12 @@ class SchedulerLoop:
             live = self._transaction("heartbeat", beat, None, report)
             if live is not None:
                 self._share_looks(live)
-        if (now - self._last_zombie_check).total_seconds() >= cfg.zombie_check_interval:
-            self._last_zombie_check = now
+        if self._sweep_due(now):
+            self._sweep_due.ran(now)
             self._sweep_stale_tries(now, report)
             self._handle_stuck_queued(now, report)
-        if (
-            self._reconcile_after is None
-            and (now - self._last_reconcile).total_seconds() >= cfg.reconcile_interval
-        ):
-            self._last_reconcile = now
+        if self._reconcile_after is None and self._reconcile_due(now):
+            self._reconcile_due.ran(now)
             self._reconcile_after = 0
         if self._reconcile_after is not None:
             self._reconcile_step(self._reconcile_after, report)
@@ -647,25 +650,37 @@ class SchedulerLoop:
         be told of (other replicas' work, the clock, a lost notification), and any
         replica's look serves them all: with N live replicas each looks once per N tick
         intervals, so together they still look about once per tick interval and an idle
-        fleet costs what one idle replica does. Each replica takes a random phase of its
-        own (seeded by its job id), so their looks do not fall together. Everything this
-        replica did or was notified of is still looked at on its next tick."""
+        fleet costs what one idle replica does. The sweeps for stale tries and stuck
+        queued tasks and the counter reconciliation look at the whole fleet's work with
+        or without a waker, so they are shared the same way (a dead replica's tries are
+        still found about once per `zombie_check_interval`). Each replica takes a random
+        phase of its own (seeded by its job id), so their looks do not fall together.
+        Everything this replica did or was notified of is still looked at on its next
+        tick."""
         replicas = max(1, replicas)
-        if self.waker is None or replicas == self._replicas:
+        if replicas == self._replicas:
             return
         self._replicas = replicas
-        every = self.config.tick_interval
-        interval = every * replicas
-        for due in (
-            self._runs_due,
-            self._quiet_due,
-            self._examine_due,
-            self._queue_due,
-            self._claims_due,
-            self._alerts_due,
-        ):
-            due.interval = interval
-            due.last -= timedelta(seconds=self._offsets.uniform(0, interval - every))
+        cfg = self.config
+        shared = [(self._sweep_due, cfg.zombie_check_interval)]
+        shared.append((self._reconcile_due, cfg.reconcile_interval))
+        if self.waker is not None:
+            shared += [
+                (due, cfg.tick_interval)
+                for due in (
+                    self._runs_due,
+                    self._quiet_due,
+                    self._examine_due,
+                    self._queue_due,
+                    self._claims_due,
+                    self._alerts_due,
+                )
+            ]
+        for due, every in shared:
+            due.interval = every * replicas
+            due.last -= timedelta(seconds=self._offsets.uniform(0, due.interval - every))
+        if self.on_replicas is not None:
+            self.on_replicas(replicas)
 
     def _reconcile_step(self, after: int, report: TickReport) -> None:
         """One step of the counter reconciliation pass (a failed step ends the pass)."""

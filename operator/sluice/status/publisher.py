@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import json
+import random
 import socket
 import threading
 import time
@@ -92,6 +93,7 @@ class Counts:
     conflicts: int = 0
     failures: int = 0
     deferred: int = 0
+    held: int = 0  # objects whose rows waited out the object's backoff, by cycle
 
 
 class StatusPublisher:
@@ -123,6 +125,16 @@ class StatusPublisher:
         # says the outbox may have rows, when rows this publisher deferred come due, and
         # otherwise once per `idle_interval` (rows no one woke it for).
         self.idle_interval = idle_interval
+        # Live replicas, as the loop last counted them (`share`): the pool sampling and
+        # the idle look serve the whole fleet, so each replica's come N times rarer.
+        self._replicas = 1
+        self._phases = random.Random()
+        self._pools_at = 0.0  # monotonic: the last pool sampling (0: at the first cycle)
+        # Objects whose last publication failed: (failures in a row, when to try again).
+        # The backoff is the object's, not its rows': every change to a run adds a row,
+        # and a row taken for the first time would otherwise be tried within seconds
+        # however long the object has been failing (a missing CRD, a refusing webhook).
+        self._failing: dict[tuple[str, str], tuple[int, datetime]] = {}
         self._woken = threading.Event()
         self._next_due = float("inf")  # monotonic: the earliest row this publisher deferred
         api = api_client()
@@ -154,10 +166,24 @@ class StatusPublisher:
         changes is published with it), not after `idle_interval`."""
         self._woken.set()
 
+    def share(self, replicas: int) -> None:
+        """`replicas` live replicas publish: each samples the pools once per `replicas`
+        pool intervals and makes its idle look once per `replicas` idle intervals (the
+        fleet, about once per interval as one replica would), at a random phase of its
+        own. What this replica is woken for is published as soon as before."""
+        replicas = max(1, replicas)
+        if replicas != self._replicas:
+            self._replicas = replicas
+            if self._pools_at:
+                self._pools_at -= self._phases.uniform(0, self._pool_every - self.pool_interval)
+
+    @property
+    def _pool_every(self) -> float:
+        return self.pool_interval * self._replicas
+
     def _run(self) -> None:
         pause = self.interval
         resynced = False
-        pools_at = 0.0
         while not self._stop.is_set():
             self._woken.clear()  # a wake from now on is for rows this cycle may not see
             cycle_at = time.monotonic()
@@ -166,8 +192,8 @@ class StatusPublisher:
                 if not resynced:
                     resynced = True  # once: a failed resync must not stop publishing
                     self._resync_logged()
-                if time.monotonic() - pools_at >= self.pool_interval:
-                    pools_at = time.monotonic()
+                if time.monotonic() - self._pools_at >= self._pool_every:
+                    self._pools_at = time.monotonic()
                     self.publish_pools()
                 full = self.run_once() >= self.batch
                 pause = 0.0 if full else self.interval
@@ -179,7 +205,9 @@ class StatusPublisher:
                 return
             if idle and self.idle_interval is not None:
                 until = min(
-                    cycle_at + self.idle_interval, pools_at + self.pool_interval, self._next_due
+                    cycle_at + self.idle_interval * self._replicas,
+                    self._pools_at + self._pool_every,
+                    self._next_due,
                 )
                 woken = self._woken.wait(max(0.0, until - time.monotonic()))
                 # A wake comes with the first change of a burst (a report, then the tasks
@@ -240,6 +268,11 @@ class StatusPublisher:
                 if job is None:
                     finished.extend(item.row_ids)  # deleted, or nowhere to publish it
                     continue
+                failing = self._failing.get((item.kind, item.key))
+                if failing is not None and failing[1] > now:
+                    deferred.append((item.row_ids, failing[1]))
+                    self.counts.held += 1
+                    continue
                 if published_at is not None:
                     ready_at = published_at + timedelta(seconds=self.min_interval)
                     if ready_at > now:
@@ -287,6 +320,8 @@ class StatusPublisher:
                             session, item.kind, item.key, expected_version=expected, values=values
                         )
 
+                if outcome.kind != "failed":
+                    self._failing.pop((item.kind, item.key), None)
                 if outcome.kind in ("published", "gone"):
                     record(outcome.values)
                     finished.extend(item.row_ids)
@@ -299,7 +334,10 @@ class StatusPublisher:
                     released.append((item.row_ids, now))
                 else:
                     self.counts.failures += 1
-                    delay = min(2.0 ** min(item.attempts, 5), MAX_BACKOFF)
+                    key = (item.kind, item.key)
+                    failures = max(item.attempts, self._failing.get(key, (0, now))[0] + 1)
+                    delay = min(2.0 ** min(failures, 5), MAX_BACKOFF)
+                    self._failing[key] = (failures, now + timedelta(seconds=delay))
                     log.warning(
                         "could not publish a status; trying again",
                         kind=item.kind,
@@ -311,6 +349,11 @@ class StatusPublisher:
             store.done(session, finished)
             store.release_each(session, released)
         self._due_at(now, [when for _, when in released])
+        # An object that stopped failing by going away (a deleted run) is forgotten once
+        # its backoff has long passed.
+        forget = now - timedelta(seconds=10 * MAX_BACKOFF)
+        for key in [k for k, (_, at) in self._failing.items() if at < forget]:
+            del self._failing[key]
 
     def _due_at(self, now: datetime, times: list[datetime]) -> None:
         """Rows this publisher gave back come due then: an idle wait ends by the first."""
