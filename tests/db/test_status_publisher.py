@@ -407,6 +407,31 @@ def test_a_failing_object_backs_off_however_many_changes_it_gets(
     assert outbox_rows(sessions) == 0
 
 
+def test_a_dags_object_shows_its_active_runs_and_its_latest_run(
+    sessions: sessionmaker[Session],
+) -> None:
+    kube = FakeKube()
+    pub = publisher(sessions, kube)
+    register_in(sessions, manifest("shown", [{"name": "a"}], schedule=None))
+    register_in(sessions, manifest("other", [{"name": "a"}], schedule=None))
+    kube.add_dag(NS, "shown")
+    kube.add_dag(NS, "other")
+    first = trigger(sessions, "shown", T0)
+    trigger(sessions, "shown", T0 + timedelta(days=2))
+    middle = trigger(sessions, "shown", T0 + timedelta(days=1))
+    with sessions.begin() as session:
+        session.execute(update(DagRun).where(DagRun.id == first).values(state="success"))
+        session.execute(update(DagRun).where(DagRun.id == middle).values(state="running"))
+    drain(pub)
+    status = kube.objects[("dags", NS, "shown")]["status"]
+    assert status["activeRuns"] == 2  # one queued, one running; the success is not
+    assert status["lastRun"]["logicalDate"].startswith("2026-12-03")  # the latest date
+    assert status["version"] == 1
+    assert status["paused"] is False
+    # A DAG with no run has no last run, and the other DAG's runs are not counted.
+    assert kube.objects[("dags", NS, "other")].get("status", {}).get("lastRun") is None
+
+
 def _backfill_request(dag: str, uid: str, days: int, **extra: Any) -> BackfillRequest:
     return BackfillRequest(
         dag_id=dag,

@@ -19,14 +19,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Table, Text, bindparam, func, select, text, tuple_
-from sqlalchemy.dialects.postgresql import distinct_on, insert
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from sluice.db.models import (
     Backfill,
     Dag,
     DagRun,
-    DagVersion,
     ObjectPublication,
     RunPublication,
     SlotPool,
@@ -318,52 +317,54 @@ def published_recently(session: Session, since: datetime) -> list[tuple[int, str
     return [(row[0], row[1], row[2], row[3]) for row in rows]
 
 
+_READ_DAGS = text(
+    """
+    SELECT d.dag_id, d.namespace, v.version_number, d.is_paused, d.is_active,
+           d.next_logical_date, d.broken_reason, a.active,
+           l.run_id, l.state, l.logical_date, l.end_date
+      FROM dag d
+      LEFT JOIN dag_version v ON v.id = d.current_version_id
+      CROSS JOIN LATERAL (
+            SELECT count(*) AS active FROM dag_run r
+             WHERE r.dag_id = d.dag_id AND r.state = ANY(CAST(:active_states AS text[]))
+           ) a
+      LEFT JOIN LATERAL (
+            SELECT r.run_id, r.state, r.logical_date, r.end_date FROM dag_run r
+             WHERE r.dag_id = d.dag_id
+             ORDER BY r.logical_date DESC, r.id DESC
+             LIMIT 1
+           ) l ON true
+     WHERE d.dag_id = ANY(CAST(:ids AS text[])) AND d.namespace IS NOT NULL
+    """
+)
+
+
 def read_dags(session: Session, dag_ids: Sequence[str]) -> dict[str, DagView]:
-    """The DAGs that have an object (a namespace), with their active and latest runs."""
+    """The DAGs that have an object (a namespace), with their active and latest runs (one
+    statement: a run's every change publishes its DAG's object too)."""
     if not dag_ids:
         return {}
     rows = session.execute(
-        select(Dag, DagVersion.version_number)
-        .outerjoin(DagVersion, DagVersion.id == Dag.current_version_id)
-        .where(Dag.dag_id.in_(dag_ids), Dag.namespace.is_not(None))
+        _READ_DAGS,
+        {"ids": list(dag_ids), "active_states": sorted(str(s) for s in ACTIVE_RUN_STATES)},
     ).all()
-    if not rows:
-        return {}
-    ids = [dag.dag_id for dag, _ in rows]
-    active = dict(
-        session.execute(
-            select(DagRun.dag_id, func.count())
-            .where(DagRun.dag_id.in_(ids), DagRun.state.in_(ACTIVE_RUN_STATES))
-            .group_by(DagRun.dag_id)
-        ).all()
-    )
-    latest = {
-        row.dag_id: row
-        for row in session.execute(
-            select(DagRun.dag_id, DagRun.run_id, DagRun.state, DagRun.logical_date, DagRun.end_date)
-            .where(DagRun.dag_id.in_(ids))
-            .ext(distinct_on(DagRun.dag_id))
-            .order_by(DagRun.dag_id, DagRun.logical_date.desc(), DagRun.id.desc())
+    return {
+        row.dag_id: DagView(
+            dag_id=row.dag_id,
+            namespace=str(row.namespace),
+            version=row.version_number,
+            paused=row.is_paused,
+            active=row.is_active,
+            active_runs=int(row.active),
+            next_logical_date=row.next_logical_date,
+            broken_reason=row.broken_reason,
+            last_run_id=row.run_id,
+            last_run_state=row.state,
+            last_run_logical_date=row.logical_date,
+            last_run_ended_at=row.end_date,
         )
+        for row in rows
     }
-    out = {}
-    for dag, version in rows:
-        last = latest.get(dag.dag_id)
-        out[dag.dag_id] = DagView(
-            dag_id=dag.dag_id,
-            namespace=str(dag.namespace),
-            version=version,
-            paused=dag.is_paused,
-            active=dag.is_active,
-            active_runs=int(active.get(dag.dag_id, 0)),
-            next_logical_date=dag.next_logical_date,
-            broken_reason=dag.broken_reason,
-            last_run_id=last.run_id if last else None,
-            last_run_state=last.state if last else None,
-            last_run_logical_date=last.logical_date if last else None,
-            last_run_ended_at=last.end_date if last else None,
-        )
-    return out
 
 
 def read_backfills(session: Session, ids: Sequence[str]) -> dict[str, BackfillView]:
