@@ -133,24 +133,9 @@ def read_runs(
     without a default it is not published)."""
     if not run_ids:
         return {}
-    runs = session.execute(
-        select(*_RUN_COLUMNS, Dag.namespace)
-        .join(Dag, Dag.dag_id == DagRun.dag_id)
-        .where(DagRun.id.in_(run_ids))
-    ).all()
+    runs = session.execute(_READ_RUNS, {"ids": list(run_ids)}).all()
     tasks: dict[int, list[TaskView]] = defaultdict(list)
-    for ti in session.execute(
-        select(
-            TaskInstance.dag_run_id,
-            TaskInstance.task_id,
-            TaskInstance.state,
-            TaskInstance.try_number,
-            TaskInstance.external_id,
-            TaskInstance.reason,
-            TaskInstance.start_date,
-            TaskInstance.end_date,
-        ).where(TaskInstance.dag_run_id.in_([run.id for run in runs]))
-    ):
+    for ti in session.execute(_READ_TASKS, {"ids": [run.id for run in runs]}):
         tasks[ti.dag_run_id].append(
             TaskView(
                 ti.task_id,
@@ -205,12 +190,38 @@ _RUN_COLUMNS = (
     DagRun.tasks_done,
     DagRun.object_name,
 )
+# Built once (a run's every change reads them): each call only binds the ids.
+_READ_RUNS = (
+    select(*_RUN_COLUMNS, Dag.namespace)
+    .join(Dag, Dag.dag_id == DagRun.dag_id)
+    .where(DagRun.id.in_(bindparam("ids", expanding=True)))
+)
+_READ_TASKS = select(
+    TaskInstance.dag_run_id,
+    TaskInstance.task_id,
+    TaskInstance.state,
+    TaskInstance.try_number,
+    TaskInstance.external_id,
+    TaskInstance.reason,
+    TaskInstance.start_date,
+    TaskInstance.end_date,
+).where(TaskInstance.dag_run_id.in_(bindparam("ids", expanding=True)))
+_READ_PUBLICATIONS = select(
+    RunPublication.dag_run_id,
+    RunPublication.namespace,
+    RunPublication.object_name,
+    RunPublication.uid,
+    RunPublication.resource_version,
+    RunPublication.generation,
+    RunPublication.published_at,
+    RunPublication.summary,
+    RunPublication.gone,
+).where(RunPublication.dag_run_id.in_(bindparam("ids", expanding=True)))
 
 
 def read_publications(session: Session, run_ids: Sequence[int]) -> dict[int, Publication]:
     if not run_ids:
         return {}
-    p = RunPublication
     return {
         row.dag_run_id: Publication(
             row.namespace,
@@ -222,19 +233,7 @@ def read_publications(session: Session, run_ids: Sequence[int]) -> dict[int, Pub
             row.summary,
             row.gone,
         )
-        for row in session.execute(
-            select(
-                p.dag_run_id,
-                p.namespace,
-                p.object_name,
-                p.uid,
-                p.resource_version,
-                p.generation,
-                p.published_at,
-                p.summary,
-                p.gone,
-            ).where(p.dag_run_id.in_(run_ids))
-        )
+        for row in session.execute(_READ_PUBLICATIONS, {"ids": list(run_ids)})
     }
 
 
@@ -402,12 +401,13 @@ def read_object_publications(
         return {}
     return {
         (row.kind, row.key): row
-        for row in session.execute(
-            select(ObjectPublication).where(
-                tuple_(ObjectPublication.kind, ObjectPublication.key).in_(keys)
-            )
-        ).scalars()
+        for row in session.execute(_READ_OBJECT_PUBLICATIONS, {"keys": list(keys)}).scalars()
     }
+
+
+_READ_OBJECT_PUBLICATIONS = select(ObjectPublication).where(
+    tuple_(ObjectPublication.kind, ObjectPublication.key).in_(bindparam("keys", expanding=True))
+)
 
 
 def record_object(
