@@ -199,8 +199,16 @@ class AirflowRuns:
                 )
             triggered = self._trigger(engine, case, env, home, started)
             created = sum(item["created"] for item in triggered)
-            expected = max(1, expected_runs(case) + created)
-            self._wait_for_runs(engine, case.name, expected, started, home, case.wait)
+            expected = expected_runs(case) + created
+            if case.backfill is None:
+                self._wait_for_runs(engine, case.name, max(1, expected), started, home, case.wait)
+            else:
+                if expected:
+                    self._wait_for_runs(engine, case.name, expected, started, home)
+                else:
+                    self._wait_parsed(engine, case, home, started)
+                total = self._backfill(engine, case, env, home, started)
+                self._wait_for_runs(engine, case.name, total, started, home)
             observed = self._read_runs(engine, case)
             if case.triggers:
                 observed["triggers"] = triggered
@@ -224,21 +232,7 @@ class AirflowRuns:
         serialized (what the command reads): created (exit 0) or refused (its output)."""
         if not case.triggers:
             return []
-        deadline = time.monotonic() + CASE_TIMEOUT
-        while True:
-            with engine.connect() as conn:
-                parsed = conn.execute(
-                    text("SELECT count(*) FROM serialized_dag WHERE dag_id = :dag"),
-                    {"dag": case.name},
-                ).scalar_one()
-            if parsed:
-                break
-            for name, proc in procs.items():
-                if proc.poll() is not None:
-                    raise RuntimeError(f"{case.name}: airflow {name} exited; see {home}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{case.name}: the DAG was never parsed; see {home}")
-            time.sleep(0.5)
+        self._wait_parsed(engine, case, home, procs)
         option = "--exec-date" if self.major < 3 else "--logical-date"
         found = []
         with (home / "triggers.log").open("w") as log:
@@ -260,6 +254,87 @@ class AirflowRuns:
                     refused = lines[-1] if lines else f"exit {result.returncode}"
                 found.append(trigger_record(when, refused))
         return found
+
+    def _wait_parsed(
+        self,
+        engine: Engine,
+        case: Case,
+        home: Path,
+        procs: dict[str, subprocess.Popen[bytes]],
+    ) -> None:
+        """Until serialized_dag has the case's DAG (what `dags trigger` and a backfill read)."""
+        deadline = time.monotonic() + CASE_TIMEOUT
+        while True:
+            with engine.connect() as conn:
+                parsed = conn.execute(
+                    text("SELECT count(*) FROM serialized_dag WHERE dag_id = :dag"),
+                    {"dag": case.name},
+                ).scalar_one()
+            if parsed:
+                return
+            for name, proc in procs.items():
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{case.name}: airflow {name} exited; see {home}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{case.name}: the DAG was never parsed; see {home}")
+            time.sleep(0.5)
+
+    def _backfill(
+        self,
+        engine: Engine,
+        case: Case,
+        env: dict[str, str],
+        home: Path,
+        procs: dict[str, subprocess.Popen[bytes]],
+    ) -> int:
+        """The case's backfill, once its other runs have ended; how many runs the DAG has
+        when it is done (the dates it had, and the range's dates whose interval has ended).
+
+        Airflow 2.10.5: `airflow dags backfill`, a BackfillJob that runs the tasks itself
+        with the executor and returns when it is done; the scheduler is stopped first, so
+        runs `--reset-dagruns` puts back to queued are the backfill's alone. Airflow
+        3.3.2: `airflow backfill create`, whose runs the running scheduler executes."""
+        ask = case.backfill
+        assert ask is not None
+        start, end = str(instant(ask.start)), str(instant(ask.end))
+        if self.major < 3:
+            _stop([procs.pop(name) for name in list(procs)])
+            command = ["dags", "backfill", case.name, "-s", start, "-e", end]
+            command += {
+                "none": [],
+                "failed": ["--rerun-failed-tasks"],
+                "completed": ["--reset-dagruns", "--yes"],
+            }[ask.reprocess]
+        else:
+            command = ["backfill", "create", "--dag-id", case.name]
+            command += ["--from-date", start, "--to-date", end]
+            command += ["--reprocess-behavior", ask.reprocess]
+            if ask.max_active_runs is not None:
+                command += ["--max-active-runs", str(ask.max_active_runs)]
+        with engine.connect() as conn:
+            dates = {
+                str(instant(row[0]))
+                for row in conn.execute(
+                    text(
+                        f"SELECT {'execution_date' if self.major < 3 else 'logical_date'}"
+                        " FROM dag_run WHERE dag_id = :dag"
+                    ),
+                    {"dag": case.name},
+                )
+            }
+        result = subprocess.run(
+            [self.airflow, *command],
+            env=env,
+            cwd=home,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=CASE_TIMEOUT,
+        )
+        with (home / "backfill.log").open("w") as log:
+            log.write(f"$ airflow {' '.join(command)}\nexit {result.returncode}\n")
+            log.write(f"{result.stdout}{result.stderr}\n")
+        return len(dates | backfill_dates(case))
 
     def _wait_for_runs(
         self,
@@ -358,6 +433,23 @@ def expected_runs(case: Case) -> int:
 
     compiled = CompiledDag(case.name, 0, case.manifest.spec)
     return len(schedule(compiled, datetime.now(UTC))["scheduled"])
+
+
+def backfill_dates(case: Case) -> set[str]:
+    """The logical dates of the case's backfill range whose data interval has ended by
+    now (Sluice's timetable gives them)."""
+    from datetime import UTC, datetime
+
+    from sluice.spec.compiled import CompiledDag
+
+    assert case.backfill is not None
+    compiled = CompiledDag(case.name, 0, case.manifest.spec)
+    now = datetime.now(UTC)
+    return {
+        str(instant(info.logical_date))
+        for info in compiled.timetable.runs_between(case.backfill.start, case.backfill.end)
+        if info.data_interval_end <= now
+    }
 
 
 def _reset(folder: Path) -> None:

@@ -33,7 +33,18 @@ written as annotations, so one file says it all:
   each was created or refused is compared too (`triggers`);
 - `conformance.sluice.io/wait: SECONDS` (executed cases): observe the DAG's runs that
   long after its first run appeared, ended or not (for runs that never end, such as
-  a dependsOnPast task after a failure), instead of once every run has ended.
+  a dependsOnPast task after a failure), instead of once every run has ended;
+- `conformance.sluice.io/backfill: "START END"` (the `backfill` area, and only
+  there): once the DAG's scheduled and triggered runs have ended, a backfill over
+  these logical dates (both included), then the DAG's runs once every one has ended;
+- `conformance.sluice.io/backfill-reprocess: none|failed|completed`: what the
+  backfill does with a date that already has an ended run (default `none`: keep
+  it; `failed`: run a failed one again; `completed`: run it again whatever its end).
+  Airflow 3.3.2's `--reprocess-behavior`; on Airflow 2.10.5 `failed` is
+  `--rerun-failed-tasks` and `completed` is `--reset-dagruns`;
+- `conformance.sluice.io/backfill-max-active-runs: N`: the backfill's own limit
+  (Airflow 3.3.2's `--max-active-runs`, Sluice's `--max-active-runs`); Airflow
+  2.10.5's backfill has no such option and is limited by the DAG's `max_active_runs`.
 """
 
 from __future__ import annotations
@@ -53,13 +64,25 @@ CASES = ROOT / "cases"
 PREFIX = "conformance.sluice.io/"
 # Areas whose cases run their tasks (real schedulers, a fresh database), compared once
 # their runs have ended; every other area is decided in-process at the case's `now`.
-EXECUTED_AREAS = frozenset({"dependencies", "retries", "limits", "across-runs"})
+EXECUTED_AREAS = frozenset({"dependencies", "retries", "limits", "across-runs", "backfill"})
+# What a backfill may do with a date that already has an ended run (see the module doc).
+REPROCESS_CHOICES = ("none", "failed", "completed")
 # What `observe` may ask for beyond each run's and task's end state.
 OBSERVABLE = frozenset({"order"})
 
 
 class CaseError(ValueError):
     """A case file that cannot be used, and why."""
+
+
+@dataclass(frozen=True)
+class BackfillAsk:
+    """The backfill a `backfill` case asks for once its other runs have ended."""
+
+    start: datetime
+    end: datetime
+    reprocess: str = "none"
+    max_active_runs: int | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +100,7 @@ class Case:
     pools: tuple[tuple[str, int], ...] = ()
     triggers: tuple[datetime, ...] = ()
     wait: float | None = None
+    backfill: BackfillAsk | None = None
 
     @property
     def executes(self) -> bool:
@@ -114,6 +138,13 @@ class Case:
             inputs["triggers"] = [instant(when) for when in self.triggers]
         if self.wait is not None:
             inputs["wait"] = self.wait
+        if self.backfill is not None:
+            inputs["backfill"] = {
+                "start": instant(self.backfill.start),
+                "end": instant(self.backfill.end),
+                "reprocess": self.backfill.reprocess,
+                "max_active_runs": self.backfill.max_active_runs,
+            }
         canonical = json.dumps(inputs, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -180,6 +211,7 @@ def load(path: Path) -> Case:
             f"{path}: {PREFIX}observe: unknown {', '.join(sorted(observe - OBSERVABLE))}; "
             f"known: {', '.join(sorted(OBSERVABLE))}"
         )
+    backfill = _backfill(notes, area, path)
     return Case(
         name=name,
         area=area,
@@ -196,7 +228,36 @@ def load(path: Path) -> Case:
         pools=pools,
         triggers=triggers,
         wait=float(wait_text) if wait_text is not None else None,
+        backfill=backfill,
     )
+
+
+def _backfill(notes: dict[str, str], area: str, where: object) -> BackfillAsk | None:
+    """The case's backfill: required in the `backfill` area, refused elsewhere."""
+    keys = [key for key in _BACKFILL_ANNOTATIONS if PREFIX + key in notes]
+    if area != "backfill":
+        if keys:
+            raise CaseError(f"{where}: {PREFIX}{keys[0]} is for the backfill area's cases")
+        return None
+    interval = _interval(notes.get(PREFIX + "backfill"), where, "backfill")
+    if interval is None:
+        raise CaseError(f"{where}: a backfill case needs {PREFIX}backfill: 'START END'")
+    start, end = interval
+    if start > end:
+        raise CaseError(f"{where}: {PREFIX}backfill: START is after END")
+    reprocess = notes.get(PREFIX + "backfill-reprocess", "none")
+    if reprocess not in REPROCESS_CHOICES:
+        raise CaseError(
+            f"{where}: {PREFIX}backfill-reprocess is one of {', '.join(REPROCESS_CHOICES)},"
+            f" got {reprocess!r}"
+        )
+    limit_text = notes.get(PREFIX + "backfill-max-active-runs")
+    if limit_text is not None and (not limit_text.isdigit() or int(limit_text) < 1):
+        raise CaseError(
+            f"{where}: {PREFIX}backfill-max-active-runs is a whole number from 1,"
+            f" got {limit_text!r}"
+        )
+    return BackfillAsk(start, end, reprocess, int(limit_text) if limit_text else None)
 
 
 def _pools(text: str, where: object) -> tuple[tuple[str, int], ...]:
@@ -209,12 +270,14 @@ def _pools(text: str, where: object) -> tuple[tuple[str, int], ...]:
     return tuple(pools)
 
 
-def _interval(text: str | None, where: object) -> tuple[datetime, datetime] | None:
+def _interval(
+    text: str | None, where: object, key: str = "last-run"
+) -> tuple[datetime, datetime] | None:
     if text is None:
         return None
     parts = text.split()
     if len(parts) != 2:
-        raise CaseError(f"{where}: last-run is 'START END', got {text!r}")
+        raise CaseError(f"{where}: {key} is 'START END', got {text!r}")
     start, end = (parse_instant(part, where) for part in parts)
     return start, end
 
@@ -229,7 +292,11 @@ _ANNOTATIONS = (
     "pools",
     "triggers",
     "wait",
+    "backfill",
+    "backfill-reprocess",
+    "backfill-max-active-runs",
 )
+_BACKFILL_ANNOTATIONS = ("backfill", "backfill-reprocess", "backfill-max-active-runs")
 
 
 def parse_instant(text: str, where: object = "") -> datetime:

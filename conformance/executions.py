@@ -31,7 +31,9 @@ running at one instant: with `maxActiveRuns` 1, runs never overlap.
 from __future__ import annotations
 
 import os
+import subprocess
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -43,6 +45,16 @@ from typing import Any, NamedTuple
 from conformance.cases import Case, instant
 
 TEST_DATABASE_URL = "SLUICE_TEST_DATABASE_URL"
+# Alembic loads its env.py into shared module state: two threads migrating at once (the
+# standalones' groups prepare their databases side by side) break each other's run.
+_MIGRATING = threading.Lock()
+
+
+def _upgrade(url: str) -> None:
+    from sluice.db.migrate import upgrade
+
+    with _MIGRATING:
+        upgrade(url)
 
 
 def run_record(
@@ -141,8 +153,11 @@ def sluice_runs(selected: Sequence[Case]) -> dict[str, dict[str, Any]]:
     # The cases that wait a fixed time run beside the others, in a standalone of their
     # own stopped after the longest wait (their runs may never end: --until-idle would
     # not return).
-    ending = [case for case in selected if case.wait is None]
+    # The backfill cases run on a third database: their backfills start once their other
+    # runs have ended, between two standalones (`_standalone_backfills`).
+    ending = [case for case in selected if case.wait is None and case.backfill is None]
     waiting = [case for case in selected if case.wait is not None]
+    backfilling = [case for case in selected if case.backfill is not None]
     groups = [
         (group, stop_after)
         for group, stop_after in (
@@ -156,12 +171,16 @@ def sluice_runs(selected: Sequence[Case]) -> dict[str, dict[str, Any]]:
     with (
         tempfile.TemporaryDirectory(prefix="sluice-conformance-") as tmp,
         database_server(Path(tmp)) as admin_url,
-        ThreadPoolExecutor(max_workers=2) as pool,
+        ThreadPoolExecutor(max_workers=3) as pool,
     ):
         jobs = [
             pool.submit(_standalone, group, admin_url, Path(tmp) / str(number), stop_after)
             for number, (group, stop_after) in enumerate(groups)
         ]
+        if backfilling:
+            jobs.append(
+                pool.submit(_standalone_backfills, backfilling, admin_url, Path(tmp) / "backfill")
+            )
         for job in jobs:
             found, asked = job.result()
             summaries.extend(found)
@@ -195,17 +214,58 @@ def _standalone(
     return summaries, triggered
 
 
+def _standalone_backfills(
+    selected: Sequence[Case], admin_url: str, workdir: Path
+) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """The backfill cases, on a new database of the server: `sluice standalone --until-idle`
+    runs their scheduled and manual runs to the end, then `sluice backfill` (the CLI, as a
+    subprocess) creates each case's backfill, and a second standalone on the same database
+    runs the backfills to the end (README, "Backfill"): every run, and the manual runs
+    asked for first."""
+    from conformance.standalone import run_standalone, sluice_command
+
+    workdir.mkdir()
+    with fresh_database(admin_url) as url:
+        create_pools(url, selected)
+        triggered = trigger_runs(url, selected)
+        run_standalone(selected, workdir / "before", database_url=url, failed_runs_ok=True)
+        for case in selected:
+            command = backfill_command(case, url)
+            result = subprocess.run(
+                [*sluice_command(), *command], capture_output=True, text=True, check=False
+            )
+            if result.returncode:
+                raise RuntimeError(
+                    f"{case.name}: sluice {' '.join(command[:1])} exited {result.returncode}:"
+                    f"\n{result.stdout}{result.stderr}"
+                )
+        summaries = run_standalone(
+            selected, workdir / "after", database_url=url, failed_runs_ok=True
+        )
+    return summaries, triggered
+
+
+def backfill_command(case: Case, database_url: str) -> list[str]:
+    """`sluice backfill` for the case's backfill (its arguments, after `sluice`)."""
+    ask = case.backfill
+    assert ask is not None
+    command = ["backfill", case.name, "--start", str(instant(ask.start))]
+    command += ["--end", str(instant(ask.end)), "--reprocess", ask.reprocess]
+    if ask.max_active_runs is not None:
+        command += ["--max-active-runs", str(ask.max_active_runs)]
+    return [*command, "--database-url", database_url]
+
+
 def create_pools(url: str, selected: Sequence[Case]) -> None:
     """The cases' pools, as a Pool object's handler stores them, in a migrated database."""
     from sluice.db.engine import make_engine, session_factory
-    from sluice.db.migrate import upgrade
     from sluice.handlers.objects import PoolSpec
     from sluice.handlers.store import upsert_pool
 
     pools = [pool for case in selected for pool in case.pools]
     if not pools:
         return
-    upgrade(url)
+    _upgrade(url)
     engine = make_engine(url)
     try:
         with session_factory(engine)() as session:
@@ -222,14 +282,13 @@ def trigger_runs(url: str, selected: Sequence[Case]) -> dict[str, list[dict[str,
     whether each was created, and if not why, by case name."""
     from sluice.db.dags import SpecCache, sync_dag
     from sluice.db.engine import make_engine, session_factory
-    from sluice.db.migrate import upgrade
     from sluice.scheduler.loop import utcnow
     from sluice.scheduler.triggers import TriggerError, trigger_run
 
     asking = [case for case in selected if case.triggers]
     if not asking:
         return {}
-    upgrade(url)
+    _upgrade(url)
     engine = make_engine(url)
     found: dict[str, list[dict[str, Any]]] = {}
     try:

@@ -45,6 +45,15 @@ def eligible(case: cases.Case, now: datetime) -> bool:
     return bool(at_case_now == sluice_side.schedule(compiled, now)["scheduled"])
 
 
+def sluice_command() -> list[str]:
+    """The `sluice` CLI of this Python (whatever is on PATH may be another install)."""
+    return [
+        sys.executable,
+        "-c",
+        "import sys; from sluice.cli import main; sys.argv[0] = 'sluice'; main()",
+    ]
+
+
 def run_standalone(
     selected: Sequence[cases.Case],
     workdir: Path,
@@ -60,16 +69,14 @@ def run_standalone(
     `stop_after`, it runs that many seconds instead and is stopped with SIGTERM (it then
     prints the runs as they are, ended or not)."""
     dags = workdir / "dags"
-    dags.mkdir()
+    dags.mkdir(parents=True)
     for case in selected:
         shutil.copy(case.path, dags / case.path.name)
     database = ["--database-url", database_url] if database_url else []
     until = ["--until-idle"] if stop_after is None else []
     process = subprocess.Popen(
         [
-            sys.executable,
-            "-c",
-            "import sys; from sluice.cli import main; sys.argv[0] = 'sluice'; main()",
+            *sluice_command(),
             "standalone",
             str(dags),
             *until,

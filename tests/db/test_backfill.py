@@ -5,11 +5,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.dags import SpecCache, clear_schedule
+from sluice.db.models import TaskInstance
 from sluice.scheduler.backfill import BackfillError, create_backfill
-from sluice.spec.states import RunState, RunType, TaskState
+from sluice.spec.states import Reprocess, RunState, RunType, TaskState
 from tests.support import (
     T0,
     FakeClock,
@@ -25,14 +27,16 @@ from tests.support import (
 DAILY = {"schedule": "@daily", "startDate": "2026-11-01T00:00:00Z", "catchup": False}
 
 
-def _backfill(sessions: sessionmaker[Session], dag: str, days: int, **kw: object) -> object:
+def _backfill(
+    sessions: sessionmaker[Session], dag: str, days: int, end_days: int = 1, **kw: object
+) -> object:
     with sessions() as session:
         plan = create_backfill(
             session,
             SpecCache(),
             dag,
             T0 - timedelta(days=days),
-            T0 - timedelta(days=1),
+            T0 - timedelta(days=end_days),
             T0,
             **kw,  # type: ignore[arg-type]
         )
@@ -90,13 +94,84 @@ def test_rerun_failed_clears_failed_tasks_and_skips_the_rest(
 
     plain = _backfill(sessions, "rr", 2)
     assert len(plain.skipped) == 2  # type: ignore[attr-defined]
-    rerun = _backfill(sessions, "rr", 2, rerun_failed=True)
+    rerun = _backfill(sessions, "rr", 2, reprocess=Reprocess.FAILED)
     assert len(rerun.rerun) == 2  # type: ignore[attr-defined]
     run_until_idle(loop)  # try 2 of `a` succeeds
     with sessions() as session:
         after = runs(session, "rr")
         assert [r.state for r in after if r.run_type == "backfill"] == [RunState.SUCCESS] * 2
         assert all(r.tasks_done == 2 for r in after)
+
+
+def _tries(sessions: sessionmaker[Session], dag_id: str) -> dict[int, dict[str, tuple[str, int]]]:
+    """Each run's (by days before T0) tasks' state and try number."""
+    with sessions() as session:
+        return {
+            (T0 - run.logical_date).days: {
+                ti.task_id: (ti.state, ti.try_number)
+                for ti in session.execute(
+                    select(TaskInstance).where(TaskInstance.dag_run_id == run.id)
+                ).scalars()
+            }
+            for run in runs(session, dag_id)
+        }
+
+
+def test_reprocess_failed_then_completed_runs_ended_runs_again(
+    sessions: sessionmaker[Session],
+) -> None:
+    """Day -2's run fails (b's try 1), day -1's succeeds; `failed` runs b of day -2 again,
+    `completed` then every task of both, each under the new backfill."""
+    clock = FakeClock()
+    register(sessions, manifest("rp", chain("a", "b"), **DAILY), clock.now)
+    _only_backfill_runs(sessions, "rp")
+    executor = ScriptedExecutor({"b": [TaskState.FAILED]})
+    loop = make_loop(sessions, executor, clock)
+    _backfill(sessions, "rp", 2, end_days=2)
+    run_until_idle(loop)
+    executor.outcomes.clear()
+    _backfill(sessions, "rp", 1)
+    run_until_idle(loop)
+    assert _tries(sessions, "rp") == {
+        2: {"a": ("success", 1), "b": ("failed", 1)},
+        1: {"a": ("success", 1), "b": ("success", 1)},
+    }
+
+    kept = _backfill(sessions, "rp", 2, reprocess=Reprocess.NONE)
+    assert (kept.created, kept.rerun, len(kept.skipped)) == ([], [], 2)  # type: ignore[attr-defined]
+
+    failed = _backfill(sessions, "rp", 2, reprocess=Reprocess.FAILED)
+    assert len(failed.rerun) == 1  # type: ignore[attr-defined]
+    assert len(failed.skipped) == 1  # type: ignore[attr-defined]
+    run_until_idle(loop)
+    assert _tries(sessions, "rp") == {
+        2: {"a": ("success", 1), "b": ("success", 2)},
+        1: {"a": ("success", 1), "b": ("success", 1)},
+    }
+
+    completed = _backfill(sessions, "rp", 2, reprocess=Reprocess.COMPLETED)
+    assert len(completed.rerun) == 2  # type: ignore[attr-defined]
+    with sessions() as session:
+        assert {r.state for r in runs(session, "rp")} == {RunState.QUEUED}
+        assert {r.backfill_id for r in runs(session, "rp")} == {completed.backfill_id}  # type: ignore[attr-defined]
+    run_until_idle(loop)
+    assert _tries(sessions, "rp") == {
+        2: {"a": ("success", 2), "b": ("success", 3)},
+        1: {"a": ("success", 2), "b": ("success", 2)},
+    }
+
+
+def test_reprocess_never_takes_a_run_that_has_not_ended(sessions: sessionmaker[Session]) -> None:
+    clock = FakeClock()
+    register(sessions, manifest("rq", chain("a"), **DAILY), clock.now)
+    _only_backfill_runs(sessions, "rq")
+    _backfill(sessions, "rq", 1)  # queued: no replica ran it
+    for reprocess in Reprocess:
+        plan = _backfill(sessions, "rq", 1, reprocess=reprocess)
+        assert plan.rerun == []  # type: ignore[attr-defined]
+        assert [why for _, why in plan.skipped] == [  # type: ignore[attr-defined]
+            f"run backfill__{(T0 - timedelta(days=1)).isoformat()} exists (queued)"
+        ]
 
 
 @pytest.mark.parametrize(

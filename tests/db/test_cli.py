@@ -810,3 +810,53 @@ def test_dags_runs_shows_each_tasks_job_and_reason(
     missing = sluice("dags", "runs", "shown", "--run", "nope", "--database-url", db_url)
     assert missing.exit_code == 2
     assert "has no run 'nope'" in missing.stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "reprocess"),
+    [
+        ([], "none"),
+        (["--rerun-failed"], "failed"),
+        (["--reprocess", "failed"], "failed"),
+        (["--reprocess", "failed", "--rerun-failed"], "failed"),
+        (["--reprocess", "completed"], "completed"),
+    ],
+)
+def test_backfill_records_what_it_reprocesses(
+    db_url: str, daily: str, sessions: sessionmaker[Session], options: list[str], reprocess: str
+) -> None:
+    result = sluice(
+        "backfill",
+        daily,
+        "--start",
+        "2026-11-01T00:00:00Z",
+        "--end",
+        "2026-11-01T00:00:00Z",
+        *options,
+        "--database-url",
+        db_url,
+    )
+    assert result.exit_code == 0, result.output
+    with sessions() as session:
+        (backfill,) = session.execute(select(Backfill)).scalars()
+    assert (backfill.reprocess, backfill.rerun_failed) == (reprocess, reprocess == "failed")
+
+
+def test_backfill_rerun_failed_contradicting_reprocess_is_refused(db_url: str, daily: str) -> None:
+    result = sluice(
+        "backfill",
+        daily,
+        "--start",
+        "2026-11-01T00:00:00Z",
+        "--end",
+        "2026-11-03T00:00:00Z",
+        "--reprocess",
+        "completed",
+        "--rerun-failed",
+        "--database-url",
+        db_url,
+    )
+    assert result.exit_code == 2
+    assert "--rerun-failed is --reprocess failed; it contradicts --reprocess completed" in (
+        result.stderr
+    )

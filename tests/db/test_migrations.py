@@ -25,3 +25,27 @@ def test_migrations_go_down_and_up_again(db_url: str, engine: Engine) -> None:
         assert (
             conn.execute(text("SELECT slots FROM slot_pool WHERE name = 'default'")).scalar() == 128
         )
+
+
+def test_0011_keeps_what_rerun_failed_said_as_reprocess(db_url: str, engine: Engine) -> None:
+    downgrade(db_url, "0010")
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO dag (dag_id, is_paused, manifest_paused, is_active, timezone,"
+                " catchup, max_active_runs, max_active_tasks)"
+                " VALUES ('m', false, false, true, 'UTC', false, 16, 16)"
+            )
+        )
+        for rerun_failed in (True, False):
+            conn.execute(
+                text(
+                    "INSERT INTO backfill (dag_id, from_date, to_date, max_active_runs,"
+                    " rerun_failed) VALUES ('m', now(), now(), 1, :rerun_failed)"
+                ),
+                {"rerun_failed": rerun_failed},
+            )
+    upgrade(db_url)
+    with engine.connect() as conn:
+        found = conn.execute(text("SELECT rerun_failed, reprocess FROM backfill ORDER BY id"))
+        assert [tuple(row) for row in found] == [(True, "failed"), (False, "none")]

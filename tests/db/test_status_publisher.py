@@ -23,7 +23,7 @@ from sluice.db.models import Dag, DagRun, RunPublication, StatusOutbox, TaskInst
 from sluice.handlers.objects import BackfillRequest
 from sluice.handlers.store import cancel_backfill
 from sluice.handlers.store import start_backfill as store_backfill
-from sluice.spec.states import TaskState
+from sluice.spec.states import Reprocess, TaskState
 from sluice.status import render, store
 from sluice.status.publisher import StatusPublisher
 from tests.fake_kube import FakeKube
@@ -441,7 +441,7 @@ def _backfill_request(dag: str, uid: str, days: int, **extra: Any) -> BackfillRe
         start=T0 - timedelta(days=days),
         end=T0 - timedelta(days=1),
         max_active_runs=extra.get("max_active_runs"),
-        rerun_failed=False,
+        reprocess=Reprocess.NONE,
     )
 
 

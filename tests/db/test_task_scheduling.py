@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.models import TaskInstance, TaskTry
 from sluice.scheduler.loop import SchedulerLoop
-from sluice.spec.states import RunState, TaskState
+from sluice.spec.states import Reprocess, RunState, TaskState
 from tests.support import (
     T0,
     FakeClock,
@@ -412,7 +412,7 @@ def test_a_task_held_back_by_a_failed_past_runs_once_the_past_is_rerun(
     run_until_idle(loop)
     with sessions() as session:
         assert [r.state for r in runs(session, "dpr")] == [RunState.FAILED, RunState.RUNNING]
-        create_backfill(session, SpecCache(), "dpr", T0, T0, clock.now, rerun_failed=True)
+        create_backfill(session, SpecCache(), "dpr", T0, T0, clock.now, reprocess=Reprocess.FAILED)
         session.commit()
     executor.outcomes.clear()
     run_until_idle(loop)

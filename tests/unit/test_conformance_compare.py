@@ -503,6 +503,92 @@ def test_executed_annotations_are_checked(
         )
 
 
+def test_a_backfill_case_reads_its_backfill(tmp_path: Path) -> None:
+    case = cases.load(
+        write_case(
+            tmp_path,
+            '    conformance.sluice.io/about: "x"\n'
+            '    conformance.sluice.io/backfill: "2026-11-01T00:00:00Z 2026-11-03T00:00:00Z"\n'
+            "    conformance.sluice.io/backfill-reprocess: completed\n"
+            '    conformance.sluice.io/backfill-max-active-runs: "2"',
+            area_name="backfill",
+        )
+    )
+    assert case.executes
+    assert case.backfill == cases.BackfillAsk(
+        datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 3, tzinfo=UTC), "completed", 2
+    )
+    assert executions.backfill_command(case, "postgresql://db") == [
+        "backfill",
+        "a-case",
+        "--start",
+        "2026-11-01T00:00:00Z",
+        "--end",
+        "2026-11-03T00:00:00Z",
+        "--reprocess",
+        "completed",
+        "--max-active-runs",
+        "2",
+        "--database-url",
+        "postgresql://db",
+    ]
+    plain = cases.load(
+        write_case(
+            tmp_path,
+            '    conformance.sluice.io/about: "x"\n'
+            '    conformance.sluice.io/backfill: "2026-11-01T00:00:00Z 2026-11-03T00:00:00Z"',
+            "b-case",
+            "backfill",
+        )
+    )
+    assert plain.backfill is not None
+    assert (plain.backfill.reprocess, plain.backfill.max_active_runs) == ("none", None)
+    assert "--max-active-runs" not in executions.backfill_command(plain, "postgresql://db")
+    assert plain.digest != case.digest
+
+
+@pytest.mark.parametrize(
+    ("notes", "area", "message"),
+    [
+        ("", "backfill", "a backfill case needs"),
+        (
+            '    conformance.sluice.io/backfill: "2026-11-01T00:00:00Z"',
+            "backfill",
+            "is 'START END'",
+        ),
+        (
+            '    conformance.sluice.io/backfill: "2026-11-03T00:00:00Z 2026-11-01T00:00:00Z"',
+            "backfill",
+            "START is after END",
+        ),
+        (
+            '    conformance.sluice.io/backfill: "2026-11-01T00:00:00Z 2026-11-03T00:00:00Z"\n'
+            "    conformance.sluice.io/backfill-reprocess: all",
+            "backfill",
+            "backfill-reprocess is one of none, failed, completed",
+        ),
+        (
+            '    conformance.sluice.io/backfill: "2026-11-01T00:00:00Z 2026-11-03T00:00:00Z"\n'
+            '    conformance.sluice.io/backfill-max-active-runs: "0"',
+            "backfill",
+            "whole number from 1",
+        ),
+        (
+            '    conformance.sluice.io/backfill: "2026-11-01T00:00:00Z 2026-11-03T00:00:00Z"',
+            "limits",
+            "is for the backfill area's cases",
+        ),
+    ],
+)
+def test_backfill_annotations_are_checked(
+    tmp_path: Path, notes: str, area: str, message: str
+) -> None:
+    with pytest.raises(cases.CaseError, match=message):
+        cases.load(
+            write_case(tmp_path, '    conformance.sluice.io/about: "x"\n' + notes, area_name=area)
+        )
+
+
 def _ran(task: str, start: float, end: float, day: int = 1) -> executions.Ran:
     t0 = datetime(2026, 11, 1, tzinfo=UTC)
     return executions.Ran(

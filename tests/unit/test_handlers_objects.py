@@ -13,6 +13,7 @@ import yaml
 from sluice.handlers import objects
 from sluice.spec import names
 from sluice.spec.errors import SpecError
+from sluice.spec.states import Reprocess
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -125,6 +126,45 @@ def test_trigger_request_problems() -> None:
         "spec": {"dagName": "d", "logicalDate": "2026-12-01T00:00:00"},
     }
     assert [i.path for i in objects.trigger_request(naive).issues] == ["spec.logicalDate"]
+
+
+def _backfill_body(**extra: Any) -> dict[str, Any]:
+    spec = {"dagName": "hello", "startDate": "2026-11-01T00:00:00Z"}
+    return {
+        "metadata": {"name": "fill", "namespace": "ns", "uid": "abcdef1234"},
+        "spec": {**spec, "endDate": "2026-11-03T00:00:00Z", **extra},
+    }
+
+
+@pytest.mark.parametrize(
+    ("extra", "reprocess"),
+    [
+        ({}, Reprocess.NONE),
+        ({"rerunFailed": False}, Reprocess.NONE),
+        ({"rerunFailed": True}, Reprocess.FAILED),
+        ({"reprocess": "failed"}, Reprocess.FAILED),
+        ({"reprocess": "completed"}, Reprocess.COMPLETED),
+        ({"reprocess": "failed", "rerunFailed": True}, Reprocess.FAILED),
+    ],
+)
+def test_backfill_request_reprocess(extra: dict[str, Any], reprocess: Reprocess) -> None:
+    request = objects.backfill_request(_backfill_body(**extra))
+    assert request.issues == []
+    assert request.reprocess == reprocess
+
+
+@pytest.mark.parametrize(
+    ("extra", "path"),
+    [
+        ({"reprocess": "everything"}, "spec.reprocess"),
+        ({"reprocess": "completed", "rerunFailed": True}, "spec.rerunFailed"),
+        ({"reprocess": "none", "rerunFailed": True}, "spec.rerunFailed"),
+    ],
+)
+def test_backfill_request_reprocess_problems(extra: dict[str, Any], path: str) -> None:
+    assert [issue.path for issue in objects.backfill_request(_backfill_body(**extra)).issues] == [
+        path
+    ]
 
 
 def test_scheduler_made_dagruns_are_not_triggers() -> None:

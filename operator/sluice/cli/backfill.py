@@ -16,7 +16,7 @@ from sluice.db.engine import make_engine, session_factory
 from sluice.db.models import DagRun
 from sluice.scheduler.backfill import BackfillError, create_backfill
 from sluice.scheduler.loop import utcnow
-from sluice.spec.states import ACTIVE_RUN_STATES
+from sluice.spec.states import ACTIVE_RUN_STATES, Reprocess
 
 
 def backfill(
@@ -26,9 +26,15 @@ def backfill(
     max_active_runs: Annotated[
         int | None, typer.Option(help="runs of this backfill at once (default: the DAG's)")
     ] = None,
-    rerun_failed: Annotated[
-        bool, typer.Option(help="clear and rerun dates whose run failed")
-    ] = False,
+    reprocess: Annotated[
+        Reprocess,
+        typer.Option(
+            help="a date whose run has ended: keep it (none), run it again if it failed "
+            "(failed: its failed tasks), or whatever its end (completed: all its tasks)",
+            case_sensitive=False,
+        ),
+    ] = Reprocess.NONE,
+    rerun_failed: Annotated[bool, typer.Option(help="the same as --reprocess failed")] = False,
     wait: Annotated[bool, typer.Option(help="wait until every backfill run has ended")] = False,
     database_url: DatabaseUrl = None,
 ) -> None:
@@ -37,6 +43,10 @@ def backfill(
         url = require_database_url(database_url)
     except ConfigError as exc:
         fail(str(exc))
+    if rerun_failed:
+        if reprocess not in (Reprocess.NONE, Reprocess.FAILED):
+            fail(f"--rerun-failed is --reprocess failed; it contradicts --reprocess {reprocess}")
+        reprocess = Reprocess.FAILED
     start_at = parse_datetime(start, "--start")
     end_at = parse_datetime(end, "--end")
     engine = make_engine(url)
@@ -51,7 +61,7 @@ def backfill(
                 end_at,
                 utcnow(),
                 max_active_runs=max_active_runs,
-                rerun_failed=rerun_failed,
+                reprocess=reprocess,
             )
         except BackfillError as exc:
             fail(str(exc))

@@ -130,6 +130,8 @@ class Backfill(Base):
     to_date: Mapped[datetime]
     max_active_runs: Mapped[int] = mapped_column(Integer)
     rerun_failed: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Reprocess: none, failed (rerun_failed too) or completed; 0011.
+    reprocess: Mapped[str] = mapped_column(Text, default="none", server_default="none")
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
     completed_at: Mapped[datetime | None]
     # The Backfill object that made it (none for `sluice backfill`); 0009.

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from sluice.spec.models import TriggerRule, WeightRule
+from sluice.spec.states import Reprocess
 from sluice.status.render import MAX_REASON, MAX_TASK_ENTRIES
 
 GROUP = "sluice.io"
@@ -396,7 +397,13 @@ def _backfill_schema() -> Schema:
             "startDate": {"type": "string", "format": "date-time"},
             "endDate": {"type": "string", "format": "date-time"},
             "maxActiveRuns": _int(minimum=1),
-            "rerunFailed": _bool("clear failed tasks of existing runs in the range"),
+            "reprocess": {
+                "type": "string",
+                "enum": [choice.value for choice in Reprocess],
+                "description": "a date whose run has ended: keep it (none, the default), "
+                "run it again if it failed (failed), or whatever its end (completed)",
+            },
+            "rerunFailed": _bool("the same as reprocess: failed"),
         },
         "x-kubernetes-validations": [
             {

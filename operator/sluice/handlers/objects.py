@@ -30,6 +30,7 @@ from typing import Any
 
 from sluice.spec.errors import SpecError, SpecIssue
 from sluice.spec.models import DagManifest
+from sluice.spec.states import Reprocess
 from sluice.spec.validation import parse_dag_manifest
 
 # DagRun objects the scheduler creates for its own runs carry this label; the
@@ -127,7 +128,7 @@ class BackfillRequest:
     start: datetime | None
     end: datetime | None
     max_active_runs: int | None
-    rerun_failed: bool
+    reprocess: Reprocess
     issues: list[SpecIssue] = field(default_factory=list)
 
 
@@ -151,6 +152,7 @@ def backfill_request(body: Mapping[str, Any]) -> BackfillRequest:
             SpecIssue("spec.maxActiveRuns", f"must be a whole number >= 1, got {limit!r}")
         )
         limit = None
+    reprocess = _reprocess(spec, issues)
     namespace = meta.get("namespace")
     return BackfillRequest(
         dag_id=dag_name,
@@ -160,9 +162,31 @@ def backfill_request(body: Mapping[str, Any]) -> BackfillRequest:
         start=dates["startDate"],
         end=dates["endDate"],
         max_active_runs=limit,
-        rerun_failed=bool(spec.get("rerunFailed", False)),
+        reprocess=reprocess,
         issues=issues,
     )
+
+
+def _reprocess(spec: Mapping[str, Any], issues: list[SpecIssue]) -> Reprocess:
+    """`spec.reprocess`, or `failed` for the older `rerunFailed: true`."""
+    text = spec.get("reprocess")
+    rerun_failed = spec.get("rerunFailed") is True
+    if text is None:
+        return Reprocess.FAILED if rerun_failed else Reprocess.NONE
+    try:
+        reprocess = Reprocess(text)
+    except ValueError:
+        choices = ", ".join(choice.value for choice in Reprocess)
+        issues.append(SpecIssue("spec.reprocess", f"must be one of {choices}, got {text!r}"))
+        return Reprocess.NONE
+    if rerun_failed and reprocess != Reprocess.FAILED:
+        issues.append(
+            SpecIssue(
+                "spec.rerunFailed",
+                f"rerunFailed: true is reprocess: failed; it contradicts reprocess: {text}",
+            )
+        )
+    return reprocess
 
 
 def run_id_for_object(name: str, uid: str) -> str:

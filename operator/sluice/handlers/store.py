@@ -151,7 +151,7 @@ def start_backfill(session: Session, request: BackfillRequest, now: datetime) ->
         request.end,
         now,
         max_active_runs=request.max_active_runs,
-        rerun_failed=request.rerun_failed,
+        reprocess=request.reprocess,
     )
     session.execute(
         update(Backfill)

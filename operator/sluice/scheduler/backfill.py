@@ -3,11 +3,15 @@
 A backfill records its range and its own maxActiveRuns, then creates one
 `backfill` run per cron tick in `[start, end]` (both inclusive) whose data
 interval has ended by `now` and that has no run yet (as Airflow 3's backfill:
-an interval still under way, or in the future, is listed as skipped). With
-`rerun_failed`, a date whose run failed is cleared instead: its failed
-and upstream_failed tasks go back to `none` with a fresh set of retries and the
-run is queued again under the backfill. Replicas then schedule these runs like
-any other; `start_queued_runs` holds them to the backfill's limit.
+an interval still under way, or in the future, is listed as skipped). A date
+that has a run is skipped, unless its run has ended and the backfill reprocesses
+it (`Reprocess`, Airflow 3's `--reprocess-behavior`): `failed` takes a run that
+failed, `completed` one that failed or succeeded. Such a run is cleared: with
+`failed` its failed and upstream_failed tasks, with `completed` all its tasks,
+go back to `none` with a fresh set of retries, and the run is queued again under
+the backfill. A run still queued or running is never taken. Replicas then
+schedule these runs like any other; `start_queued_runs` holds them to the
+backfill's limit.
 """
 
 from __future__ import annotations
@@ -24,7 +28,14 @@ from sluice.db.dags import SpecCache, StoredSpecError
 from sluice.db.models import Backfill, DagRun, TaskInstance
 from sluice.scheduler.runs import RunRequest, insert_runs
 from sluice.scheduler.transitions import Settled, lock_runs, propagate
-from sluice.spec.states import RunState, RunType, TaskState
+from sluice.spec.states import (
+    TERMINAL_RUN_STATES,
+    TERMINAL_TASK_STATES,
+    Reprocess,
+    RunState,
+    RunType,
+    TaskState,
+)
 from sluice.spec.timetables import CronTimetable
 
 
@@ -53,7 +64,7 @@ def create_backfill(
     now: datetime,
     *,
     max_active_runs: int | None = None,
-    rerun_failed: bool = False,
+    reprocess: Reprocess = Reprocess.NONE,
 ) -> BackfillPlan:
     try:
         compiled = specs.current(session, dag_id)
@@ -90,7 +101,8 @@ def create_backfill(
         from_date=start,
         to_date=end,
         max_active_runs=max_active_runs or compiled.spec.max_active_runs,
-        rerun_failed=rerun_failed,
+        rerun_failed=reprocess == Reprocess.FAILED,
+        reprocess=reprocess.value,
         created_at=now,
     )
     session.add(backfill)
@@ -116,9 +128,9 @@ def create_backfill(
         prior = existing.get(info.logical_date, [])
         if not prior:
             requests.append(RunRequest(compiled, RunType.BACKFILL, info, backfill_id=backfill.id))
-        elif rerun_failed and all(run.state == RunState.FAILED for run in prior):
+        elif all(reprocesses(reprocess, run.state) for run in prior):
             for run in prior:
-                clear_failed_tasks(session, specs, run.id, backfill_id=backfill.id)
+                clear_tasks(session, specs, run.id, CLEARED_BY[reprocess], backfill_id=backfill.id)
                 plan.rerun.append(run.run_id)
         else:
             why = ", ".join(f"run {run.run_id} exists ({run.state})" for run in prior)
@@ -133,10 +145,35 @@ def create_backfill(
     return plan
 
 
-def clear_failed_tasks(
-    session: Session, specs: SpecCache, run_id: int, *, backfill_id: int | None
+# The tasks of a reprocessed run that go back to `none`: with `failed` only those that
+# failed (Airflow 2.10.5's --rerun-failed-tasks), with `completed` every task.
+CLEARED_BY: dict[Reprocess, frozenset[TaskState]] = {
+    Reprocess.NONE: frozenset(),
+    Reprocess.FAILED: frozenset({TaskState.FAILED, TaskState.UPSTREAM_FAILED}),
+    Reprocess.COMPLETED: TERMINAL_TASK_STATES,
+}
+
+
+def reprocesses(reprocess: Reprocess, state: str) -> bool:
+    """Whether a backfill with this choice runs again a date whose run is in `state`."""
+    match reprocess:
+        case Reprocess.NONE:
+            return False
+        case Reprocess.FAILED:
+            return state == RunState.FAILED
+        case Reprocess.COMPLETED:
+            return state in TERMINAL_RUN_STATES
+
+
+def clear_tasks(
+    session: Session,
+    specs: SpecCache,
+    run_id: int,
+    states: frozenset[TaskState],
+    *,
+    backfill_id: int | None,
 ) -> int:
-    """Put a finished run's failed tasks back to `none` and queue the run again."""
+    """Put a finished run's tasks in `states` back to `none` and queue the run again."""
     lock_runs(session, [run_id])
     run = session.get_one(DagRun, run_id)
     compiled = specs.get(session, run.dag_version_id)
@@ -145,7 +182,7 @@ def clear_failed_tasks(
             select(TaskInstance)
             .where(
                 TaskInstance.dag_run_id == run_id,
-                TaskInstance.state.in_([TaskState.FAILED, TaskState.UPSTREAM_FAILED]),
+                TaskInstance.state.in_(sorted(states)),
             )
             .order_by(TaskInstance.id)
             .with_for_update()

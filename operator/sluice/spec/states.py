@@ -35,6 +35,15 @@ class RunType(StrEnum):
     BACKFILL = "backfill"
 
 
+class Reprocess(StrEnum):
+    """What a backfill does with a date whose run has ended (Airflow 3's reprocess
+    behaviour): keep it, run it again if it failed, or run it again whatever its end."""
+
+    NONE = "none"
+    FAILED = "failed"
+    COMPLETED = "completed"
+
+
 # States a downstream task counts as "its upstream is done" (what the counters track).
 TERMINAL_TASK_STATES = frozenset(
     {TaskState.SUCCESS, TaskState.FAILED, TaskState.SKIPPED, TaskState.UPSTREAM_FAILED}
