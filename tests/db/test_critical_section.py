@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
+import pytest
 from sqlalchemy import Engine, insert, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.dags import SpecCache
 from sluice.db.models import Outbox, SlotPool, TaskInstance
+from sluice.scheduler import critical
 from sluice.scheduler.critical import queue_schedulable_task_instances
 from sluice.scheduler.housekeeping import fail_stuck_tasks
 from sluice.spec.states import TaskState
@@ -81,6 +84,57 @@ def test_pool_slots_per_task_count(sessions: sessionmaker[Session]) -> None:
     trigger(sessions, "big", T0)
     _schedule_all(sessions)
     assert len(_queue(sessions)) == 2  # 2 x 2 slots; a third would need 6
+
+
+def _reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The candidate limit of each read the critical section makes from now on."""
+    limits: list[int] = []
+    read = critical._READ
+
+    def recorded(session: Session, params: dict[str, Any]) -> Any:
+        limits.append(params["limit"])
+        return read(session, params)
+
+    monkeypatch.setattr(critical, "_READ", recorded)
+    return limits
+
+
+def test_a_pass_reads_a_window_the_size_of_its_free_slots(
+    sessions: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One free slot and 40 tasks waiting: the pass reads and locks two candidates, not
+    `max_tis`; what it queues is what the full read would have queued."""
+    _add_pool(sessions, "few", 1)
+    register(sessions, manifest("many", _wide("many", 40, pool="few"), maxActiveTasks=50))
+    trigger(sessions, "many", T0)
+    _schedule_all(sessions)
+    limits = _reads(monkeypatch)
+    assert len(_queue(sessions)) == 1
+    assert limits == [2]
+    assert _queued_tasks(sessions) == ["t00"]
+
+
+def test_a_window_that_cannot_fill_its_slots_reads_on(
+    sessions: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two free slots; the four candidates first in order each need three slots (skipped:
+    the pool is starved for them), the fifth and sixth one each. The window of four
+    queues nothing, so the pass reads on, as the full read always did."""
+    _add_pool(sessions, "gpu", 2)
+    tasks = [
+        *[
+            {"name": f"big{i}", "pool": "gpu", "poolSlots": 3, "priorityWeight": 9}
+            for i in range(4)
+        ],
+        *[{"name": f"small{i}", "pool": "gpu"} for i in range(2)],
+    ]
+    register(sessions, manifest("mixed", tasks, maxActiveTasks=50))
+    trigger(sessions, "mixed", T0)
+    _schedule_all(sessions)
+    limits = _reads(monkeypatch)
+    assert len(_queue(sessions)) == 2
+    assert limits == [4, 512]
+    assert _queued_tasks(sessions) == ["small0", "small1"]
 
 
 def test_a_full_pool_does_not_starve_other_pools(sessions: sessionmaker[Session]) -> None:

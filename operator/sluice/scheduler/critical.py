@@ -128,6 +128,39 @@ class CriticalSectionResult:
     entered: bool
     queued: list[tuple[int, int]] = field(default_factory=list)
     starved_pools: set[str] = field(default_factory=set)
+    room_left: bool = False  # a pool still had a free slot after the choice
+
+
+def _choose(
+    session: Session, pools: dict[str, int], waiting: set[str], limit: int
+) -> tuple[CriticalSectionResult, list[int], int]:
+    """Read up to `limit` candidates (locking them) and choose what the limits allow:
+    (the result so far, the chosen ids, how many candidates were read). `room_left`:
+    a pool in `waiting` (with scheduled tasks) still has a free slot."""
+    pool_used: dict[str, int] = defaultdict(int)
+    dag_active: dict[str, int] = defaultdict(int)
+    candidates = []
+    read = {"pools": list(pools), "slots": list(pools.values()), "limit": limit}
+    for row in _READ(session, read):
+        if row.candidate:
+            candidates.append(row)
+        else:
+            pool_used[row.pool] += int(row.slots)
+            dag_active[row.dag_id] += int(row.n)
+    full_pools = {name for name, slots in pools.items() if pool_used[name] >= slots}
+    chosen: list[int] = []
+    result = CriticalSectionResult(entered=True, starved_pools=full_pools)
+    for c in candidates:
+        if pool_used[c.pool] + c.slots > pools[c.pool]:
+            result.starved_pools.add(c.pool)
+            continue
+        if dag_active[c.dag_id] >= c.max_active_tasks:
+            continue
+        pool_used[c.pool] += c.slots
+        dag_active[c.dag_id] += 1
+        chosen.append(c.id)
+    result.room_left = any(pool_used[name] < pools[name] for name in waiting)
+    return result, chosen, len(candidates)
 
 
 def queue_schedulable_task_instances(
@@ -147,29 +180,16 @@ def queue_schedulable_task_instances(
         full = {row.name for row in locked if row.used >= row.slots}
         return CriticalSectionResult(entered=True, starved_pools=full)
     pools: dict[str, int] = {row.name: row.slots for row in locked}
-
-    pool_used: dict[str, int] = defaultdict(int)
-    dag_active: dict[str, int] = defaultdict(int)
-    candidates = []
-    read = {"pools": list(pools), "slots": list(pools.values()), "limit": max_tis}
-    for row in _READ(session, read):
-        if row.candidate:
-            candidates.append(row)
-        else:
-            pool_used[row.pool] += int(row.slots)
-            dag_active[row.dag_id] += int(row.n)
-    full_pools = {name for name, slots in pools.items() if pool_used[name] >= slots}
-    chosen: list[int] = []
-    result = CriticalSectionResult(entered=True, starved_pools=full_pools)
-    for c in candidates:
-        if pool_used[c.pool] + c.slots > pools[c.pool]:
-            result.starved_pools.add(c.pool)
-            continue
-        if dag_active[c.dag_id] >= c.max_active_tasks:
-            continue
-        pool_used[c.pool] += c.slots
-        dag_active[c.dag_id] += 1
-        chosen.append(c.id)
+    # Most passes have a slot or two to fill (a try ended): read a window about that
+    # size first, not `max_tis` rows read and locked to queue one. Choosing is greedy in
+    # read order, so a window's choice is the start of the full read's; only when the
+    # window was full and left a pool with room is the full read made.
+    waiting = {row.name for row in locked if row.waiting}
+    room = sum(max(0, row.slots - row.used) for row in locked if row.waiting)
+    window = min(max_tis, 2 * max(room, 1))
+    result, chosen, seen = _choose(session, pools, waiting, window)
+    if window < max_tis and seen == window and result.room_left:
+        result, chosen, seen = _choose(session, pools, waiting, max_tis)
     if not chosen:
         return result
 
