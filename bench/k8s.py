@@ -675,10 +675,15 @@ def run_trial(
         # The idle cluster's own requests (leases, node status, ...), replicas included.
         quiet0 = cluster.request_totals()
         busy0, clock0 = machine_busy()[0], time.monotonic()
+        idle0 = sum(cpu_seconds(p.pid) for p in procs)
         time.sleep(opts.baseline)
+        quiet_s = time.monotonic() - clock0
         # Cores busy with the cluster idle: well above ~0.3 means something else ran.
         result.foreign["busy_cores_before_t0"] = round(
-            (machine_busy()[0] - busy0) / CLK_TCK / (time.monotonic() - clock0), 2
+            (machine_busy()[0] - busy0) / CLK_TCK / quiet_s, 2
+        )
+        result.replicas_idle_ms_per_s = round(
+            (sum(cpu_seconds(p.pid) for p in procs) - idle0) * 1000 / quiet_s, 2
         )
         quiet1 = cluster.request_totals()
         quiet, quiet_reset = diff_counts(quiet0, quiet1)
@@ -815,7 +820,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--image", default=None, help="task image (default: the cluster's)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per trial")
-    parser.add_argument("--baseline", type=float, default=10.0, help="quiet window, seconds")
+    parser.add_argument(
+        "--baseline",
+        type=float,
+        default=30.0,
+        help="quiet window before t0, s (the idle cluster's requests, the replicas' idle CPU)",
+    )
     parser.add_argument("--quiet-for", type=float, default=20.0)
     parser.add_argument("--quiet-wait", type=float, default=900.0)
     parser.add_argument(

@@ -305,6 +305,9 @@ class K8sTrial:
     cpu_window_s: float = math.nan
     cpu: dict[str, float] = field(default_factory=dict)
     machine_busy_s: float = math.nan
+    # All replicas' CPU per second in the quiet window before t0 (every DAG paused, nothing
+    # to run): what the fleet costs whatever the load.
+    replicas_idle_ms_per_s: float = math.nan
     restarted: list[str] = field(default_factory=list)
     heartbeats: dict[str, int] = field(default_factory=dict)
     per_replica: list[int] = field(default_factory=list)
@@ -327,6 +330,15 @@ class K8sTrial:
         """Scheduler CPU per task; as a share of a core per Job/s, it is this / 1000."""
         done = self.tasks_succeeded
         return self.scheduler_cpu_s * 1000 / done if done else math.nan
+
+    @property
+    def scheduler_marginal_ms_per_task(self) -> float:
+        """Scheduler CPU per task less what the idle fleet costs over the window: the part
+        that grows with tasks (a node twice as fast would halve the idle part per task,
+        not this)."""
+        done = self.tasks_succeeded
+        idle_s = self.replicas_idle_ms_per_s / 1000 * self.cpu_window_s
+        return (self.scheduler_cpu_s - idle_s) * 1000 / done if done else math.nan
 
     @property
     def sluice_requests_per_task(self) -> float:

@@ -56,7 +56,14 @@ def verdicts(t: K8sTrial) -> list[str]:
             else "MISSED"
         )
     )
-    return [cpu, api]
+    idle = t.replicas_idle_ms_per_s
+    split = (
+        f"of which the idle fleet {_f(idle, 1)} ms/s over {_f(t.cpu_window_s, 0)} s and the "
+        f"tasks {_f(t.scheduler_marginal_ms_per_task, 1)} ms each "
+        f"({t.scheduler_marginal_ms_per_task / 1000:.1%} of a core per Job/s; for reading "
+        "only: the target is on the total)"
+    )
+    return [cpu, api] if math.isnan(idle) else [cpu, split, api]
 
 
 def _status(t: K8sTrial, width: int = 90) -> str:

@@ -212,6 +212,19 @@ def test_targets_are_judged_per_task() -> None:
     assert verdicts(restarted)[1].endswith("not measured")
 
 
+def test_the_idle_fleets_cost_is_split_from_the_tasks() -> None:
+    """20 s of replica CPU over a 200 s window for 1,000 tasks; idle, the fleet costs
+    50 ms/s, 10 s of the window: the tasks' own part is 10 ms each."""
+    measured = trial(replicas_idle_ms_per_s=50.0)
+    assert measured.scheduler_marginal_ms_per_task == pytest.approx(10.0)
+    cpu, split, api = verdicts(measured)
+    assert api.endswith("met")
+    assert cpu.endswith("met")  # the target stays on the total: 20 ms/task
+    assert "idle fleet 50.0 ms/s over 200 s" in split
+    assert "the tasks 10.0 ms each (1.0% of a core per Job/s" in split
+    assert len(verdicts(trial())) == 2  # a trial saved before the idle figure existed
+
+
 def test_markdown_shows_every_trial_and_failures_as_such() -> None:
     failed = trial(replicas=3, status="timed out", errors=["timed out after 1800s"])
     text = markdown([trial(), failed])
