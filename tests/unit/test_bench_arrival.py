@@ -72,6 +72,10 @@ def test_the_window_starts_at_the_first_minute_boundary_after_the_warm_up() -> N
     assert quick.window_start == quick.first_due == now + S
     assert quick.window_end == now + 7 * S
     assert quick.samples() == [now + 7 * S]
+    # Ending before the next minute's runs are due: the first runs only.
+    late = smoke.schedule(3, B1 - 3 * S)
+    assert (late.window_start, late.window_end) == (B1 - 2 * S, B1)
+    assert late.due_times(late.window_end) == [B1 - 2 * S]
 
 
 def test_a_run_has_finished_only_when_every_task_ended() -> None:
