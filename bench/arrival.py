@@ -155,6 +155,7 @@ class Observed:
     observed_until: datetime
     samples: list[Any]
     statements: Any
+    top: list[dict[str, Any]]
 
 
 def _clock(engine: Engine) -> datetime:
@@ -194,6 +195,7 @@ def observe(
         pg.reset_statements()
         _sleep_until(schedule.window_end)
         statements = pg.statement_totals(database)
+        top = top_statements(pg, database)
         expected = dags * len(schedule.due_times(schedule.window_end))
         deadline = schedule.window_end + timedelta(seconds=timing.drain_s)
         while True:
@@ -209,7 +211,30 @@ def observe(
             time.sleep(0.5)
     finally:
         samples = sampler.stop()
-    return Observed(schedule, t0, now, samples, statements)
+    return Observed(schedule, t0, now, samples, statements, top)
+
+
+def top_statements(pg: Postgres, database: str, limit: int = 8) -> list[dict[str, Any]]:
+    """The window's statements that took the most time (execution plus planning), less
+    the harness's: what a side's Postgres time is made of. Empty without
+    pg_stat_statements."""
+    if pg.statements_unavailable:
+        return []
+    with pg.admin.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT left(regexp_replace(s.query, '\\s+', ' ', 'g'), 160), s.calls, s.rows,"
+                " s.total_exec_time + s.total_plan_time"
+                " FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid"
+                " WHERE d.datname = :db AND s.query NOT LIKE :mark"
+                " ORDER BY 4 DESC LIMIT :limit"
+            ),
+            {"db": database, "mark": f"%{HARNESS_MARK}%", "limit": limit},
+        ).all()
+    return [
+        {"query": q, "calls": int(c), "rows": int(r), "ms": round(float(ms), 1)}
+        for q, c, r, ms in rows
+    ]
 
 
 def _read(engine: Engine, sql: SideSql) -> tuple[list[RunRow], list[TaskRow]]:
@@ -243,6 +268,7 @@ def _figures(
 ) -> ArrivalTrial:
     runs, tasks = _read(engine, sql)
     trial.knobs = asdict(knobs)
+    trial.top_statements = observed.top
     return summarize(
         trial=trial,
         graph=workload.graph(),

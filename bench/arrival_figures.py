@@ -236,6 +236,8 @@ class ArrivalTrial:
     first_due: str = ""
     window_start: str = ""
     knobs: dict[str, Any] = field(default_factory=dict)
+    # The window's statements that took the most time (pg_stat_statements).
+    top_statements: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

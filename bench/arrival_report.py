@@ -241,7 +241,29 @@ def markdown(trials: list[ArrivalTrial]) -> str:
         lines += ["| " + " | ".join(_row(t)) + " |" for t in group]
     lines.append("")
     lines += [f"- {line}" for line in summary_lines(trials)]
+    statements = statement_lines(trials)
+    if statements:
+        lines += [
+            "",
+            "Where Postgres's time went in the window (pg_stat_statements, top statements):",
+        ]
+        lines += ["", *[f"- {line}" if not line.startswith(" ") else line for line in statements]]
     return "\n".join(lines)
+
+
+def statement_lines(trials: list[ArrivalTrial], limit: int = 4) -> list[str]:
+    """Each `ok` trial's statements that took the most Postgres time in the window."""
+    lines = []
+    for t in trials:
+        if not t.ok or not t.top_statements:
+            continue
+        lines.append(f"{side_label(t.side)} {t.variant} {t.dags:,} DAGs #{t.trial}:")
+        for s in t.top_statements[:limit]:
+            query = s["query"].replace("|", "\\|")
+            lines.append(
+                f"  - {s['ms']:,.0f} ms, {s['calls']:,} calls, {s['rows']:,} rows: `{query}`"
+            )
+    return lines
 
 
 def print_report(trials: list[ArrivalTrial], console: Console) -> None:

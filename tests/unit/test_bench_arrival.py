@@ -271,6 +271,10 @@ def test_the_markdown_shows_every_trial_with_its_status_and_the_verdict() -> Non
     assert any("| error | RuntimeError: scheduler exited 1 |" in line for line in lines)
     assert any("| 5/9 | NO |" in line for line in lines)
     assert lines[-1].startswith("- target: no Airflow arm kept up")
+    sluice = _trial("sluice", 1000, up=True)
+    sluice.top_statements = [{"query": "SELECT a | b", "calls": 1200, "rows": 5, "ms": 3456.7}]
+    with_statements = markdown([sluice]).splitlines()
+    assert "  - 3,457 ms, 1,200 calls, 5 rows: `SELECT a \\| b`" in with_statements
 
 
 def test_dags_per_side() -> None:
