@@ -588,6 +588,9 @@ def main(argv: list[str] | None = None) -> int:
         arms = [("sluice", LIKE_FOR_LIKE)]
         args.dags, rates, tasks, args.tis = "3", 1, 4, 16
         timing = Timing(0.5, 1.0, 0.0, 6.0, 60.0, window_at_first_due=True)
+    if not args.smoke and args.window % PERIOD_S:
+        # Tasks/s over part of a minute would count one minute's runs over less than one.
+        raise SystemExit(f"--window {args.window:g}: a whole number of minutes (60, 120, ...)")
     start = parse_dags(args.dags, [side for side, _ in arms])
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")

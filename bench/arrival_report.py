@@ -131,6 +131,8 @@ def target_verdict(found: list[Sustained]) -> str:
     )
     got = s.p99_under_target
     if got is not None and got >= need:
+        if best.behind is None:
+            return f"{head}: not judged (met against a lower bound of Airflow's rate)"
         return f"{head}: met (Sluice {got:,} runs/min with p99 < 1 s)"
     kept = (
         f"Sluice kept up at up to {s.kept:,} runs/min (run lag p99 {s.p99_at_kept_ms:,.0f} ms)"
@@ -143,7 +145,9 @@ def target_verdict(found: list[Sustained]) -> str:
         else "; p99 < 1 s at no rate tried"
     )
     never = "" if s.behind is not None else "; it never fell behind, so its rate is a lower bound"
-    return f"{head}: MISSED ({kept}{under}{never})"
+    # Both brackets closed: the miss is a finding; otherwise it holds for the rates tried.
+    missed = "MISSED" if s.behind is not None and best.behind is not None else "not met"
+    return f"{head}: {missed} at the rates tried ({kept}{under}{never})"
 
 
 def _f(value: float, digits: int = 0) -> str:
