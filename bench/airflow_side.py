@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, text
 
 from bench.airflow_install import PINS, ensure_airflow, install_record, installed_airflow
 from bench.common import (
@@ -260,6 +260,48 @@ def workload_template(
     return name, folder
 
 
+def start_schedulers(
+    peer: Peer,
+    env: dict[str, str],
+    engine: Engine,
+    replicas: int,
+    procs: list[subprocess.Popen[bytes]],
+) -> None:
+    """Start `replicas` schedulers (appended to `procs`, so the caller stops them whatever
+    happens) and wait until each has registered its job."""
+    logs = peer.logs
+    logs.mkdir(parents=True, exist_ok=True)
+    for i in range(replicas):
+        out = (logs / f"scheduler-{i}.log").open("wb")
+        procs.append(
+            subprocess.Popen(
+                [peer.airflow, "scheduler", "--skip-serve-logs"],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        )
+    deadline = time.monotonic() + 180
+    while True:
+        for proc in procs:
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"airflow {peer.version} scheduler exited {proc.returncode};"
+                    f" see {logs}/scheduler-*.log"
+                )
+        with engine.connect() as conn:
+            alive = conn.execute(
+                text(
+                    "SELECT count(*) FROM job WHERE job_type = 'SchedulerJob' AND state = 'running'"
+                )
+            ).scalar_one()
+        if alive >= replicas:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"airflow {peer.version} schedulers did not start within 180 s")
+        time.sleep(0.2)
+
+
 def run_trial(
     pg: Postgres,
     workload: Workload,
@@ -283,39 +325,7 @@ def run_trial(
     try:
         with engine.begin() as conn:
             conn.execute(text("UPDATE dag SET last_parsed_time = now()"))
-        logs = peer.logs
-        logs.mkdir(parents=True, exist_ok=True)
-        for i in range(replicas):
-            out = (logs / f"scheduler-{i}.log").open("wb")
-            procs.append(
-                subprocess.Popen(
-                    [peer.airflow, "scheduler", "--skip-serve-logs"],
-                    env=env,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                )
-            )
-
-        deadline = time.monotonic() + 180
-        while True:
-            for proc in procs:
-                if proc.poll() is not None:
-                    raise RuntimeError(
-                        f"airflow {peer.version} scheduler exited {proc.returncode};"
-                        f" see {logs}/scheduler-*.log"
-                    )
-            with engine.connect() as conn:
-                alive = conn.execute(
-                    text(
-                        "SELECT count(*) FROM job WHERE job_type = 'SchedulerJob'"
-                        " AND state = 'running'"
-                    )
-                ).scalar_one()
-            if alive >= replicas:
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"airflow {peer.version} schedulers did not start within 180 s")
-            time.sleep(0.2)
+        start_schedulers(peer, env, engine, replicas, procs)
         measured = measure(
             pg,
             engine,

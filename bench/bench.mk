@@ -5,7 +5,10 @@
 #                       headline), Airflow 2.10.5 and Airflow 3.3.2 like-for-like (each installed
 #                       under ~/.cache/sluice, bench/airflow_install.py), Sluice at its defaults;
 #                       5 trials each at 1 replica (not timed end to end yet)
-#   make bench-smoke    tiny workload, under a minute, figures printed, no timing asserted (CI)
+#   make bench-smoke    tiny workload, under a minute, figures printed, no timing asserted (CI);
+#                       and the steady-state benchmark's smoke (3 DAGs, seconds)
+#   make bench-arrival  steady state: DAGs on a one-minute schedule, Sluice and both Airflows
+#                       interleaved, each arm's rate doubled or halved until it is bracketed
 #   make bench-scale    the scheduler alone with 10,000 DAGs and 100,000 task instances
 #   make bench-k8s      the Job executor on the local cluster (hack/), 1 and 3 replicas
 #   make bench-steady   a replica's CPU per thread while it mostly waits (Postgres only)
@@ -14,7 +17,7 @@
 BENCH_ARGS ?=
 BENCH_PY := PYTHONPATH=. COLUMNS=$${COLUMNS:-220} $(BIN)/python -m bench.run
 
-.PHONY: bench bench-compare bench-smoke bench-scale bench-deps bench-k8s bench-steady
+.PHONY: bench bench-compare bench-smoke bench-scale bench-deps bench-k8s bench-steady bench-arrival
 
 $(BIN)/.bench-deps: $(BIN)/.installed
 	$(BIN)/pip install --quiet 'matplotlib>=3.8,<4'
@@ -30,6 +33,12 @@ bench-compare: bench-deps
 
 bench-smoke: bench-deps
 	$(BENCH_PY) --smoke $(BENCH_ARGS)
+	PYTHONPATH=. COLUMNS=$${COLUMNS:-220} $(BIN)/python -m bench.arrival --smoke
+
+# Steady state (issue 14; bench/README.md, "Steady state"): runs arriving every minute.
+#   make bench-arrival BENCH_ARGS="--dags sluice=2000,airflow=200,airflow3=200 --rates 2"
+bench-arrival: bench-deps
+	PYTHONPATH=. COLUMNS=$${COLUMNS:-220} $(BIN)/python -m bench.arrival $(BENCH_ARGS)
 
 bench-scale: bench-deps
 	$(BENCH_PY) --scale $(BENCH_ARGS)

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
 from bench.common import (
@@ -55,7 +55,14 @@ def prepare_template(pg: Postgres, knobs: Knobs) -> None:
     pg.set_template(TEMPLATE)
 
 
-def manifest(workload: Workload, dag_id: str, knobs: Knobs) -> DagManifest:
+def manifest(
+    workload: Workload,
+    dag_id: str,
+    knobs: Knobs,
+    *,
+    schedule: str = "@once",
+    catchup: bool = False,
+) -> DagManifest:
     tasks: list[dict[str, Any]] = []
     for name, ups in workload.graph().items():
         task: dict[str, Any] = {"name": name}
@@ -68,8 +75,9 @@ def manifest(workload: Workload, dag_id: str, knobs: Knobs) -> DagManifest:
             "kind": "DAG",
             "metadata": {"name": dag_id},
             "spec": {
-                "schedule": "@once",
+                "schedule": schedule,
                 "startDate": START,
+                "catchup": catchup,
                 "paused": True,
                 "maxActiveTasks": knobs.max_active_tasks,
                 "defaults": {"image": "busybox:1.36"},
@@ -79,10 +87,23 @@ def manifest(workload: Workload, dag_id: str, knobs: Knobs) -> DagManifest:
     )
 
 
-def register(session: Session, workload: Workload, knobs: Knobs) -> None:
+def register(
+    session: Session,
+    workload: Workload,
+    knobs: Knobs,
+    *,
+    schedule: str = "@once",
+    catchup: bool = False,
+) -> None:
     now = datetime.now(UTC)
-    for dag_id in workload.dag_ids():
-        sync_dag(session, manifest(workload, dag_id, knobs), now)
+    for i, dag_id in enumerate(workload.dag_ids(), start=1):
+        m = manifest(workload, dag_id, knobs, schedule=schedule, catchup=catchup)
+        sync_dag(session, m, now)
+        if i % 200 == 0:
+            # Every flush walks the session's objects: thousands in one session is
+            # quadratic (minutes for 3,000 DAGs).
+            session.commit()
+            session.expunge_all()
     session.commit()
 
 
@@ -111,6 +132,22 @@ def start_replicas(
     return procs
 
 
+def wait_for_replicas(engine: Engine, procs: list[subprocess.Popen[bytes]]) -> None:
+    """Until every replica has registered its scheduler job (an error if one exits)."""
+
+    def ready() -> bool:
+        for proc in procs:
+            if proc.poll() is not None:
+                raise RuntimeError(f"replica exited with {proc.returncode}; see bench/results/logs")
+        with engine.connect() as conn:
+            n = conn.execute(
+                text("SELECT count(*) FROM scheduler_job WHERE state = 'running'")
+            ).scalar_one()
+        return bool(n >= len(procs))
+
+    wait_for(ready, 60, "replicas to register")
+
+
 def run_trial(
     pg: Postgres,
     workload: Workload,
@@ -130,20 +167,7 @@ def run_trial(
         with sessions() as session:
             register(session, workload, knobs)
         procs = start_replicas(url, knobs, replicas, RESULTS / "logs")
-
-        def ready() -> bool:
-            for proc in procs:
-                if proc.poll() is not None:
-                    raise RuntimeError(
-                        f"replica exited with {proc.returncode}; see bench/results/logs"
-                    )
-            with engine.connect() as conn:
-                n = conn.execute(
-                    text("SELECT count(*) FROM scheduler_job WHERE state = 'running'")
-                ).scalar_one()
-            return bool(n >= replicas)
-
-        wait_for(ready, 60, "replicas to register")
+        wait_for_replicas(engine, procs)
         measured = measure(
             pg,
             engine,

@@ -95,3 +95,41 @@ def test_a_run_saves_its_trials_and_renders_them_for_the_readme(
         SystemExit, match="the side after ':' is one of sluice, airflow, airflow3, not 'other'"
     ):
         bench.run.main(["--render", f"{latest}:other"])
+
+
+@pytest.mark.db
+def test_the_steady_state_smoke_measures_a_burst_of_runs_and_renders_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import bench.arrival
+    import bench.sluice_side
+
+    monkeypatch.setattr(bench.arrival, "RESULTS", tmp_path)
+    monkeypatch.setattr(bench.sluice_side, "RESULTS", tmp_path)
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        code = bench.arrival.main(["--smoke"])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert code == 0
+    saved = json.loads((tmp_path / "arrival-latest.json").read_text())
+    assert saved["complete"] is True
+    assert len(saved["commit"]) == 40
+    assert saved["schedule"] == "* * * * *"
+    [trial] = saved["trials"]
+    assert (trial["side"], trial["status"], trial["dags"], trial["tasks"]) == (
+        "sluice", "ok", 3, 4,
+    )  # fmt: skip
+    # The three DAGs' first runs were due in the window, created by the scheduler from
+    # the due time the harness gave them, and each run's four tasks ended (the drain
+    # waits up to a minute for them; nothing timed is judged).
+    assert (trial["runs_due"], trial["runs_created"], trial["runs_finished"]) == (3, 3, 3)
+    assert trial["censored"] == 0
+    assert trial["run_lag_p50_ms"] > 0
+    assert trial["backlog_unfinished"] == [trial["backlog_unfinished"][0]]
+    capsys.readouterr()
+    assert (
+        bench.arrival.main(["--render", str(tmp_path / "arrival-latest.json"), "--markdown"]) == 0
+    )
+    table = capsys.readouterr().out
+    assert "| Sluice | like-for-like | 3 | #0 | ok |" in table
