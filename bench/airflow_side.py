@@ -21,6 +21,7 @@ import functools
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -240,24 +241,36 @@ def workload_template(
     """A template with this workload's DAGs parsed and serialized (paused)."""
     name = f"airflow_tpl_{peer.tag}_{workload.shape}_{workload.dags}x{workload.tasks}"
     folder = write_dags(peer, workload, knobs)
+    serialized_template(
+        peer, pg, name, workload.dags, lambda url: airflow_env(peer, url, knobs, folder)
+    )
+    return name, folder
+
+
+def serialized_template(
+    peer: Peer, pg: Postgres, name: str, dags: int, env: Callable[[str], dict[str, str]]
+) -> None:
+    """Make template database `name` (unless it exists) from the peer's base template:
+    `airflow dags reserialize` with `env(url)` must leave `dags` DAGs serialized and
+    paused."""
     if pg.exists(name):
-        return name, folder
+        return
     url = pg.create(name, peer.base_template)
-    env = airflow_env(peer, url, knobs, folder)
     log = peer.logs / "reserialize.log"
-    run_airflow(peer, ["dags", "reserialize"], env, log)
+    run_airflow(peer, ["dags", "reserialize"], env(url), log)
     engine = create_engine(url.replace("postgresql://", "postgresql+psycopg2://"))
-    with engine.connect() as conn:
-        serialized = conn.execute(text("SELECT count(*) FROM serialized_dag")).scalar_one()
-        paused = conn.execute(text("SELECT count(*) FROM dag WHERE is_paused")).scalar_one()
-    engine.dispose()
-    if serialized != workload.dags or paused != workload.dags:
+    try:
+        with engine.connect() as conn:
+            serialized = conn.execute(text("SELECT count(*) FROM serialized_dag")).scalar_one()
+            paused = conn.execute(text("SELECT count(*) FROM dag WHERE is_paused")).scalar_one()
+    finally:
+        engine.dispose()
+    if serialized != dags or paused != dags:
         raise RuntimeError(
             f"airflow {peer.version} parsed {serialized} DAGs ({paused} paused),"
-            f" expected {workload.dags}; see {log}"
+            f" expected {dags}; see {log}"
         )
     pg.set_template(name)
-    return name, folder
 
 
 def start_schedulers(

@@ -453,28 +453,13 @@ def airflow_template(
     peer: Peer, pg: Postgres, workload: Workload, knobs: Knobs
 ) -> tuple[str, Path]:
     """This version's template with the workload's DAGs parsed and serialized, paused."""
-    from bench.airflow_side import run_airflow
+    from bench.airflow_side import serialized_template
 
     name = f"airflow_arr_tpl_{peer.tag}_{workload.shape}_{workload.dags}x{workload.tasks}"
     folder = write_dag_files(peer, workload, knobs)
-    if pg.exists(name):
-        return name, folder
-    url = pg.create(name, peer.base_template)
-    log = peer.logs / "reserialize.log"
-    run_airflow(peer, ["dags", "reserialize"], airflow_env(peer, url, knobs, folder), log)
-    engine = create_engine(url.replace("postgresql://", "postgresql+psycopg2://"))
-    try:
-        with engine.connect() as conn:
-            serialized = conn.execute(text("SELECT count(*) FROM serialized_dag")).scalar_one()
-            paused = conn.execute(text("SELECT count(*) FROM dag WHERE is_paused")).scalar_one()
-    finally:
-        engine.dispose()
-    if serialized != workload.dags or paused != workload.dags:
-        raise RuntimeError(
-            f"airflow {peer.version} parsed {serialized} DAGs ({paused} paused),"
-            f" expected {workload.dags}; see {log}"
-        )
-    pg.set_template(name)
+    serialized_template(
+        peer, pg, name, workload.dags, lambda url: airflow_env(peer, url, knobs, folder)
+    )
     return name, folder
 
 
