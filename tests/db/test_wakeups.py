@@ -302,14 +302,8 @@ def test_every_phase_looks_again_once_per_tick_interval_or_when_notified(
     assert {what for what, sql in looks.items() if any(sql in s for s in statements)} == set(looks)
 
 
-def test_live_replicas_share_the_looks_once_per_tick_interval(
-    sessions: sessionmaker[Session], engine: Engine
-) -> None:
-    """With three live replicas each looks once per three tick intervals (together about
-    once per interval, an idle fleet costing what one idle replica does); a notification
-    still makes it look at once, and once the others are dead it looks every interval."""
-    clock = FakeClock()
-    loop, waker, _ = _waiting_for_a_slot(sessions, clock)
+def _two_other_replicas(sessions: sessionmaker[Session], clock: FakeClock) -> None:
+    """Two more live replicas (pid 1), heartbeating now."""
     with sessions() as session:
         for _ in range(2):
             session.execute(
@@ -320,6 +314,17 @@ def test_live_replicas_share_the_looks_once_per_tick_interval(
                 {"now": clock.now},
             )
         session.commit()
+
+
+def test_live_replicas_share_the_looks_once_per_tick_interval(
+    sessions: sessionmaker[Session], engine: Engine
+) -> None:
+    """With three live replicas each looks once per three tick intervals (together about
+    once per interval, an idle fleet costing what one idle replica does); a notification
+    still makes it look at once, and once the others are dead it looks every interval."""
+    clock = FakeClock()
+    loop, waker, _ = _waiting_for_a_slot(sessions, clock)
+    _two_other_replicas(sessions, clock)
     looks = ("WITH waiting AS", "last_scheduling_decision = :now", "NOWAIT", "WITH taken AS")
 
     def looked() -> set[str]:
@@ -399,16 +404,7 @@ def test_live_replicas_share_the_sweeps_and_the_counter_reconciliation(
     )
     told: list[int] = []
     loop.on_replicas = told.append
-    with sessions() as session:
-        for _ in range(2):
-            session.execute(
-                text(
-                    "INSERT INTO scheduler_job (hostname, pid, state, started_at,"
-                    " latest_heartbeat) VALUES ('other', 1, 'running', :now, :now)"
-                ),
-                {"now": clock.now},
-            )
-        session.commit()
+    _two_other_replicas(sessions, clock)
     sweep = "UPDATE scheduler_job SET state=%(state)s, ended_at=%(ended_at)s"
     reconcile = "SELECT dag_run.id, dag_run.tasks_total"
 
