@@ -19,8 +19,9 @@ from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.api.heartbeats import record_heartbeats
+from sluice.api.protocol import REFRESH_HEADER
 from sluice.api.server import TaskApi
-from sluice.api.tokens import REFRESH_HEADER, TrySigner
+from sluice.api.tokens import TrySigner
 from sluice.db.engine import make_engine
 from sluice.db.models import TaskInstance
 from tests.support import T0, count_queries, manifest, register, trigger

@@ -21,6 +21,9 @@ UNAUTHORIZED = "unauthorized"  # 401: no valid token
 FORBIDDEN = "forbidden"  # 403: a valid token for another try
 UNAVAILABLE = "unavailable"  # 503: not written this time; retry
 
+# A heartbeat's answer may carry a fresh token for the try (`tokens.py` says when).
+REFRESH_HEADER = "Sluice-Refreshed-Token"
+
 HEARTBEAT_ROUTE = r"/v1/tries/{ti:\d{1,19}}/{try:\d{1,10}}/heartbeat"
 HEALTH_PATH = "/healthz"
 

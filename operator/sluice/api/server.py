@@ -36,7 +36,7 @@ from sqlalchemy import Engine
 from sluice.api import protocol
 from sluice.api.buffer import FlushFailed, HeartbeatBuffer
 from sluice.api.heartbeats import TryKey, Verdict, record_heartbeats
-from sluice.api.tokens import REFRESH_HEADER, TokenRejected, TrySigner
+from sluice.api.tokens import TokenRejected, TrySigner
 from sluice.db.engine import session_factory
 from sluice.metrics import families
 
@@ -88,7 +88,9 @@ async def _heartbeat(request: web.Request) -> web.Response:
         case "accepted":
             HEARTBEATS.labels("accepted").inc()
             fresh = signer.refreshed(claims)
-            return web.Response(status=204, headers={REFRESH_HEADER: fresh} if fresh else None)
+            return web.Response(
+                status=204, headers={protocol.REFRESH_HEADER: fresh} if fresh else None
+            )
         case "not_found":
             return _not_found(ti_id, try_number)
         case "not_running":

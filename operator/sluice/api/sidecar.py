@@ -22,34 +22,69 @@ try's token, and what comes back decides what it does:
 
 Only the standard library talks HTTP here, and proxies from the environment
 are ignored: the task API is a Service inside the cluster.
+
+Every task pod starts this process, so it imports the standard library and
+`sluice.api.protocol` only: `main` parses its options with argparse and logs
+through `logging` (one `key=value` or JSON line per event), where the rest of
+Sluice uses typer and structlog. Those two (with rich, which both load) cost
+about 0.7 s of CPU to import, in every pod (`tests/unit/test_api_sidecar.py`
+checks what this loads; bench/README.md has the figures).
 """
 
 from __future__ import annotations
 
+import argparse
 import http.client
 import json
+import logging
 import os
 import random
 import signal
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import Enum
-from typing import Any
-
-import structlog
+from pathlib import Path
+from types import FrameType
+from typing import Any, NoReturn
 
 from sluice.api import protocol
-from sluice.api.tokens import REFRESH_HEADER
 
-log = structlog.get_logger("sluice.heartbeat")
+_logger = logging.getLogger("sluice.heartbeat")
+
+# After SIGTERM, how long a heartbeat still in flight may delay the exit.
+_EXIT_GRACE = 2.0
 
 # No ProxyHandler from the environment: an HTTP_PROXY meant for the task would
 # otherwise carry in-cluster heartbeats out of the cluster.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def _log(level: int, event: str, **fields: Any) -> None:
+    _logger.log(level, event, extra={"fields": fields})
+
+
+class _Format(logging.Formatter):
+    """One line per event: `time [level] event key=value ...`, or a JSON object."""
+
+    def __init__(self, as_json: bool) -> None:
+        super().__init__()
+        self.as_json = as_json
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields: dict[str, Any] = getattr(record, "fields", {})
+        when = datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")
+        level = record.levelname.lower()
+        if self.as_json:
+            line = {"event": record.getMessage(), **fields, "level": level, "timestamp": when}
+            return json.dumps(line, default=str)
+        pairs = " ".join(f"{key}={value!r}" for key, value in fields.items())
+        return f"{when} [{level}] {record.getMessage()} {pairs}".rstrip()
 
 
 @dataclass(frozen=True)
@@ -80,12 +115,14 @@ def post_heartbeat(url: str, token: str, timeout: float) -> Reply:
     try:
         with _OPENER.open(request, timeout=timeout) as response:
             return Reply(
-                response.status, _json(response.read()), response.headers.get(REFRESH_HEADER)
+                response.status,
+                _json(response.read()),
+                response.headers.get(protocol.REFRESH_HEADER),
             )
     except urllib.error.HTTPError as exc:
         with exc:
             body = exc.read()
-        return Reply(exc.code, _json(body), exc.headers.get(REFRESH_HEADER))
+        return Reply(exc.code, _json(body), exc.headers.get(protocol.REFRESH_HEADER))
     except (OSError, http.client.HTTPException, ValueError) as exc:
         cause = exc.reason if isinstance(exc, urllib.error.URLError) else exc
         return Reply(None, error=f"{type(cause).__name__}: {cause}")
@@ -116,11 +153,11 @@ def terminate_pod_processes(reason: str) -> None:
     `shareProcessNamespace`, the main container's when it runs as the same uid
     (or this one as root). The kernel spares the caller and PID 1 (the pause
     container). Never run it outside a task pod."""
-    log.warning("sending SIGTERM to every process of the pod", reason=reason)
+    _log(logging.WARNING, "sending SIGTERM to every process of the pod", reason=reason)
     try:
         os.kill(-1, signal.SIGTERM)
     except OSError as exc:  # ESRCH: nothing left to signal
-        log.warning("nothing to signal", error=str(exc))
+        _log(logging.WARNING, "nothing to signal", error=str(exc))
 
 
 class HeartbeatLoop:
@@ -164,13 +201,13 @@ class HeartbeatLoop:
 
     def run(self) -> None:
         failures = 0
-        log.info("heartbeating", url=self.url, interval=self.interval)
+        _log(logging.INFO, "heartbeating", url=self.url, interval=self.interval)
         while not self._stopped.is_set():
             started = time.monotonic()
             reply = self._post(self.url, self.token, self.timeout)
             if reply.refreshed_token:
                 self.token = reply.refreshed_token
-                log.info("adopted a refreshed token")
+                _log(logging.INFO, "adopted a refreshed token")
             step = next_step(reply)
             if step is Next.STOP_WORK:
                 self._end_work(reply)
@@ -179,7 +216,8 @@ class HeartbeatLoop:
             if step is Next.RETRY:
                 failures += 1
                 delay = self._backoff(failures)
-                log.warning(
+                _log(
+                    logging.WARNING,
                     "heartbeat not delivered; retrying",
                     status=reply.status,
                     error=reply.error or reply.body.get("detail"),
@@ -203,14 +241,16 @@ class HeartbeatLoop:
 
     def _complain(self, reply: Reply) -> None:
         if reply.status in (401, 403):
-            log.error(
+            _log(
+                logging.ERROR,
                 "the task API refuses this try's token; heartbeats are not recorded and the"
                 " try will be failed as a zombie unless this is fixed (check the task API keys)",
                 status=reply.status,
                 detail=reply.body.get("detail"),
             )
         else:
-            log.error(
+            _log(
+                logging.ERROR,
                 f"unexpected answer from the task API; check {protocol.URL_ENV}",
                 url=self.url,
                 status=reply.status,
@@ -227,5 +267,138 @@ class HeartbeatLoop:
                 f" at try {reply.body.get('try_number')!s})"
             )
         self.stop_reason = reason
-        log.error("the scheduler no longer runs this try: stopping the pod's work", reason=reason)
+        _log(
+            logging.ERROR,
+            "the scheduler no longer runs this try: stopping the pod's work",
+            reason=reason,
+        )
         self._stop_work(reason)
+
+
+# -- `sluice heartbeat` -------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # exit 2 with the usage, as typer's do
+        self.print_usage(sys.stderr)
+        self.exit(2, f"Error: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    env = os.environ.get
+    parser = _Parser(
+        prog="sluice heartbeat",
+        description=(
+            "Heartbeat one try to the task API until SIGTERM (exit 0). Runs inside a task"
+            " pod as a native sidecar. If the task API says the try is no longer running"
+            " (409) or its task instance is gone (404), it sends SIGTERM to every process"
+            " it may signal (the pod shares one process namespace) and idles. Never run"
+            " it outside a task pod."
+        ),
+    )
+    for flag, variable, what in (
+        ("--url", protocol.URL_ENV, "the task API's base URL"),
+        ("--ti-id", protocol.TI_ID_ENV, "the task instance id"),
+        ("--try-number", protocol.TRY_NUMBER_ENV, "the try number"),
+        ("--interval", protocol.INTERVAL_ENV, "seconds between heartbeats (default 10)"),
+    ):
+        parser.add_argument(flag, default=env(variable), help=f"{what} [env {variable}]")
+    parser.add_argument(
+        "--token-file",
+        type=Path,
+        help=f"read the try's token from this file instead of ${protocol.TOKEN_ENV}",
+    )
+    parser.add_argument("--timeout", default="10", help="seconds to wait for one answer")
+    parser.add_argument("--log-level", default="info")
+    parser.add_argument("--log-json", action="store_true", help="log JSON lines")
+    return parser
+
+
+def _number(parser: argparse.ArgumentParser, value: str, flag: str, kind: type) -> Any:
+    try:
+        number = kind(value)
+    except ValueError:
+        parser.error(f"{flag} must be a number, got {value!r}")
+    if number <= 0:
+        parser.error(f"{flag} must be positive (got {value})")
+    return number
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`sluice heartbeat [options]`: heartbeat one try until SIGTERM; the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Format(args.log_json))
+    _logger.handlers[:] = [handler]
+    _logger.propagate = False
+    _logger.setLevel(logging.getLevelNamesMapping().get(args.log_level.upper(), logging.INFO))
+    for value, flag, variable, what in (
+        (args.url, "--url", protocol.URL_ENV, "no task API URL"),
+        (args.ti_id, "--ti-id", protocol.TI_ID_ENV, "no task instance"),
+        (args.try_number, "--try-number", protocol.TRY_NUMBER_ENV, "no try number"),
+    ):
+        if not value:
+            parser.error(f"{what}: set {variable} or pass {flag}")
+    loop = HeartbeatLoop(
+        args.url,
+        _number(parser, args.ti_id, "--ti-id", int),
+        _number(parser, args.try_number, "--try-number", int),
+        _read_token(parser, args.token_file),
+        stop_work=terminate_pod_processes,
+        interval=_number(parser, args.interval or "10", "--interval", float),
+        timeout=_number(parser, args.timeout, "--timeout", float),
+    )
+    return _serve(loop)
+
+
+def _serve(loop: HeartbeatLoop) -> int:
+    """Run the loop on a thread until SIGTERM or SIGINT. This thread only waits for the
+    signals, so a handler never runs inside the loop's own locks, and a request in
+    flight delays the exit by at most `_EXIT_GRACE`."""
+    crashed: list[BaseException] = []
+
+    def _run() -> None:
+        try:
+            loop.run()
+        except BaseException as exc:
+            crashed.append(exc)
+            raise
+
+    worker = threading.Thread(target=_run, name="heartbeat", daemon=True)
+
+    def _terminate(signum: int, frame: FrameType | None) -> None:
+        loop.stop()
+
+    previous = {sig: signal.signal(sig, _terminate) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        worker.start()
+        while worker.is_alive() and not loop.stopped:
+            worker.join(0.5)
+        worker.join(_EXIT_GRACE)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if crashed:
+        print(f"Error: the heartbeat loop crashed: {crashed[0]!r}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _read_token(parser: argparse.ArgumentParser, token_file: Path | None) -> str:
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            parser.error(f"cannot read --token-file {token_file}: {exc.strerror or exc}")
+        if not token:
+            parser.error(f"--token-file {token_file} is empty")
+        return token
+    token = os.environ.get(protocol.TOKEN_ENV, "").strip()
+    if not token:
+        parser.error(f"no token: set {protocol.TOKEN_ENV} or pass --token-file")
+    return token
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -13,7 +13,7 @@ once every token signed with the old key has expired, drops the old one
 
 A token's expiry must never kill a healthy long task: when a heartbeat is
 accepted with a token below `REFRESH_BELOW` of its life, the response carries a
-fresh one (`REFRESH_HEADER`) with the same lifetime, and the sidecar adopts it.
+fresh one (`protocol.REFRESH_HEADER`) with the same lifetime, and the sidecar adopts it.
 The old token stays valid until it expires, so a lost response costs nothing
 but a retry at the next heartbeat.
 
@@ -40,7 +40,6 @@ ALGORITHM = "HS256"
 LEEWAY_SECONDS = 10.0
 # Below this fraction of its life left, an accepted heartbeat returns a fresh token.
 REFRESH_BELOW = 0.2
-REFRESH_HEADER = "Sluice-Refreshed-Token"
 MIN_KEY_BYTES = 32
 KEYS_ENV = "SLUICE_TASK_API_KEYS"
 KEYS_FILE_ENV = "SLUICE_TASK_API_KEYS_FILE"

@@ -1,8 +1,8 @@
 """The `sluice` command: one CLI for every part (scheduler, operator, sidecar, tools).
 
 `sluice heartbeat` runs in every task pod, so it starts without importing the
-rest (SQLAlchemy, the Kubernetes client, the DAG models): about a third of the
-memory and a tenth of the start time of the whole CLI.
+rest, typer included: `sluice.api.sidecar` parses its own options with the
+standard library (see there).
 """
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ from typing import Any
 
 def main() -> None:
     if sys.argv[1:2] == ["heartbeat"]:
-        from sluice.cli.heartbeat import app as heartbeat_app
+        from sluice.api import sidecar
 
-        heartbeat_app(args=sys.argv[2:], prog_name="sluice heartbeat")
-        return
+        sys.exit(sidecar.main(sys.argv[2:]))
     from sluice.cli.commands import app
 
     app()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import typer
 
+from sluice.api import sidecar
 from sluice.cli import backfill as backfill_cli
 from sluice.cli import dags as dags_cli
 from sluice.cli import db as db_cli
-from sluice.cli import heartbeat as heartbeat_cli
 from sluice.cli import operator as operator_cli
 from sluice.cli import scheduler as scheduler_cli
 from sluice.cli import standalone as standalone_cli
@@ -25,4 +25,16 @@ app.command("scheduler")(scheduler_cli.scheduler)
 app.command("standalone")(standalone_cli.standalone)
 app.command("backfill")(backfill_cli.backfill)
 app.command("operator")(operator_cli.operator)
-app.command("heartbeat")(heartbeat_cli.heartbeat)
+
+
+@app.command(
+    "heartbeat",
+    add_help_option=False,
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def heartbeat(ctx: typer.Context) -> None:
+    """Heartbeat one try to the task API until SIGTERM: a task pod's sidecar
+    (`sluice heartbeat --help` for its options)."""
+    # `sluice heartbeat` itself never gets here (`sluice.cli.main` runs the sidecar's own
+    # parser without typer); this is the same command for `sluice --help` and CliRunner.
+    raise typer.Exit(sidecar.main(ctx.args))
