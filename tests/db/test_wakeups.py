@@ -278,28 +278,54 @@ def test_a_tick_with_nothing_new_sends_no_statement_and_takes_no_connection(
     assert checkouts == []
 
 
-def test_every_phase_looks_again_once_per_tick_interval_or_when_notified(
+# The statements that say a step looked: each phase's first, and the one look for five
+# of them once per tick interval (`probe.py`).
+LOOKS = {
+    "runs": "WITH waiting AS",
+    "examine": "last_scheduling_decision = :now",
+    "critical section": "NOWAIT",
+    "claims": "WITH taken AS",
+    "probe": "AS alerts",
+}
+
+
+def _looked(loop: SchedulerLoop, engine: Engine) -> set[str]:
+    with count_queries(engine) as statements:
+        loop.tick()
+    return {what for what, sql in LOOKS.items() if any(sql in s for s in statements)}
+
+
+def test_once_per_tick_interval_one_statement_looks_for_every_phase(
     sessions: sessionmaker[Session], engine: Engine
 ) -> None:
+    """Once per tick interval the replica looks for what other replicas, the clock or a
+    lost notification brought: one statement for phases 1, 3, 4 and phase 2's runs with
+    work, then only the phases it found work for (here none: the pool is full), plus
+    phase 2's round of quiet runs. A notification makes every phase look at once."""
     clock = FakeClock()
     loop, waker, _ = _waiting_for_a_slot(sessions, clock)
-    looks = {
-        "runs": "WITH waiting AS",
-        "examine": "last_scheduling_decision = :now",
-        "critical section": "NOWAIT",
-        "claims": "WITH taken AS",
-    }
-    clock.advance(seconds=1)  # what other replicas changed, or the clock
-    with count_queries(engine) as statements:
-        loop.tick()
-    assert {what for what, sql in looks.items() if any(sql in s for s in statements)} == set(looks)
-    with count_queries(engine) as statements:
-        loop.tick()
-    assert statements == []
+    clock.advance(seconds=1)
+    assert _looked(loop, engine) == {"probe", "examine"}
+    assert _looked(loop, engine) == set()
     waker.heard = True  # a notification: an unpause, a run inserted or ended elsewhere
-    with count_queries(engine) as statements:
-        loop.tick()
-    assert {what for what, sql in looks.items() if any(sql in s for s in statements)} == set(looks)
+    assert _looked(loop, engine) == {"runs", "examine", "critical section", "claims"}
+
+
+def test_the_look_finds_work_no_one_told_this_replica_of(
+    sessions: sessionmaker[Session], engine: Engine
+) -> None:
+    """A slot made elsewhere (another replica's try ended, the pool resized) is found by
+    the next look: the critical section queues the waiting task and the claim starts it
+    in that tick."""
+    clock = FakeClock()
+    loop, _, executor = _waiting_for_a_slot(sessions, clock)
+    with sessions() as session:
+        session.execute(text("UPDATE slot_pool SET slots = 2 WHERE name = 'default'"))
+        session.commit()
+    assert _looked(loop, engine) == set()  # no tick interval yet, no one told it
+    clock.advance(seconds=1)
+    assert _looked(loop, engine) == {"probe", "examine", "critical section", "claims"}
+    assert len(executor.started) == 2
 
 
 def _two_other_replicas(sessions: sessionmaker[Session], clock: FakeClock) -> None:
@@ -325,29 +351,27 @@ def test_live_replicas_share_the_looks_once_per_tick_interval(
     clock = FakeClock()
     loop, waker, _ = _waiting_for_a_slot(sessions, clock)
     _two_other_replicas(sessions, clock)
-    looks = ("WITH waiting AS", "last_scheduling_decision = :now", "NOWAIT", "WITH taken AS")
+    looks = {"probe", "examine"}  # the look, and phase 2's quiet round
 
     def looked() -> set[str]:
-        with count_queries(engine) as statements:
-            loop.tick()
-        return {sql for sql in looks if any(sql in s for s in statements)}
+        return _looked(loop, engine)
 
     clock.advance(seconds=5)  # the replica's heartbeat counts the live ones: three
-    assert looked() == set(looks)
+    assert looked() == looks
     clock.advance(seconds=1)
     assert looked() == set()  # one interval: another replica's turn
     clock.advance(seconds=2)
-    assert looked() == set(looks)  # three intervals: its own
+    assert looked() == looks  # three intervals: its own
     clock.advance(seconds=1)
     assert looked() == set()
     waker.heard = True  # a notification: every phase at once, whoever's turn it is
-    assert looked() == set(looks)
+    assert looked() == {"runs", "examine", "critical section", "claims"}
     waker.heard = False
 
     clock.advance(seconds=31)  # the others stopped heartbeating: it is alone again
-    assert looked() == set(looks)
+    assert looked() == looks
     clock.advance(seconds=1)
-    assert looked() == set(looks)
+    assert looked() == looks
 
 
 def test_a_slot_this_replica_frees_is_taken_at_the_next_tick(

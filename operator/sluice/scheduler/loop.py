@@ -14,11 +14,12 @@ With a `Waker`, phases 2 to 4 run like phase 1, when something may have
 given them work (`Due`): this replica did (a report applied frees a slot and
 may make tasks ready, tasks scheduled wait for the critical section, tries
 queued wait for a claim), a notification came, or their last pass came back
-full or failed; and otherwise once per tick interval (what other replicas, the
-clock or a lost notification may have brought). A tick that follows a busy one
-so skips the statements that would find nothing, and an idle replica still
-looks at everything once per tick interval (with N live replicas, each once
-per N intervals: `_share_looks`). Without a waker every phase runs every tick.
+full or failed; and otherwise when the look once per tick interval (one
+statement for all of them, `probe.py`) finds them work that other replicas,
+the clock or a lost notification brought. A tick that follows a busy one so
+skips the statements that would find nothing, and an idle replica still looks
+at everything once per tick interval (with N live replicas, each once per N
+intervals: `_share_looks`). Without a waker every phase runs every tick.
 
 A phase that meets a busy lock skips this tick; a deadlock is retried with
 backoff; any other error is logged and the loop goes on (invariant 6). The
@@ -37,6 +38,7 @@ liveness probes (ADR 0020).
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -56,7 +58,7 @@ from sluice.executors.base import Executor, TaskEvent, TaskLaunch
 from sluice.logs import first_line
 from sluice.metrics import families as metrics
 from sluice.metrics.health import LoopHealth
-from sluice.scheduler import housekeeping, past, reconcile
+from sluice.scheduler import housekeeping, past, probe, reconcile
 from sluice.scheduler.config import SchedulerConfig
 from sluice.scheduler.critical import queue_schedulable_task_instances
 from sluice.scheduler.dispatch import claim_alerts, claim_task_starts
@@ -188,12 +190,16 @@ class SchedulerLoop:
         # Each runs on the first tick, then when told or once per tick interval.
         every = self.config.tick_interval
         long_ago = self.clock() - timedelta(seconds=every)
-        self._runs_due = Due(every, long_ago)  # phase 1 (with a waker; without, every tick)
         self._quiet_due = Due(every, long_ago, told=False)  # phase 2's round of quiet runs
-        self._examine_due = Due(every, long_ago)  # phase 2, runs with work
-        self._queue_due = Due(every, long_ago)  # phase 3
-        self._claims_due = Due(every, long_ago)  # phase 4: queued tries to claim
-        self._alerts_due = Due(every, long_ago)  # phase 4: alerts to deliver
+        # These five run when told (with a waker; without one, the first four run every
+        # tick). What no one can tell this replica of is found by one look for all five
+        # once per tick interval (`_probe`).
+        self._runs_due = Due(math.inf, long_ago)  # phase 1
+        self._examine_due = Due(math.inf, long_ago)  # phase 2, runs with work
+        self._queue_due = Due(math.inf, long_ago)  # phase 3
+        self._claims_due = Due(math.inf, long_ago)  # phase 4: queued tries to claim
+        self._alerts_due = Due(math.inf, long_ago)  # phase 4: alerts to deliver
+        self._probe_due = Due(every, long_ago, told=False)
         self._replicas = 1  # live replicas at the last heartbeat: they share the looks
         # Told the live replicas' count when it changes (the status publisher shares its
         # own periodic looks the same way).
@@ -275,6 +281,7 @@ class SchedulerLoop:
         now = self.clock()
         self._changed = False
         self._listen()
+        self._probe(now, report)
 
         # Phase 1: runs.
         def runs(session: Session) -> tuple[int, int]:
@@ -376,6 +383,46 @@ class SchedulerLoop:
                 due.tell()
             self._changed = True  # another process changed a run or a DAG: status to publish
         self._heard = False
+
+    @property
+    def _told_only(self) -> tuple[Due, ...]:
+        return (
+            self._runs_due,
+            self._examine_due,
+            self._queue_due,
+            self._claims_due,
+            self._alerts_due,
+        )
+
+    def _probe(self, now: datetime, report: TickReport) -> None:
+        """The look once per tick interval for work no one told this replica of, for five
+        steps in one statement (`probe.py`): each step with work is told. Without a
+        waker the first four run every tick, and the alerts look for themselves."""
+        if not self._probe_due(now):
+            return
+        self._probe_due.ran(now)
+        if self.waker is None:
+            self._alerts_due.tell()
+            return
+        steps = self._told_only
+        if all(due.told for due in steps):
+            return  # every step looks this tick anyway
+        work = self._transaction("probe", lambda s: probe.look(s, now), None, report)
+        found = (
+            steps
+            if work is None  # the look failed: every step looks for itself
+            else [
+                due
+                for due, has in zip(
+                    steps,
+                    (work.runs, work.examine, work.queue, work.claims, work.alerts),
+                    strict=True,
+                )
+                if has
+            ]
+        )
+        for due in found:
+            due.tell()
 
     def _queue_tasks(self, now: datetime, report: TickReport) -> bool:
         """Critical-section batches, each committed (releasing the pool lock) before the next;
@@ -665,17 +712,7 @@ class SchedulerLoop:
         shared = [(self._sweep_due, cfg.zombie_check_interval)]
         shared.append((self._reconcile_due, cfg.reconcile_interval))
         if self.waker is not None:
-            shared += [
-                (due, cfg.tick_interval)
-                for due in (
-                    self._runs_due,
-                    self._quiet_due,
-                    self._examine_due,
-                    self._queue_due,
-                    self._claims_due,
-                    self._alerts_due,
-                )
-            ]
+            shared += [(self._probe_due, cfg.tick_interval), (self._quiet_due, cfg.tick_interval)]
         for due, every in shared:
             due.interval = every * replicas
             due.last -= timedelta(seconds=self._offsets.uniform(0, due.interval - every))
