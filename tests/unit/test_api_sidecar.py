@@ -62,7 +62,7 @@ def scripted(
         stop_work=stops.append,
         post=script.post,
         wait=script.wait,
-        **kwargs,
+        **{"first_after": 0.0, **kwargs},
     )
     script.loop = loop
     return loop, script
@@ -240,7 +240,8 @@ def test_the_interval_comes_from_the_pod_environment(monkeypatch: pytest.MonkeyP
 def test_the_sidecar_starts_without_the_rest_of_the_cli() -> None:
     # It runs in every task pod: SQLAlchemy, the Kubernetes client and the DAG models
     # would triple its memory (its container's limit is 96 MiB), and typer and structlog
-    # (with rich, which both load) cost about 0.7 s of CPU to import, in every pod.
+    # (with rich, which both load) cost about 0.7 s of CPU to import, in every pod. The
+    # HTTP client waits for the first post, which most tries end before.
     code = (
         "import sys\n"
         "sys.argv = ['sluice', 'heartbeat', '--help']\n"
@@ -250,7 +251,7 @@ def test_the_sidecar_starts_without_the_rest_of_the_cli() -> None:
         "except SystemExit:\n"
         "    pass\n"
         "heavy = {'sqlalchemy', 'kubernetes', 'sluice.spec.models', 'kopf', 'typer', 'click',\n"
-        "         'structlog', 'rich', 'jwt', 'pydantic'}\n"
+        "         'structlog', 'rich', 'jwt', 'pydantic', 'urllib.request', 'http.client'}\n"
         "print('heavy:', sorted(heavy & set(sys.modules)))\n"
     )
     out = subprocess.run(
@@ -275,6 +276,7 @@ def test_the_sidecar_logs_one_line_per_event(
 
     def serve(loop: HeartbeatLoop) -> int:
         loop._post = lambda *args: NOT_RUNNING
+        loop.first_after = 0.0
         runner = threading.Thread(target=loop.run)
         runner.start()
         while loop.stop_reason is None and runner.is_alive():
@@ -296,3 +298,27 @@ def test_the_sidecar_logs_one_line_per_event(
     assert lines[1]["level"] == "error"
     assert "the task instance is success at try 2" in lines[1]["reason"]
     assert {"timestamp", "interval"} <= set(lines[0])
+
+
+def test_the_first_heartbeat_comes_one_interval_after_the_start() -> None:
+    # The claim that started the try was its first heartbeat: a try shorter than the
+    # interval never posts, and a longer one posts once per interval from its start.
+    stops: list[str] = []
+    loop, script = scripted([OK, OK], stops, interval=10.0, first_after=None)
+    loop.run()
+    assert script.waits[0] == 10.0
+    assert len(script.urls) == 2
+
+
+def test_a_sidecar_stopped_before_its_first_heartbeat_never_posts() -> None:
+    stops: list[str] = []
+    script = Script([OK])
+    loop = HeartbeatLoop(
+        "http://task-api:8080/", 7, 2, "t", stop_work=stops.append, post=script.post
+    )
+    runner = threading.Thread(target=loop.run)
+    runner.start()
+    loop.stop()  # SIGTERM: the task ended
+    runner.join(5)
+    assert not runner.is_alive()
+    assert script.urls == []

@@ -3,7 +3,9 @@
 It runs in every task pod as a native sidecar (an init container with
 `restartPolicy: Always`) from the Sluice image, so task images need nothing of
 Sluice. Every `interval` it posts its try's heartbeat to the task API with the
-try's token, and what comes back decides what it does:
+try's token, the first one `interval` after it starts (the claim that started
+the try counts as its first heartbeat; a try shorter than the interval, and
+most are, never posts one), and what comes back decides what it does:
 
 - 204: the try is the running one. A `Sluice-Refreshed-Token` header replaces
   the token (so expiry never ends a healthy long task).
@@ -27,14 +29,17 @@ Every task pod starts this process, so it imports the standard library and
 `sluice.api.protocol` only: `main` parses its options with argparse and logs
 through `logging` (one `key=value` or JSON line per event), where the rest of
 Sluice uses typer and structlog. Those two (with rich, which both load) cost
-about 0.7 s of CPU to import, in every pod (`tests/unit/test_api_sidecar.py`
-checks what this loads; bench/README.md has the figures).
+about 0.7 s of CPU to import, in every pod; the HTTP client (urllib, with
+http.client and the email package under it) is imported at the first post,
+so a pod whose task ends before it never loads it
+(`tests/unit/test_api_sidecar.py` checks what this loads; `python -m
+bench.sidecar_start` measures it).
 """
 
 from __future__ import annotations
 
 import argparse
-import http.client
+import functools
 import json
 import logging
 import os
@@ -43,15 +48,13 @@ import signal
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
 from types import FrameType
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from sluice.api import protocol
 
@@ -60,9 +63,18 @@ _logger = logging.getLogger("sluice.heartbeat")
 # After SIGTERM, how long a heartbeat still in flight may delay the exit.
 _EXIT_GRACE = 2.0
 
-# No ProxyHandler from the environment: an HTTP_PROXY meant for the task would
-# otherwise carry in-cluster heartbeats out of the cluster.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+if TYPE_CHECKING:
+    import urllib.request
+
+
+@functools.cache
+def _opener() -> urllib.request.OpenerDirector:
+    """The HTTP client, imported at the first post. No ProxyHandler from the environment:
+    an HTTP_PROXY meant for the task would otherwise carry in-cluster heartbeats out of
+    the cluster."""
+    import urllib.request
+
+    return urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def _log(level: int, event: str, **fields: Any) -> None:
@@ -106,6 +118,11 @@ class Next(Enum):
 
 def post_heartbeat(url: str, token: str, timeout: float) -> Reply:
     """POST one heartbeat; never raises for network or HTTP errors."""
+    import http.client
+    import urllib.error
+    import urllib.request
+
+    opener = _opener()
     request = urllib.request.Request(
         url,
         data=b"",
@@ -113,7 +130,7 @@ def post_heartbeat(url: str, token: str, timeout: float) -> Reply:
         headers={"Authorization": f"Bearer {token}", "User-Agent": "sluice-heartbeat"},
     )
     try:
-        with _OPENER.open(request, timeout=timeout) as response:
+        with opener.open(request, timeout=timeout) as response:
             return Reply(
                 response.status,
                 _json(response.read()),
@@ -173,6 +190,7 @@ class HeartbeatLoop:
         stop_work: Callable[[str], None],
         interval: float = 10.0,
         timeout: float = 10.0,
+        first_after: float | None = None,
         first_retry: float = 1.0,
         post: Callable[[str, str, float], Reply] = post_heartbeat,
         wait: Callable[[float], object] | None = None,
@@ -183,6 +201,9 @@ class HeartbeatLoop:
         self.token = token
         self.interval = interval
         self.timeout = timeout
+        # The first post comes one interval after the start (the claim heartbeated the
+        # try when it started it), unless told otherwise.
+        self.first_after = interval if first_after is None else first_after
         self.first_retry = first_retry
         self.stop_reason: str | None = None
         self.accepted = 0
@@ -202,6 +223,8 @@ class HeartbeatLoop:
     def run(self) -> None:
         failures = 0
         _log(logging.INFO, "heartbeating", url=self.url, interval=self.interval)
+        if self.first_after > 0:
+            self._wait(self.first_after)
         while not self._stopped.is_set():
             started = time.monotonic()
             reply = self._post(self.url, self.token, self.timeout)

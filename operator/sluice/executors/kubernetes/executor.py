@@ -635,10 +635,11 @@ UNBOUNDED_TRY_TOKEN_LIFE = 24 * 3600.0
 
 
 def _token_life(timeout: timedelta | None, settings: KubernetesSettings) -> float:
-    """A try's token outlives its pod's start and its run time (a day without a timeout);
-    the task API refreshes it while heartbeats flow, so expiry never stops a live try."""
+    """A try's token outlives its pod's start, the sidecar's wait before its first post
+    (one heartbeat interval) and its run time (a day without a timeout); the task API
+    refreshes it while heartbeats flow, so expiry never stops a live try."""
     run = timeout.total_seconds() if timeout is not None else UNBOUNDED_TRY_TOKEN_LIFE
-    return settings.pod_start_timeout + run + 300
+    return settings.pod_start_timeout + settings.heartbeat_interval + run + 300
 
 
 def _api_error(exc: ApiException) -> str:
