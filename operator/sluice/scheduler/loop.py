@@ -187,7 +187,7 @@ class SchedulerLoop:
         self._sweep_due = Due(self.config.zombie_check_interval, self.clock(), told=False)
         self._reconcile_due = Due(self.config.reconcile_interval, self.clock(), told=False)
         self._reconcile_after: int | None = None  # a pass under way: the last run id reached
-        # Each runs on the first tick, then when told or once per tick interval.
+        # Each runs on the first tick, then when told (or due: the quiet round and the look).
         every = self.config.tick_interval
         long_ago = self.clock() - timedelta(seconds=every)
         self._quiet_due = Due(every, long_ago, told=False)  # phase 2's round of quiet runs
@@ -364,9 +364,10 @@ class SchedulerLoop:
 
         Without a waker, always. With one: when a notification came (a DAG
         registered or unpaused, a run inserted or ended), when the last phase 1
-        came back full or this replica ended a run, and otherwise once per tick
-        interval (schedules falling due, anything a notification missed). A busy
-        replica so skips two queries per tick that would find nothing.
+        came back full or this replica ended a run, and otherwise when the look
+        once per tick interval (`_probe`) finds a schedule fallen due or a queued
+        run (anything a notification missed). A busy replica so skips two queries
+        per tick that would find nothing.
         """
         return self._due(self._runs_due, now)
 
@@ -397,7 +398,8 @@ class SchedulerLoop:
     def _probe(self, now: datetime, report: TickReport) -> None:
         """The look once per tick interval for work no one told this replica of, for five
         steps in one statement (`probe.py`): each step with work is told. Without a
-        waker the first four run every tick, and the alerts look for themselves."""
+        waker the first four run every tick, and the alerts are looked for once per
+        interval, as before."""
         if not self._probe_due(now):
             return
         self._probe_due.ran(now)
