@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy import ColumnElement, func, insert, or_, select, text, tuple_, update
+from sqlalchemy import ColumnElement, insert, or_, select, text, tuple_, update
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache
@@ -51,13 +51,27 @@ def register_scheduler(session: Session, now: datetime) -> int:
     )
 
 
-def heartbeat_scheduler(session: Session, job_id: int, now: datetime) -> None:
-    # A replica that was paused past the threshold was marked dead; it is alive again.
-    session.execute(
-        update(SchedulerJob)
-        .where(SchedulerJob.id == job_id)
-        .values(latest_heartbeat=now, state="running", ended_at=None)
+# The replica's heartbeat (a replica that was paused past the threshold was marked dead:
+# it is alive again) and the count of live replicas, itself included, in one round trip:
+# the others as this statement's snapshot sees them, plus this one if its row was there.
+_BEAT = Prepared(
+    """
+    WITH beat AS (
+        UPDATE scheduler_job SET latest_heartbeat = :now, state = 'running', ended_at = NULL
+        WHERE id = :job RETURNING id
     )
+    SELECT (SELECT count(*) FROM beat)
+         + (SELECT count(*) FROM scheduler_job
+            WHERE id <> :job AND state = 'running' AND latest_heartbeat >= :since)
+    """
+)
+
+
+def heartbeat_scheduler(session: Session, job_id: int, now: datetime, dead_after: float) -> int:
+    """Heartbeat this replica; the live replicas (heartbeating within `dead_after`, this
+    one included)."""
+    since = now - timedelta(seconds=dead_after)
+    return int(_BEAT(session, {"job": job_id, "now": now, "since": since}).scalar_one())
 
 
 def _live(now: datetime, dead_after: float) -> tuple[ColumnElement[bool], ...]:
@@ -65,15 +79,6 @@ def _live(now: datetime, dead_after: float) -> tuple[ColumnElement[bool], ...]:
     return (
         SchedulerJob.state == "running",
         SchedulerJob.latest_heartbeat >= now - timedelta(seconds=dead_after),
-    )
-
-
-def live_schedulers(session: Session, now: datetime, dead_after: float) -> int:
-    """Replicas heartbeating within `dead_after` (this one included, once it has beaten)."""
-    return int(
-        session.execute(
-            select(func.count()).select_from(SchedulerJob).where(*_live(now, dead_after))
-        ).scalar_one()
     )
 
 

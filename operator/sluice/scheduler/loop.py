@@ -678,8 +678,9 @@ class SchedulerLoop:
             self._last_heartbeat = now
 
             def beat(session: Session) -> int:
-                housekeeping.heartbeat_scheduler(session, self.job_id, now)
-                return housekeeping.live_schedulers(session, now, cfg.scheduler_dead_after)
+                return housekeeping.heartbeat_scheduler(
+                    session, self.job_id, now, cfg.scheduler_dead_after
+                )
 
             live = self._transaction("heartbeat", beat, None, report)
             if live is not None:
