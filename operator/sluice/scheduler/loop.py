@@ -190,6 +190,9 @@ class SchedulerLoop:
         every = self.config.tick_interval
         long_ago = self.clock() - timedelta(seconds=every)
         self._runs_due = Due(every, long_ago)  # phase 1 (with a waker; without, every tick)
+        # When the next scheduled run falls due, as phase 1's last pass saw it: the idle
+        # wait ends then, so a minute's runs are not seen up to a tick interval late.
+        self._next_due: datetime | None = None
         self._quiet_due = Due(every, long_ago, told=False)  # phase 2's round of quiet runs
         self._examine_due = Due(every, long_ago)  # phase 2, runs with work
         self._queue_due = Due(every, long_ago)  # phase 3
@@ -333,6 +336,7 @@ class SchedulerLoop:
             first_tasks += batch.first_tasks.scheduled
             if batch.first_tasks.settled_ok_runs:
                 self._wake_next_runs(sorted(batch.first_tasks.settled_ok_runs), report)
+            self._next_due = batch.next_due
             full = batch.created >= limit or batch.started >= limit
             spent = (self.clock() - began).total_seconds() >= cfg.runs_phase_budget
             if not full or spent or max(report.runs_created, report.runs_started) >= cap:
@@ -392,6 +396,8 @@ class SchedulerLoop:
         interval (schedules falling due, anything a notification missed). A busy
         replica so skips two queries per tick that would find nothing.
         """
+        if self._next_due is not None and now >= self._next_due:
+            return True  # a schedule fell due (the idle wait ended for it)
         return self._due(self._runs_due, now)
 
     def _due(self, due: Due, now: datetime) -> bool:
@@ -884,11 +890,16 @@ class SchedulerLoop:
             self.health.stopped()
 
     def idle(self) -> None:
-        """Wait one tick interval, or until the waker hears that work appeared."""
+        """Wait one tick interval, or until the waker hears that work appeared, or until
+        the next scheduled run falls due (a schedule falling due notifies no one)."""
+        wait = self.config.tick_interval
+        if self._next_due is not None:
+            until_due = (self._next_due - self.clock()).total_seconds()
+            wait = min(wait, max(0.0, until_due))
         if self.waker is not None:
-            self._heard = self.waker.wait(self.config.tick_interval) or self._heard
+            self._heard = self.waker.wait(wait) or self._heard
         else:
-            self.sleep(self.config.tick_interval)
+            self.sleep(wait)
 
     def close(self) -> None:
         self.executor.shutdown()

@@ -439,6 +439,9 @@ class RunsBatch:
     created: int
     started: int
     first_tasks: examine.ExamineStats
+    # When the next run falls due, if this pass left none due now (None: unknown, or
+    # no schedule calls for one): the loop's idle wait ends then.
+    next_due: datetime | None = None
 
 
 def create_and_start_runs(
@@ -459,7 +462,20 @@ def create_and_start_runs(
         if loadable
         else examine.ExamineStats()
     )
-    return RunsBatch(created, len(started), first_tasks)
+    emptied = created < limit and len(started) < limit
+    next_due = _NEXT_DUE(session, {"now": now}).scalar() if emptied else None
+    return RunsBatch(created, len(started), first_tasks, next_due)
+
+
+# The earliest next run of the DAGs phase 1 looks at, after `now` (the partial index of
+# the due scan; a DAG due now but at its limit is not "next").
+_NEXT_DUE = Prepared(
+    """
+    SELECT min(next_run_after) FROM dag
+    WHERE is_active AND NOT is_paused AND next_run_after IS NOT NULL
+      AND broken_reason IS NULL AND next_run_after > :now
+    """
+)
 
 
 def _loads(session: Session, specs: SpecCache, version_id: int) -> bool:
