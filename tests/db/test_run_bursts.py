@@ -230,3 +230,38 @@ def test_an_idle_loop_wakes_when_the_next_run_falls_due(
             break
     loop.idle()
     assert waker.waits[-1] == 1.0
+
+
+def test_replicas_creating_a_burst_together_make_each_run_once(
+    sessions: sessionmaker[Session],
+) -> None:
+    """Three loops on threads of their own (their sessions and connections), small
+    batches so they interleave: DAG rows are taken SKIP LOCKED, so the runs they
+    create add up to the schedule's, none lost and none twice. (tests/db/test_races.py
+    races whole processes over every phase.)"""
+    import threading
+
+    names = _dags(sessions, 300)
+    clock = FakeClock(T0 + timedelta(hours=3, minutes=30))  # three intervals due per DAG
+    loops = [make_loop(sessions, ScriptedExecutor(), clock, runs_created_per_batch=25)]
+    loops += [make_loop(sessions, ScriptedExecutor(), clock, runs_created_per_batch=25)]
+    loops += [make_loop(sessions, ScriptedExecutor(), clock, runs_created_per_batch=25)]
+    created = [0] * len(loops)
+    errors: list[str] = []
+    start = threading.Barrier(len(loops))
+
+    def replica(i: int) -> None:
+        start.wait()
+        for _ in range(40):
+            report = loops[i].tick()
+            errors.extend(report.errors)
+            created[i] += report.runs_created
+
+    threads = [threading.Thread(target=replica, args=(i,)) for i in range(len(loops))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    assert sum(created) == 900
+    assert _runs_per_dag(sessions) == Counter(dict.fromkeys(names, 3))
