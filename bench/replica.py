@@ -44,7 +44,11 @@ def main(argv: list[str] | None = None) -> None:
         default=SchedulerConfig.critical_batches_per_tick,
         help="critical-section batches per tick (1: one query per tick, as Airflow)",
     )
-    parser.add_argument("--no-wake", action="store_true", help="idle sleep without LISTEN/NOTIFY")
+    parser.add_argument(
+        "--no-wake",
+        action="store_true",
+        help="idle sleep without LISTEN/NOTIFY, nor an end at the next due run (Airflow's)",
+    )
     parser.add_argument(
         "--no-prepared-statements", action="store_true", help="hot statements as plain text"
     )
@@ -71,6 +75,7 @@ def main(argv: list[str] | None = None) -> None:
         runs_created_per_tick=args.runs_created,
         runs_phase_budget=args.runs_phase_budget,
         critical_batches_per_tick=args.critical_batches,
+        wake_at_next_due=not args.no_wake,
     )
     waker = None if args.no_wake else Waker(engine)
     loop = SchedulerLoop(session_factory(engine), NoopExecutor(), config, waker=waker)

@@ -265,3 +265,18 @@ def test_replicas_creating_a_burst_together_make_each_run_once(
     assert not errors, errors
     assert sum(created) == 900
     assert _runs_per_dag(sessions) == Counter(dict.fromkeys(names, 3))
+
+
+def test_without_the_wake_at_the_next_due_run_the_idle_wait_is_the_tick_interval(
+    sessions: sessionmaker[Session],
+) -> None:
+    """The like-for-like benchmark's setting: an idle sleep as Airflow's."""
+    from tests.db.test_wakeups import RecordingWaker
+
+    _dags(sessions, 1)
+    clock = FakeClock(T0 + timedelta(hours=1) - timedelta(seconds=0.25))
+    loop = make_loop(sessions, ScriptedExecutor(), clock, wake_at_next_due=False)
+    loop.waker = waker = RecordingWaker()
+    assert loop.tick().runs_created == 0
+    loop.idle()
+    assert waker.waits == [1.0]

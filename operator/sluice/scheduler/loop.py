@@ -893,7 +893,7 @@ class SchedulerLoop:
         """Wait one tick interval, or until the waker hears that work appeared, or until
         the next scheduled run falls due (a schedule falling due notifies no one)."""
         wait = self.config.tick_interval
-        if self._next_due is not None:
+        if self._next_due is not None and self.config.wake_at_next_due:
             until_due = (self._next_due - self.clock()).total_seconds()
             wait = min(wait, max(0.0, until_due))
         if self.waker is not None:
