@@ -184,7 +184,7 @@ _INSERT_TASKS = Prepared(
 def create_due_runs(session: Session, specs: SpecCache, now: datetime, limit: int) -> int:
     """Create up to `limit` scheduled runs whose data interval has ended; four statements
     (the due DAGs, the runs, their task instances, the DAGs' next runs) when no DAG is
-    broken.
+    broken and their versions are cached.
 
     A DAG whose current version cannot be loaded is marked broken, with the
     reason, and leaves the due list until a manifest makes a loadable version
