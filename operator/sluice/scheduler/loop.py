@@ -1,7 +1,8 @@
 """The scheduler loop: four phases per tick, each its own short transaction.
 
-1. create runs the timetables call for, and start queued runs within maxActiveRuns
-   (with a `Waker`, only when something may have changed: see `_runs_phase_due`);
+1. create runs the timetables call for, start queued runs within maxActiveRuns and
+   decide their first tasks, in batches while a time budget lasts (ADR 0023; with a
+   `Waker`, only when something may have changed: see `_runs_phase_due`);
 2. examine running runs: trigger rules, retries, timeouts, run completion;
 3. the critical section: queue scheduled tasks within pools and limits, in
    batches of `max_tis_per_query`, each its own short transaction, repeated
