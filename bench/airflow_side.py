@@ -30,6 +30,7 @@ from sqlalchemy import Engine, create_engine, text
 
 from bench.airflow_install import PINS, ensure_airflow, install_record, installed_airflow
 from bench.common import (
+    AIRFLOW_RUNS_CREATED,
     RESULTS,
     Knobs,
     Postgres,
@@ -160,7 +161,9 @@ def airflow_env(peer: Peer, url: str, knobs: Knobs, dags_folder: Path) -> dict[s
             "AIRFLOW__CORE__DEFAULT_POOL_TASK_SLOT_COUNT": str(knobs.pool_slots),
             "AIRFLOW__SCHEDULER__MAX_TIS_PER_QUERY": str(knobs.max_tis_per_query),
             "AIRFLOW__SCHEDULER__MAX_DAGRUNS_PER_LOOP_TO_SCHEDULE": str(knobs.runs_examined),
-            "AIRFLOW__SCHEDULER__MAX_DAGRUNS_TO_CREATE_PER_LOOP": str(knobs.runs_created),
+            "AIRFLOW__SCHEDULER__MAX_DAGRUNS_TO_CREATE_PER_LOOP": str(
+                AIRFLOW_RUNS_CREATED if knobs.runs_created is None else knobs.runs_created
+            ),
             "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": str(knobs.idle_sleep),
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(peer.home / "logs"),

@@ -30,13 +30,20 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 HARNESS_MARK = "/* sluice-bench-harness */"
 
 
+# Airflow's default [scheduler] max_dagruns_to_create_per_loop.
+AIRFLOW_RUNS_CREATED = 10
+
+
 @dataclass(frozen=True)
 class Knobs:
     """The same settings on both sides (Airflow's names in the comments), and Sluice's own."""
 
     max_tis_per_query: int = 16  # [scheduler] max_tis_per_query
     runs_examined: int = 20  # [scheduler] max_dagruns_per_loop_to_schedule
-    runs_created: int = 10  # [scheduler] max_dagruns_to_create_per_loop
+    # [scheduler] max_dagruns_to_create_per_loop. None: each side's own default (Airflow's
+    # 10; Sluice's `runs_created_per_tick`, which leaves the pace to a time budget,
+    # ADR 0023); the like-for-like variant sets Airflow's 10 on both sides.
+    runs_created: int | None = None
     idle_sleep: float = 1.0  # [scheduler] scheduler_idle_sleep_time
     pool_slots: int = 1_000_000  # default pool, "unlimited"
     max_active_tasks: int = 100_000  # per DAG, so only pools and the scheduler limit
@@ -56,7 +63,8 @@ def for_variant(knobs: Knobs, variant: str, dags: int) -> Knobs:
     `defaults`: each side as configured above (Airflow's own defaults for runs
     examined and tasks per query; Sluice's for batches and wake-up).
     `like-for-like`: Sluice runs one critical-section query per tick and no
-    NOTIFY wake-up, as Airflow's loop does, and both sides examine every run in
+    NOTIFY wake-up, as Airflow's loop does, both sides create at most Airflow's
+    10 runs per loop (unless set), and both sides examine every run in
     flight on each loop (Airflow's `max_dagruns_per_loop_to_schedule` at least
     the runs), since a Sluice report decides the tasks it makes ready at once.
     """
@@ -68,6 +76,7 @@ def for_variant(knobs: Knobs, variant: str, dags: int) -> Knobs:
             critical_batches=1,
             wake=False,
             runs_examined=max(knobs.runs_examined, dags),
+            runs_created=AIRFLOW_RUNS_CREATED if knobs.runs_created is None else knobs.runs_created,
             variant=LIKE_FOR_LIKE,
         )
     raise ValueError(f"unknown variant {variant!r}: one of {', '.join(VARIANTS)}")

@@ -25,7 +25,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("url")
     parser.add_argument("--max-tis-per-query", type=int, default=16)
     parser.add_argument("--runs-examined", type=int, default=20)
-    parser.add_argument("--runs-created", type=int, default=10)
+    parser.add_argument(
+        "--runs-created",
+        type=int,
+        default=SchedulerConfig.runs_created_per_tick,
+        help="runs created per tick, at most (10: Airflow's max_dagruns_to_create_per_loop)",
+    )
+    parser.add_argument(
+        "--runs-phase-budget",
+        type=float,
+        default=SchedulerConfig.runs_phase_budget,
+        help="seconds of a tick phase 1 may take in batches",
+    )
     parser.add_argument("--idle-sleep", type=float, default=1.0)
     parser.add_argument(
         "--critical-batches",
@@ -33,7 +44,11 @@ def main(argv: list[str] | None = None) -> None:
         default=SchedulerConfig.critical_batches_per_tick,
         help="critical-section batches per tick (1: one query per tick, as Airflow)",
     )
-    parser.add_argument("--no-wake", action="store_true", help="idle sleep without LISTEN/NOTIFY")
+    parser.add_argument(
+        "--no-wake",
+        action="store_true",
+        help="idle sleep without LISTEN/NOTIFY, nor an end at the next due run (Airflow's)",
+    )
     parser.add_argument(
         "--no-prepared-statements", action="store_true", help="hot statements as plain text"
     )
@@ -58,7 +73,9 @@ def main(argv: list[str] | None = None) -> None:
         max_tis_per_query=args.max_tis_per_query,
         runs_examined_per_tick=args.runs_examined,
         runs_created_per_tick=args.runs_created,
+        runs_phase_budget=args.runs_phase_budget,
         critical_batches_per_tick=args.critical_batches,
+        wake_at_next_due=not args.no_wake,
     )
     waker = None if args.no_wake else Waker(engine)
     loop = SchedulerLoop(session_factory(engine), NoopExecutor(), config, waker=waker)

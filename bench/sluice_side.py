@@ -2,7 +2,7 @@
 
 One run per DAG comes from `schedule: "@once"` with a start date in the past,
 as Airflow's performance DAGs do: at t0 the DAGs are unpaused and the
-scheduler itself creates the runs (at most `runs_created` per tick).
+scheduler itself creates the runs (at most `runs_created` per tick, when set).
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def start_replicas(
             url,
             f"--max-tis-per-query={knobs.max_tis_per_query}",
             f"--runs-examined={knobs.runs_examined}",
-            f"--runs-created={knobs.runs_created}",
+            *([] if knobs.runs_created is None else [f"--runs-created={knobs.runs_created}"]),
             f"--idle-sleep={knobs.idle_sleep}",
             f"--critical-batches={knobs.critical_batches}",
             *([] if knobs.wake else ["--no-wake"]),

@@ -102,7 +102,7 @@ def test_a_tick_whose_every_phase_fails_does_not_count_for_readiness(
         raise RuntimeError("database gone mid-tick")
 
     for phase in (
-        "create_due_runs",
+        "create_and_start_runs",
         "examine_running_runs",
         "queue_schedulable_task_instances",
         "claim_task_starts",

@@ -158,6 +158,25 @@ def follow_up(session: Session, moved: Sequence[Row[Any]], now: datetime) -> Exa
     return stats
 
 
+def decide_first_tasks(session: Session, run_ids: list[int], now: datetime) -> ExamineStats:
+    """Trigger rules for the runs phase 1 just started, in its transaction (it holds
+    their locks: their DAG rows, then the runs its promotion updated).
+
+    A new run's first tasks (its roots) are decided at once, so the critical
+    section of the same tick can queue them, instead of waiting for the run's
+    turn in phase 2 (at most `runs_examined_per_tick` runs a tick: a minute's
+    burst of a thousand runs would take fifty ticks). The decisions are phase
+    2's own (`_evaluate_ready`: dependsOnPast included); run completion and
+    timeouts stay with phase 2.
+    """
+    stats = ExamineStats()
+    done: Counter[int] = Counter()
+    for _ in range(_MAX_SETTLE_ROUNDS):
+        if not _evaluate_ready(session, run_ids, now, stats, done):
+            break
+    return stats
+
+
 # Each round settles at least one level of the graph; deeper chains finish next tick.
 _MAX_SETTLE_ROUNDS = 32
 

@@ -1,7 +1,8 @@
 """The scheduler loop: four phases per tick, each its own short transaction.
 
-1. create runs the timetables call for, and start queued runs within maxActiveRuns
-   (with a `Waker`, only when something may have changed: see `_runs_phase_due`);
+1. create runs the timetables call for, start queued runs within maxActiveRuns and
+   decide their first tasks, in batches while a time budget lasts (ADR 0023; with a
+   `Waker`, only when something may have changed: see `_runs_phase_due`);
 2. examine running runs: trigger rules, retries, timeouts, run completion;
 3. the critical section: queue scheduled tasks within pools and limits, in
    batches of `max_tis_per_query`, each its own short transaction, repeated
@@ -38,6 +39,7 @@ liveness probes (ADR 0020).
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import random
 import time
@@ -65,7 +67,7 @@ from sluice.scheduler.dispatch import claim_alerts, claim_task_starts
 from sluice.scheduler.examine import examine_running_runs
 from sluice.scheduler.isolation import ISOLATE, BatchFailed, batch_or_each
 from sluice.scheduler.results import Applied, apply_task_events
-from sluice.scheduler.runs import create_due_runs, start_queued_runs
+from sluice.scheduler.runs import create_and_start_runs
 from sluice.spec.states import TaskState
 
 log = structlog.get_logger("sluice.scheduler")
@@ -190,6 +192,9 @@ class SchedulerLoop:
         # Each runs on the first tick, then when told (or due: the quiet round and the look).
         every = self.config.tick_interval
         long_ago = self.clock() - timedelta(seconds=every)
+        # When the next scheduled run falls due, as phase 1's last pass saw it: the idle
+        # wait ends then, so a minute's runs are not seen up to a tick interval late.
+        self._next_due: datetime | None = None
         self._quiet_due = Due(every, long_ago, told=False)  # phase 2's round of quiet runs
         # These five run when told (with a waker; without one, the first four run every
         # tick). What no one can tell this replica of is found by one look for all five
@@ -274,7 +279,6 @@ class SchedulerLoop:
 
     def _tick(self) -> TickReport:
         report = TickReport()
-        cfg = self.config
         # This machine's monotonic time with the tick's `now`: what a try adopted with `now`
         # as its heartbeat has its local lease renewed to (`heartbeats_recorded`).
         self._tick_monotonic = time.monotonic()
@@ -284,21 +288,10 @@ class SchedulerLoop:
         self._probe(now, report)
 
         # Phase 1: runs.
-        def runs(session: Session) -> tuple[int, int]:
-            created = create_due_runs(session, self.specs, now, cfg.runs_created_per_tick)
-            return created, start_queued_runs(session, now, cfg.runs_created_per_tick)
-
         if self._runs_phase_due(now):
             with _timed("runs"):
-                report.runs_created, report.runs_started = self._transaction(
-                    "runs", runs, (0, 0), report
-                )
+                self._create_and_start_runs(now, report)
             metrics.RUNS_CREATED.inc(report.runs_created)
-            limit = cfg.runs_created_per_tick
-            full = report.runs_created >= limit or report.runs_started >= limit
-            self._runs_due.ran(now, again=full)
-            if report.runs_started:
-                self._examine_due.tell()  # their first tasks wait to be decided
 
         # Phase 2: examine running runs (quiet ones too, once per tick interval).
         with _timed("examine"):
@@ -318,6 +311,49 @@ class SchedulerLoop:
         with _timed("housekeeping"):
             self._housekeeping(now, report)
         return report
+
+    def _create_and_start_runs(self, now: datetime, report: TickReport) -> None:
+        """Phase 1 in batches, each its own short transaction: due runs created, queued
+        runs started and their first tasks decided (`runs.create_and_start_runs`).
+
+        Another batch follows while the last came back full, the tick's
+        `runs_created_per_tick` is not reached and the phase has taken less than
+        `runs_phase_budget` of the loop's clock; otherwise the next tick goes on
+        (a batch left full makes phase 1 due again at once), so a minute's burst
+        of due runs is created in a tick or two without keeping the other phases
+        waiting for long (ADR 0023).
+        """
+        cfg = self.config
+        cap = cfg.runs_created_per_tick
+        began = self.clock()
+        full = False
+        first_tasks = 0
+        while True:
+            limit = min(cfg.runs_created_per_batch, cap - report.runs_created)
+            batch = self._transaction(
+                "runs",
+                functools.partial(create_and_start_runs, specs=self.specs, now=now, limit=limit),
+                None,
+                report,
+            )
+            if batch is None:  # failed, or a lock busy: look again next tick
+                full = True
+                break
+            report.runs_created += batch.created
+            report.runs_started += batch.started
+            first_tasks += batch.first_tasks.scheduled
+            if batch.first_tasks.settled_ok_runs:
+                self._wake_next_runs(sorted(batch.first_tasks.settled_ok_runs), report)
+            self._next_due = batch.next_due
+            full = batch.created >= limit or batch.started >= limit
+            spent = (self.clock() - began).total_seconds() >= cfg.runs_phase_budget
+            if not full or spent or max(report.runs_created, report.runs_started) >= cap:
+                break
+        self._runs_due.ran(now, again=full)
+        if report.runs_started:
+            self._examine_due.tell()  # their runs wait to be examined (timeouts, completion)
+        if first_tasks:
+            self._queue_due.tell()  # their first tasks wait for a slot
 
     def _examine(self, now: datetime, report: TickReport) -> None:
         """Phase 2, in one transaction; then flag runs whose dependsOnPast tasks it freed.
@@ -369,6 +405,8 @@ class SchedulerLoop:
         run (anything a notification missed). A busy replica so skips two queries
         per tick that would find nothing.
         """
+        if self._next_due is not None and now >= self._next_due:
+            return True  # a schedule fell due (the idle wait ended for it)
         return self._due(self._runs_due, now)
 
     def _due(self, due: Due, now: datetime) -> bool:
@@ -893,11 +931,16 @@ class SchedulerLoop:
             self.health.stopped()
 
     def idle(self) -> None:
-        """Wait one tick interval, or until the waker hears that work appeared."""
+        """Wait one tick interval, or until the waker hears that work appeared, or until
+        the next scheduled run falls due (a schedule falling due notifies no one)."""
+        wait = self.config.tick_interval
+        if self._next_due is not None and self.config.wake_at_next_due:
+            until_due = (self._next_due - self.clock()).total_seconds()
+            wait = min(wait, max(0.0, until_due))
         if self.waker is not None:
-            self._heard = self.waker.wait(self.config.tick_interval) or self._heard
+            self._heard = self.waker.wait(wait) or self._heard
         else:
-            self.sleep(self.config.tick_interval)
+            self.sleep(wait)
 
     def close(self) -> None:
         self.executor.shutdown()

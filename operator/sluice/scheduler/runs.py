@@ -9,24 +9,25 @@ make a duplicate run impossible even if two replicas disagree (invariant 4).
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 import structlog
-from sqlalchemy import Table, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy import Row, update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache, StoredSpecError, set_next_run
-from sluice.db.models import Dag, DagRun
+from sluice.db.models import Dag
 from sluice.db.prepared import Prepared
 from sluice.logs import first_line
-from sluice.scheduler import endings
+from sluice.scheduler import endings, examine
 from sluice.spec.compiled import CompiledDag
-from sluice.spec.states import RunState, RunType
+from sluice.spec.states import RunType
 from sluice.spec.timetables import RunInfo
 
 log = structlog.get_logger("sluice.scheduler")
@@ -79,33 +80,23 @@ def insert_runs(
         ]
     if not requests:
         return []
-    runs = cast(Table, DagRun.__table__)
     made = {
         (row.dag_id, row.run_id): row.id
-        for row in session.execute(
-            pg_insert(runs)
-            .values(
-                [
-                    {
-                        "dag_id": r.compiled.dag_id,
-                        "run_id": r.key[1],
-                        "run_type": r.run_type.value,
-                        "state": RunState.QUEUED.value,
-                        "dag_version_id": r.compiled.version_id,
-                        "backfill_id": r.backfill_id,
-                        "logical_date": r.info.logical_date,
-                        "data_interval_start": r.info.data_interval_start,
-                        "data_interval_end": r.info.data_interval_end,
-                        "conf": r.conf or {},
-                        "created_at": now,
-                        "tasks_total": len(r.compiled.tasks),
-                        "tasks_done": 0,
-                    }
-                    for r in requests
-                ]
-            )
-            .on_conflict_do_nothing()
-            .returning(runs.c.id, runs.c.dag_id, runs.c.run_id)
+        for row in _INSERT_RUNS(
+            session,
+            {
+                "dag": [r.compiled.dag_id for r in requests],
+                "run_id": [r.key[1] for r in requests],
+                "run_type": [r.run_type.value for r in requests],
+                "version": [r.compiled.version_id for r in requests],
+                "backfill": [r.backfill_id for r in requests],
+                "logical_date": [r.info.logical_date for r in requests],
+                "start": [r.info.data_interval_start for r in requests],
+                "end": [r.info.data_interval_end for r in requests],
+                "conf": [json.dumps(r.conf or {}) for r in requests],
+                "tasks": [len(r.compiled.tasks) for r in requests],
+                "now": now,
+            },
         )
     }
     created: list[NewRun | None] = []
@@ -143,6 +134,27 @@ def insert_run(
     return insert_runs(session, [request], now)[0]
 
 
+# The new runs, queued, in one statement: one array per column (conf as JSON text); a run
+# whose keys exist already is left out (ON CONFLICT DO NOTHING) and not returned.
+_INSERT_RUNS = Prepared(
+    """
+    INSERT INTO dag_run (
+        dag_id, run_id, run_type, state, dag_version_id, backfill_id, logical_date,
+        data_interval_start, data_interval_end, conf, created_at, tasks_total, tasks_done)
+    SELECT v.dag, v.run_id, v.run_type, 'queued', v.version, v.backfill, v.logical_date,
+        v.start, v."end", CAST(v.conf AS jsonb), :now, v.tasks, 0
+    FROM unnest(
+        CAST(:dag AS text[]), CAST(:run_id AS text[]), CAST(:run_type AS text[]),
+        CAST(:version AS int[]), CAST(:backfill AS int[]),
+        CAST(:logical_date AS timestamptz[]), CAST(:start AS timestamptz[]),
+        CAST(:end AS timestamptz[]), CAST(:conf AS text[]), CAST(:tasks AS int[])
+    ) AS v(dag, run_id, run_type, version, backfill, logical_date, start, "end", conf, tasks)
+    ON CONFLICT DO NOTHING
+    RETURNING id, dag_id, run_id
+    """
+)
+
+
 # Every task instance of the new runs, in one statement: one array per column (the
 # version's `instance_columns` repeated per run), lists of names as JSON text.
 _INSERT_TASKS = Prepared(
@@ -170,7 +182,9 @@ _INSERT_TASKS = Prepared(
 
 
 def create_due_runs(session: Session, specs: SpecCache, now: datetime, limit: int) -> int:
-    """Create up to `limit` scheduled runs whose data interval has ended.
+    """Create up to `limit` scheduled runs whose data interval has ended; four statements
+    (the due DAGs, the runs, their task instances, the DAGs' next runs) when no DAG is
+    broken and their versions are cached.
 
     A DAG whose current version cannot be loaded is marked broken, with the
     reason, and leaves the due list until a manifest makes a loadable version
@@ -178,43 +192,48 @@ def create_due_runs(session: Session, specs: SpecCache, now: datetime, limit: in
     DAGs never take the places of the others, on this tick or a later one.
     """
     requests: list[RunRequest] = []
+    following: dict[str, RunInfo | None] = {}  # each DAG's next run, once it is moved on
     seen: set[str] = set()
     while len(requests) < limit:
-        due = _take_due_dags(session, now, limit, seen)
-        specs.preload(session, [dag.current_version_id for dag, _ in due])
+        due = _DUE_DAGS(session, {"now": now, "limit": limit, "seen": sorted(seen)}).all()
+        specs.preload(session, [row.current_version_id for row in due])
         marked = 0
-        for dag, running in due:
-            room = min(limit - len(requests), dag.max_active_runs - running)
+        for row in due:
+            room = min(limit - len(requests), row.max_active_runs - row.active)
             if room <= 0:
                 break
-            seen.add(dag.dag_id)
-            assert dag.current_version_id is not None  # the query takes only DAGs with one
+            seen.add(row.dag_id)
             try:
-                compiled = specs.get(session, dag.current_version_id)
+                compiled = specs.get(session, row.current_version_id)
             except StoredSpecError as exc:
-                _mark_broken(dag, exc, now)
+                _mark_broken(session, row.dag_id, exc, now)
                 marked += 1
                 continue
             except Exception as exc:
                 log.error(
                     "DAG spec cannot be loaded; no runs created",
-                    dag=dag.dag_id,
+                    dag=row.dag_id,
                     error=first_line(exc),
                 )
                 continue
-            requests.extend(due_runs(dag, compiled, now, room))
+            made, following[row.dag_id] = plan_runs(_next_run_of(row), compiled, now, room)
+            requests.extend(made)
         if not marked:
             break  # a batch without broken DAGs had every place it could use
-    return sum(1 for new in insert_runs(session, requests, now) if new is not None)
+    created = sum(1 for new in insert_runs(session, requests, now) if new is not None)
+    _move_on(session, following)
+    return created
 
 
 # Due DAG rows, locked SKIP LOCKED, earliest first, with their queued and running
-# scheduled runs (not a backfill's), leaving out the ones this tick has seen. Phase 1
-# runs it once per tick interval and it almost always finds nothing, so it is a
-# prepared text; the DAGs it finds are then loaded as ORM objects, already locked.
+# scheduled runs (not a backfill's), leaving out the ones this tick has seen, and the
+# columns phase 1 plans their runs from: plain rows, no ORM objects (a burst of a
+# minute's runs takes thousands). Phase 1 runs it once per tick interval and it almost
+# always finds nothing, so it is a prepared text.
 _DUE_DAGS = Prepared(
     """
-    SELECT d.dag_id, a.active
+    SELECT d.dag_id, d.current_version_id, d.max_active_runs, d.next_logical_date,
+           d.next_data_interval_start, d.next_data_interval_end, d.next_run_after, a.active
     FROM dag d CROSS JOIN LATERAL (
         SELECT count(*) AS active FROM dag_run r
         WHERE r.dag_id = d.dag_id AND r.state IN ('queued', 'running')
@@ -230,53 +249,79 @@ _DUE_DAGS = Prepared(
     """
 )
 
-
-def _take_due_dags(
-    session: Session, now: datetime, limit: int, seen: set[str]
-) -> list[tuple[Dag, int]]:
-    """Due DAG rows, locked, earliest first, leaving out the ones this tick has seen."""
-    due = _DUE_DAGS(session, {"now": now, "limit": limit, "seen": sorted(seen)}).all()
-    if not due:
-        return []
-    loaded = {
-        dag.dag_id: dag
-        for dag in session.execute(
-            select(Dag).where(Dag.dag_id.in_([row.dag_id for row in due]))
-        ).scalars()
-    }
-    return [(loaded[row.dag_id], int(row.active)) for row in due]
+# The DAGs' next runs, in one statement (NULLs: the timetable calls for no more).
+_MOVE_ON = Prepared(
+    """
+    UPDATE dag SET next_logical_date = v.logical_date, next_data_interval_start = v.start,
+        next_data_interval_end = v."end", next_run_after = v.run_after
+    FROM unnest(
+        CAST(:dags AS text[]), CAST(:logical_date AS timestamptz[]),
+        CAST(:start AS timestamptz[]), CAST(:end AS timestamptz[]),
+        CAST(:run_after AS timestamptz[])
+    ) AS v(dag_id, logical_date, start, "end", run_after)
+    WHERE dag.dag_id = v.dag_id
+    """
+)
 
 
-def _mark_broken(dag: Dag, error: StoredSpecError, now: datetime) -> None:
-    dag.broken_reason = str(error)
-    dag.broken_at = now
+def _move_on(session: Session, following: dict[str, RunInfo | None]) -> None:
+    if not following:
+        return
+    infos = list(following.values())
+    _MOVE_ON(
+        session,
+        {
+            "dags": list(following),
+            "logical_date": [i.logical_date if i else None for i in infos],
+            "start": [i.data_interval_start if i else None for i in infos],
+            "end": [i.data_interval_end if i else None for i in infos],
+            "run_after": [i.run_after if i else None for i in infos],
+        },
+    )
+
+
+def _mark_broken(session: Session, dag_id: str, error: StoredSpecError, now: datetime) -> None:
+    reason = str(error)
+    session.execute(
+        update(Dag).where(Dag.dag_id == dag_id).values(broken_reason=reason, broken_at=now)
+    )
     log.error(
         "DAG marked broken: its current version cannot be loaded; no scheduled runs until "
         "a loadable version is applied",
-        dag=dag.dag_id,
-        reason=dag.broken_reason,
+        dag=dag_id,
+        reason=reason,
     )
 
 
 def due_runs(dag: Dag, compiled: CompiledDag, now: datetime, room: int) -> list[RunRequest]:
     """The runs the timetable calls for now (at most `room`); moves the DAG's next run on.
 
-    Pure over the (locked) DAG row: the conformance suite calls it on a transient row.
+    Over a DAG row (the conformance suite calls it on a transient one); phase 1 plans
+    from its plain rows with `plan_runs`, the same decisions.
     """
+    requests, following = plan_runs(_next_run_of(dag), compiled, now, room)
+    set_next_run(dag, following)
+    return requests
+
+
+def plan_runs(
+    info: RunInfo | None, compiled: CompiledDag, now: datetime, room: int
+) -> tuple[list[RunRequest], RunInfo | None]:
+    """The runs the timetable calls for now (at most `room`), from the stored next run
+    `info`, and the next run after them. Pure."""
     spec = compiled.spec
     requests: list[RunRequest] = []
-    info = _stored_next_run(dag)
     while info is not None and info.run_after <= now and len(requests) < room:
         if not spec.catchup:
             # A DAG unpaused after a long pause starts from the latest interval, not the stored one.
             info = compiled.timetable.skip_to_latest(info, now=now)
         requests.append(RunRequest(compiled, RunType.SCHEDULED, info))
         info = compiled.next_run(info, now)
-    set_next_run(dag, info)
-    return requests
+    return requests, info
 
 
-def _stored_next_run(dag: Dag) -> RunInfo | None:
+def _next_run_of(dag: Any) -> RunInfo | None:
+    """The next run stored in a DAG row's `next_*` columns (an ORM object or a plain row)."""
     if dag.next_logical_date is None:
         return None
     assert dag.next_data_interval_start is not None
@@ -345,6 +390,7 @@ _START = Prepared(
     FROM ranked
     WHERE dag_run.id = ranked.id AND ranked.state = 'queued' AND ranked.rank <= ranked.cap
       AND dag_run.state = 'queued'
+    RETURNING dag_run.id, dag_run.dag_version_id
     """
 )
 
@@ -361,7 +407,14 @@ _RUNS_OF = Prepared(
 
 
 def start_queued_runs(session: Session, now: datetime, limit: int) -> int:
-    """Promote queued runs to running within their limits; two statements.
+    """Promote queued runs to running within their limits; two statements. Returns how
+    many started (`start_runs` says which)."""
+    return len(start_runs(session, now, limit))
+
+
+def start_runs(session: Session, now: datetime, limit: int) -> list[Row[Any]]:
+    """Promote queued runs to running within their limits; two statements. Returns the
+    runs started (`id`, `dag_version_id`).
 
     Up to `limit` DAGs that can start a run are taken, oldest queued run first
     (a DAG at maxActiveRuns, or whose backfill is at its limit, is not taken, so
@@ -374,8 +427,65 @@ def start_queued_runs(session: Session, now: datetime, limit: int) -> int:
     end_runs_of_deleted_dags(session, [d.dag_id for d in dags if not d.is_active], now)
     startable = [d.dag_id for d in dags if d.is_active]
     if not startable:
-        return 0
-    return int(_START(session, {"dags": startable, "now": now}).rowcount)
+        return []
+    return list(_START(session, {"dags": startable, "now": now}).all())
+
+
+@dataclass(frozen=True)
+class RunsBatch:
+    """What one pass of phase 1 did: runs created and started, and the first tasks of
+    the started runs decided (`examine.decide_first_tasks`)."""
+
+    created: int
+    started: int
+    first_tasks: examine.ExamineStats
+    # When the next run falls due, if this pass left none due now (None: unknown, or
+    # no schedule calls for one): the loop's idle wait ends then.
+    next_due: datetime | None = None
+
+
+def create_and_start_runs(
+    session: Session, specs: SpecCache, now: datetime, limit: int
+) -> RunsBatch:
+    """One pass of phase 1, in the caller's transaction: create up to `limit` due runs,
+    start queued runs of up to `limit` DAGs, and decide the first tasks of the runs
+    started, so they wait for the critical section, not for phase 2.
+
+    The first tasks of a run whose version cannot be loaded are left to phase 2,
+    which ends the run with the reason."""
+    created = create_due_runs(session, specs, now, limit)
+    started = start_runs(session, now, limit)
+    specs.preload(session, [run.dag_version_id for run in started])
+    loadable = [run.id for run in started if _loads(session, specs, run.dag_version_id)]
+    first_tasks = (
+        examine.decide_first_tasks(session, sorted(loadable), now)
+        if loadable
+        else examine.ExamineStats()
+    )
+    emptied = created < limit and len(started) < limit
+    next_due = _NEXT_DUE(session, {"now": now}).scalar() if emptied else None
+    return RunsBatch(created, len(started), first_tasks, next_due)
+
+
+# The earliest next run of the DAGs phase 1 looks at, after `now` (the partial index of
+# the due scan; a DAG due now but at its limit is not "next").
+_NEXT_DUE = Prepared(
+    """
+    SELECT min(next_run_after) FROM dag
+    WHERE is_active AND NOT is_paused AND next_run_after IS NOT NULL
+      AND broken_reason IS NULL AND next_run_after > :now
+    """
+)
+
+
+def _loads(session: Session, specs: SpecCache, version_id: int) -> bool:
+    try:
+        specs.get(session, version_id)
+    except DBAPIError:
+        raise  # the database, not the spec: the loop's error policy applies
+    except Exception:
+        return False
+    return True
 
 
 def end_runs_of_deleted_dags(session: Session, dag_ids: Sequence[str], now: datetime) -> int:
