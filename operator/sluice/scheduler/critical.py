@@ -52,7 +52,7 @@ _QUEUE = Prepared(
 
 
 # The states that hold a pool slot, as SQL literals (the same text every time).
-_OCCUPYING = ", ".join(f"'{state.value}'" for state in sorted(OCCUPYING_TASK_STATES))
+OCCUPYING_SQL = ", ".join(f"'{state.value}'" for state in sorted(OCCUPYING_TASK_STATES))
 
 # The critical section's lock: every pool row, NOWAIT (a busy lock skips the tick); and
 # whether anything is scheduled at all, so an idle tick never counts the tasks in flight.
@@ -64,7 +64,7 @@ _LOCK_POOLS = Prepared(
     SELECT p.name, p.slots, s.work,
            CASE WHEN s.work THEN (
                SELECT COALESCE(sum(t.pool_slots), 0) FROM task_instance t
-               WHERE t.pool = p.name AND t.state IN ({_OCCUPYING}))
+               WHERE t.pool = p.name AND t.state IN ({OCCUPYING_SQL}))
            END AS used,
            CASE WHEN s.work THEN EXISTS (
                SELECT FROM task_instance t WHERE t.pool = p.name AND t.state = 'scheduled')
@@ -89,7 +89,7 @@ _READ = Prepared(
         SELECT ti.pool, ti.dag_id, sum(ti.pool_slots) AS slots, count(*) AS n,
                d.max_active_tasks
         FROM task_instance ti JOIN dag d ON d.dag_id = ti.dag_id
-        WHERE ti.state IN ({_OCCUPYING})
+        WHERE ti.state IN ({OCCUPYING_SQL})
         GROUP BY ti.pool, ti.dag_id, d.max_active_tasks
     ), open_pools AS (
         SELECT p.name FROM pools p

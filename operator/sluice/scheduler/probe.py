@@ -21,11 +21,8 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from sluice.db.prepared import Prepared
-from sluice.scheduler.critical import START_TASK
+from sluice.scheduler.critical import OCCUPYING_SQL, START_TASK
 from sluice.scheduler.results import ALERT
-from sluice.spec.states import OCCUPYING_TASK_STATES
-
-_OCCUPYING = ", ".join(f"'{state.value}'" for state in sorted(OCCUPYING_TASK_STATES))
 
 _PROBE = Prepared(
     f"""
@@ -48,7 +45,7 @@ _PROBE = Prepared(
           WHERE EXISTS (SELECT FROM task_instance t
                         WHERE t.pool = p.name AND t.state = 'scheduled')
             AND (SELECT COALESCE(sum(t.pool_slots), 0) FROM task_instance t
-                 WHERE t.pool = p.name AND t.state IN ({_OCCUPYING})) < p.slots)
+                 WHERE t.pool = p.name AND t.state IN ({OCCUPYING_SQL})) < p.slots)
       ELSE false END AS queue,
       -- phase 4: ready outbox rows, tries to start and alerts to deliver
       EXISTS (SELECT FROM outbox WHERE kind = :start AND not_before <= :now) AS claims,
