@@ -443,6 +443,11 @@ EOF
 start containerd containerd --config "$D/containerd/config.toml"
 CTR=(ctr --address "$SOCK" -n k8s.io)
 wait_up containerd 30 "${CTR[@]}" version
+# `ctr version` answers before the CRI service has recovered its state (leftover
+# containers take a second or so); a kubelet started then fails with "server is
+# not initialized yet". containerd (1.6, 1.7) marks the CRI service initialized right
+# after it logs "Start streaming server".
+wait_up containerd 60 grep -q "Start streaming server" "$D/logs/containerd.log"
 for c in $("${CTR[@]}" containers ls -q); do
   log "deleting container $c left over from an earlier run"
   "${CTR[@]}" tasks delete -f "$c" >/dev/null 2>&1 || true
