@@ -10,13 +10,24 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.dags import SpecCache, set_paused
+from sluice.handlers.store import deactivate_dag
 from sluice.scheduler import probe
 from sluice.scheduler.critical import queue_schedulable_task_instances
 from sluice.scheduler.dispatch import claim_alerts, claim_task_starts
 from sluice.scheduler.examine import examine_running_runs
 from sluice.scheduler.runs import create_due_runs, start_queued_runs
-from sluice.spec.states import TaskState
-from tests.support import T0, FakeClock, ScriptedExecutor, chain, make_loop, manifest, register
+from sluice.spec.states import RunState, TaskState
+from tests.support import (
+    T0,
+    FakeClock,
+    ScriptedExecutor,
+    chain,
+    make_loop,
+    manifest,
+    register,
+    runs,
+    trigger,
+)
 
 
 def _would_find(sessions: sessionmaker[Session], now: Any) -> dict[str, bool]:
@@ -74,12 +85,18 @@ def test_the_look_says_yes_whenever_a_phase_would_find_work(
         manifest("chain", chain("x", "y"), schedule="@hourly", startDate="2026-11-30T22:00:00Z"),
         clock.now,
     )
+    # A run that times out, and one whose DAG is deleted while it runs (ADR 0024).
+    register(sessions, manifest("slow", chain("s1", "s2"), dagrunTimeout="2m"), clock.now)
+    register(sessions, manifest("doomed", chain("d1", "d2")), clock.now)
+    trigger(sessions, "slow", clock.now)
+    trigger(sessions, "doomed", clock.now)
     with sessions() as session:
         session.execute(text("UPDATE slot_pool SET slots = 2 WHERE name = 'default'"))
         session.commit()
     executor = ScriptedExecutor(
         {"flaky": [TaskState.FAILED, TaskState.SUCCESS], "broken": [TaskState.FAILED]}
     )
+    executor.hold.update({"s1", "d1"})
     loop = make_loop(sessions, executor, clock)  # no waker: every phase every tick
     seen: dict[str, int] = dict.fromkeys(("runs", "examine", "queue", "claims", "alerts"), 0)
     transaction = loop._transaction
@@ -97,6 +114,10 @@ def test_the_look_says_yes_whenever_a_phase_would_find_work(
 
     loop._transaction = checked  # type: ignore[method-assign]
     for step in range(100):
+        if step == 30:
+            with sessions() as session:  # what deleting the DAG object does
+                assert deactivate_dag(session, "doomed", None)
+                session.commit()
         if step == 50:
             with sessions() as session:  # a paused DAG's runs and tasks wait
                 set_paused(session, "chain", True)
@@ -105,6 +126,9 @@ def test_the_look_says_yes_whenever_a_phase_would_find_work(
         clock.advance(seconds=5)
     # Every phase had work at some point, so each answer was checked when it mattered.
     assert all(seen.values()), seen
+    with sessions() as session:  # and the timeout and the deletion were work it saw
+        assert [r.state for r in runs(session, "slow")] == [RunState.FAILED]
+        assert [r.state for r in runs(session, "doomed")] == [RunState.FAILED]
     clock.advance(hours=2)
     for _ in range(40):  # the next schedules, then everything ends
         loop.tick()

@@ -5,9 +5,11 @@ No timing is asserted: `wait` says whether a notification woke it.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, event, text
@@ -239,7 +241,7 @@ def test_a_full_phase_one_is_followed_by_another_at_once(
 
 
 def _waiting_for_a_slot(
-    sessions: sessionmaker[Session], clock: FakeClock
+    sessions: sessionmaker[Session], clock: FakeClock, **config: Any
 ) -> tuple[SchedulerLoop, RecordingWaker, ScriptedExecutor]:
     """A loop with a waker, one try running in a pool of one slot and one task waiting for
     it, after the ticks that got it there (the clock stands still)."""
@@ -250,7 +252,7 @@ def _waiting_for_a_slot(
     trigger(sessions, "slot", clock.now)
     executor = ScriptedExecutor()
     executor.hold.update({"a", "b"})
-    loop = make_loop(sessions, executor, clock, tick_interval=1.0)
+    loop = make_loop(sessions, executor, clock, tick_interval=1.0, **config)
     loop.waker = waker = RecordingWaker()
     for _ in range(3):
         loop.tick()
@@ -300,13 +302,18 @@ def test_once_per_tick_interval_one_statement_looks_for_every_phase(
 ) -> None:
     """Once per tick interval the replica looks for what other replicas, the clock or a
     lost notification brought: one statement for phases 1, 3, 4 and phase 2's runs with
-    work, then only the phases it found work for (here none: the pool is full), plus
-    phase 2's round of quiet runs. A notification makes every phase look at once."""
+    work, then only the phases it found work for (here none: the pool is full). Phase
+    2's round of quiet runs comes once per quiet round interval (ADR 0024). A
+    notification makes every phase look at once."""
     clock = FakeClock()
-    loop, waker, _ = _waiting_for_a_slot(sessions, clock)
+    loop, waker, _ = _waiting_for_a_slot(sessions, clock)  # the quiet round ran at start
     clock.advance(seconds=1)
-    assert _looked(loop, engine) == {"probe", "examine"}
+    assert _looked(loop, engine) == {"probe"}
     assert _looked(loop, engine) == set()
+    clock.advance(seconds=28)
+    assert _looked(loop, engine) == {"probe"}
+    clock.advance(seconds=1)  # 30 s: the quiet round too
+    assert _looked(loop, engine) == {"probe", "examine"}
     waker.heard = True  # a notification: an unpause, a run inserted or ended elsewhere
     assert _looked(loop, engine) == {"runs", "examine", "critical section", "claims"}
 
@@ -324,7 +331,7 @@ def test_the_look_finds_work_no_one_told_this_replica_of(
         session.commit()
     assert _looked(loop, engine) == set()  # no tick interval yet, no one told it
     clock.advance(seconds=1)
-    assert _looked(loop, engine) == {"probe", "examine", "critical section", "claims"}
+    assert _looked(loop, engine) == {"probe", "critical section", "claims"}
     assert len(executor.started) == 2
 
 
@@ -349,9 +356,10 @@ def test_live_replicas_share_the_looks_once_per_tick_interval(
     once per interval, an idle fleet costing what one idle replica does); a notification
     still makes it look at once, and once the others are dead it looks every interval."""
     clock = FakeClock()
-    loop, waker, _ = _waiting_for_a_slot(sessions, clock)
+    # Phase 2's quiet round is shared the same way, once per 30 s: out of the picture here.
+    loop, waker, _ = _waiting_for_a_slot(sessions, clock, quiet_round_interval=math.inf)
     _two_other_replicas(sessions, clock)
-    looks = {"probe", "examine"}  # the look, and phase 2's quiet round
+    looks = {"probe"}
 
     def looked() -> set[str]:
         return _looked(loop, engine)

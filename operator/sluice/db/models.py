@@ -97,6 +97,8 @@ class Dag(Base):
                 " AND broken_reason IS NULL"
             ),
         ),
+        # Deleted DAGs, whose running runs phase 2 ends (migration 0012).
+        Index("ix_dag_deleted", "dag_id", postgresql_where=text("NOT is_active")),
     )
 
 
@@ -167,6 +169,10 @@ class DagRun(Base):
     start_date: Mapped[datetime | None]
     end_date: Mapped[datetime | None]
     last_scheduling_decision: Mapped[datetime | None]
+    # When phase 2 must end the run, set by phase 1 as it starts it: its start plus the
+    # version's dagrunTimeout, or its start if the version cannot be loaded; NULL: none
+    # (migration 0012, ADR 0024).
+    deadline: Mapped[datetime | None]
     tasks_total: Mapped[int] = mapped_column(Integer, default=0)
     tasks_done: Mapped[int] = mapped_column(Integer, default=0)
     # The user's DagRun object this run was triggered by; NULL: the scheduler names the
@@ -191,6 +197,11 @@ class DagRun(Base):
             postgresql_where=text("state = 'running'"),
         ),
         Index("ix_dag_run_dag_logical_date", "dag_id", "logical_date"),
+        Index(
+            "ix_dag_run_deadline",
+            "deadline",
+            postgresql_where=text("state = 'running' AND deadline IS NOT NULL"),
+        ),
     )
 
 

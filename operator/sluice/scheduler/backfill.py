@@ -204,6 +204,12 @@ def clear_tasks(
     session.execute(
         update(DagRun)
         .where(DagRun.id == run_id)
-        .values(state=RunState.QUEUED, start_date=None, end_date=None, backfill_id=backfill_id)
+        .values(
+            state=RunState.QUEUED,
+            start_date=None,
+            end_date=None,
+            deadline=None,
+            backfill_id=backfill_id,
+        )
     )
     return len(cleared)

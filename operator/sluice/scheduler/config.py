@@ -25,6 +25,11 @@ class SchedulerConfig:
     wake_at_next_due: bool = True
     # Phase 2: running runs examined per tick (Airflow: max_dagruns_per_loop_to_schedule).
     runs_examined_per_tick: int = 20
+    # Phase 2 also takes runs without work, round-robin, once per this interval (shared
+    # by the live replicas). A run past its dagrunTimeout, of a deleted DAG or of a
+    # version that cannot be loaded is work, found at once (its `deadline`, ADR 0024);
+    # this round is the net for runs started before the deadline column existed.
+    quiet_round_interval: float = 30.0
     # Phase 3: scheduled task instances read per critical section (Airflow: max_tis_per_query).
     max_tis_per_query: int = 512
     # Critical-section batches per tick: another follows only while the last came back full.

@@ -95,11 +95,12 @@ def _examine(
 
 
 # Take runs to examine, with whether each has a retry due; runs with work come first.
-# Work is changed counters, a due retry, or all tasks done, found through partial
-# indexes, so a tick costs the same however many runs sit idle. With :quiet, runs
-# without work fill the rest of the batch (the round-robin that catches timeouts and
-# deleted DAGs, which the loop asks for once per tick interval); a deleted DAG's runs
-# are taken even while it is paused, to end them. One statement locks the runs
+# Work is changed counters, a due retry, all tasks done, a deadline passed (a
+# dagrunTimeout, or a version that cannot be loaded: phase 1 sets it) or a deleted
+# DAG, found through partial indexes, so a tick costs the same however many runs sit
+# idle. With :quiet, runs without work fill the rest of the batch (the round-robin the
+# loop asks for once per quiet round interval: the net for runs without a deadline);
+# a deleted DAG's runs are taken even while it is paused, to end them. One statement locks the runs
 # (SKIP LOCKED, least recently examined first) and sends them to the back of the
 # queue, a run that then fails to be examined included.
 _TAKE = Prepared(
@@ -111,6 +112,11 @@ _TAKE = Prepared(
         WHERE state = 'up_for_retry' AND next_retry_at <= :now
         UNION
         SELECT id FROM dag_run WHERE state = 'running' AND tasks_done >= tasks_total
+        UNION
+        SELECT id FROM dag_run WHERE state = 'running' AND deadline <= :now
+        UNION
+        SELECT r.id FROM dag d JOIN dag_run r ON r.dag_id = d.dag_id
+        WHERE NOT d.is_active AND r.state = 'running'
     ), picked AS (
         SELECT r.id, d.is_active FROM dag_run r JOIN dag d ON d.dag_id = r.dag_id
         WHERE r.state = 'running' AND (NOT d.is_paused OR NOT d.is_active)

@@ -195,7 +195,8 @@ class SchedulerLoop:
         # When the next scheduled run falls due, as phase 1's last pass saw it: the idle
         # wait ends then, so a minute's runs are not seen up to a tick interval late.
         self._next_due: datetime | None = None
-        self._quiet_due = Due(every, long_ago, told=False)  # phase 2's round of quiet runs
+        # Phase 2's round of quiet runs: once at start, then once per quiet round interval.
+        self._quiet_due = Due(self.config.quiet_round_interval, long_ago)
         # These five run when told (with a waker; without one, the first four run every
         # tick). What no one can tell this replica of is found by one look for all five
         # once per tick interval (`_probe`).
@@ -293,7 +294,7 @@ class SchedulerLoop:
                 self._create_and_start_runs(now, report)
             metrics.RUNS_CREATED.inc(report.runs_created)
 
-        # Phase 2: examine running runs (quiet ones too, once per tick interval).
+        # Phase 2: examine running runs (quiet ones too, once per quiet round interval).
         with _timed("examine"):
             self._examine(now, report)
 
@@ -359,8 +360,10 @@ class SchedulerLoop:
         """Phase 2, in one transaction; then flag runs whose dependsOnPast tasks it freed.
 
         Runs with work are looked for when this replica may have made some (reports,
-        runs started, a last pass that did something), and once per tick interval
-        with the quiet runs (timeouts, and what other replicas left).
+        runs started, a last pass that did something) or the look found some (what
+        other replicas left, a run past its deadline or of a deleted DAG), and once per
+        quiet round interval with the quiet runs too (the net for runs without a
+        deadline: started before migration 0012).
         """
         cfg = self.config
         quiet = self._quiet_due(now)
@@ -739,10 +742,11 @@ class SchedulerLoop:
         replica's look serves them all: with N live replicas each looks once per N tick
         intervals, so together they still look about once per tick interval and an idle
         fleet costs what one idle replica does. The sweeps for stale tries and stuck
-        queued tasks and the counter reconciliation look at the whole fleet's work with
-        or without a waker, so they are shared the same way (a dead replica's tries are
-        still found about once per `zombie_check_interval`). Each replica takes a random
-        phase of its own (seeded by its job id), so their looks do not fall together.
+        queued tasks, the counter reconciliation and phase 2's quiet round look at the
+        whole fleet's work with or without a waker, so they are shared the same way (a
+        dead replica's tries are still found about once per `zombie_check_interval`).
+        Each replica takes a random phase of its own (seeded by its job id), so their
+        looks do not fall together.
         Everything this replica did or was notified of is still looked at on its next
         tick."""
         replicas = max(1, replicas)
@@ -750,13 +754,17 @@ class SchedulerLoop:
             return
         self._replicas = replicas
         cfg = self.config
-        shared = [(self._sweep_due, cfg.zombie_check_interval)]
-        shared.append((self._reconcile_due, cfg.reconcile_interval))
+        shared = [
+            (self._sweep_due, cfg.zombie_check_interval),
+            (self._reconcile_due, cfg.reconcile_interval),
+            (self._quiet_due, cfg.quiet_round_interval),
+        ]
         if self.waker is not None:
-            shared += [(self._probe_due, cfg.tick_interval), (self._quiet_due, cfg.tick_interval)]
+            shared.append((self._probe_due, cfg.tick_interval))
         for due, every in shared:
             due.interval = every * replicas
-            due.last -= timedelta(seconds=self._offsets.uniform(0, due.interval - every))
+            if math.isfinite(due.interval):  # a look switched off (infinite) has no phase
+                due.last -= timedelta(seconds=self._offsets.uniform(0, due.interval - every))
         if self.on_replicas is not None:
             self.on_replicas(replicas)
 

@@ -9,8 +9,10 @@ transactions per interval on every idle replica. This is the one look for all
 five: each answer is the condition the phase's own first statement looks for,
 or a wider one (phase 1's: a due DAG at its maxActiveRuns, or a queued run that
 cannot start yet, still says yes), so a no means the phase would have found
-nothing in this snapshot. The quiet round of phase 2 (run timeouts, deleted
-DAGs) keeps its own look: its work is in the specs, not in a column.
+nothing in this snapshot. A run past its deadline (its dagrunTimeout, set by
+phase 1 as it starts the run) or of a deleted DAG is phase 2's work like any
+other (ADR 0024); phase 2's quiet round, now once per quiet round interval,
+keeps its own look.
 """
 
 from __future__ import annotations
@@ -38,7 +40,11 @@ _PROBE = Prepared(
       OR EXISTS (SELECT FROM task_instance
                  WHERE state = 'up_for_retry' AND next_retry_at <= :now)
       OR EXISTS (SELECT FROM dag_run
-                 WHERE state = 'running' AND tasks_done >= tasks_total) AS examine,
+                 WHERE state = 'running' AND tasks_done >= tasks_total)
+      OR EXISTS (SELECT FROM dag_run r JOIN dag d ON d.dag_id = r.dag_id
+                 WHERE r.state = 'running' AND r.deadline <= :now AND NOT d.is_paused)
+      OR EXISTS (SELECT FROM dag d JOIN dag_run r ON r.dag_id = d.dag_id
+                 WHERE NOT d.is_active AND r.state = 'running') AS examine,
       -- phase 3: critical.py's test under its lock: a pool with waiting tasks has room
       CASE WHEN EXISTS (SELECT FROM task_instance WHERE state = 'scheduled') THEN EXISTS (
           SELECT FROM slot_pool p

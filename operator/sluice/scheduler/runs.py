@@ -451,12 +451,13 @@ def create_and_start_runs(
     start queued runs of up to `limit` DAGs, and decide the first tasks of the runs
     started, so they wait for the critical section, not for phase 2.
 
-    The first tasks of a run whose version cannot be loaded are left to phase 2,
-    which ends the run with the reason."""
+    A run started gets its deadline (`set_deadlines`): a run whose version cannot
+    be loaded is due at once, and phase 2 ends it with the reason."""
     created = create_due_runs(session, specs, now, limit)
     started = start_runs(session, now, limit)
     specs.preload(session, [run.dag_version_id for run in started])
     loadable = [run.id for run in started if _loads(session, specs, run.dag_version_id)]
+    set_deadlines(session, specs, started, set(loadable), now)
     first_tasks = (
         examine.decide_first_tasks(session, sorted(loadable), now)
         if loadable
@@ -465,6 +466,42 @@ def create_and_start_runs(
     emptied = created < limit and len(started) < limit
     next_due = _NEXT_DUE(session, {"now": now}).scalar() if emptied else None
     return RunsBatch(created, len(started), first_tasks, next_due)
+
+
+def set_deadlines(
+    session: Session,
+    specs: SpecCache,
+    started: Sequence[Row[Any]],
+    loadable: set[int],
+    now: datetime,
+) -> None:
+    """The deadlines of runs started at `now` (their `start_date`), in one statement when
+    any has one: the start plus the version's dagrunTimeout, or the start itself for a
+    run whose version cannot be loaded, so that phase 2 takes each as work when it is
+    due (`examine._TAKE`, the loop's look) instead of finding it round-robin."""
+    ids: list[int] = []
+    deadlines: list[datetime] = []
+    for run in started:
+        if run.id in loadable:
+            timeout = specs.get(session, run.dag_version_id).spec.dagrun_timeout
+            if timeout is None:
+                continue
+            ids.append(run.id)
+            deadlines.append(now + timeout)
+        else:
+            ids.append(run.id)
+            deadlines.append(now)
+    if ids:
+        _SET_DEADLINES(session, {"ids": ids, "deadlines": deadlines})
+
+
+_SET_DEADLINES = Prepared(
+    """
+    UPDATE dag_run r SET deadline = v.deadline
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:deadlines AS timestamptz[])) AS v(id, deadline)
+    WHERE r.id = v.id
+    """
+)
 
 
 # The earliest next run of the DAGs phase 1 looks at, after `now` (the partial index of
