@@ -192,12 +192,18 @@ if has_netns; then
   rm -f "$NETNS_PATH" 2>/dev/null || true
 fi
 
-# 10. Check: nothing of ours may still run.
+# 10. Check: nothing of ours may still run. A process killed above whose parent has
+# not reaped it yet is a zombie: `kill -0` still succeeds, but it runs nothing.
+running() {
+  local state
+  state="$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null || true)"
+  [[ -n "$state" && "$state" != Z ]]
+}
 left=()
 for f in "$D"/pids/*.pid; do
   [[ -f "$f" ]] || continue
   p="$(cat "$f")"
-  kill -0 "$p" 2>/dev/null && left+=("$(basename "$f" .pid):$p")
+  running "$p" && left+=("$(basename "$f" .pid):$p")
 done
 for p in $(pgrep -f -- "$D/" 2>/dev/null || true); do
   [[ "$p" == "$$" ]] && continue

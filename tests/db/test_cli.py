@@ -664,7 +664,13 @@ def test_missing_database_url_names_the_variable(args: list[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    "option", ["--max-tis-per-query", "--critical-batches-per-tick", "--runs-examined-per-tick"]
+    "option",
+    [
+        "--max-tis-per-query",
+        "--critical-batches-per-tick",
+        "--runs-examined-per-tick",
+        "--runs-created-per-batch",
+    ],
 )
 def test_scheduler_batch_knobs_must_be_positive(db_url: str, option: str) -> None:
     result = sluice("scheduler", option, "0", "--database-url", db_url, "--no-migrate")
@@ -688,12 +694,41 @@ def test_scheduler_batch_knobs_must_be_positive(db_url: str, option: str) -> Non
             ["--heartbeat-interval", "-1"],
             "--heartbeat-interval must be more than 0 seconds (got -1.0)",
         ),
+        (["--runs-phase-budget", "0"], "--runs-phase-budget must be more than 0 seconds"),
+        (["--quiet-round-interval", "0"], "--quiet-round-interval must be more than 0 seconds"),
     ],
 )
 def test_scheduler_intervals_must_make_sense(db_url: str, args: list[str], message: str) -> None:
     result = sluice("scheduler", *args, "--database-url", db_url, "--no-migrate")
     assert result.exit_code == 2
     assert message in result.stderr
+
+
+def test_scheduler_phase_knobs_reach_the_loop(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sluice.cli import scheduler as scheduler_cli
+    from sluice.scheduler.config import SchedulerConfig
+
+    seen: list[SchedulerConfig] = []
+
+    def loop(sessions: object, executor: object, config: SchedulerConfig, **_: object) -> None:
+        seen.append(config)
+        raise RuntimeError("stop before the loop runs")
+
+    monkeypatch.setattr(scheduler_cli, "SchedulerLoop", loop)
+    result = sluice(
+        "scheduler",
+        *("--runs-created-per-batch", "100", "--runs-phase-budget", "0.25"),
+        *("--no-wake-at-next-due", "--quiet-round-interval", "60"),
+        *("--database-url", db_url, "--no-migrate"),
+    )
+    assert isinstance(result.exception, RuntimeError), result.output
+    (config,) = seen
+    assert (
+        config.runs_created_per_batch,
+        config.runs_phase_budget,
+        config.wake_at_next_due,
+        config.quiet_round_interval,
+    ) == (100, 0.25, False, 60.0)
 
 
 @pytest.mark.parametrize(("flag", "prepared"), [([], True), (["--no-prepared-statements"], False)])

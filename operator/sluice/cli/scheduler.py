@@ -63,7 +63,36 @@ def scheduler(
     migrate: Annotated[bool, typer.Option(help="run `db upgrade` first")] = True,
     tick_interval: Annotated[float, typer.Option()] = _defaults.tick_interval,
     runs_created_per_tick: Annotated[int, typer.Option()] = _defaults.runs_created_per_tick,
+    runs_created_per_batch: Annotated[
+        int,
+        typer.Option(
+            help="phase 1 creates and starts runs in batches of this many, each its own"
+            " transaction (ADR 0023)"
+        ),
+    ] = _defaults.runs_created_per_batch,
+    runs_phase_budget: Annotated[
+        float,
+        typer.Option(
+            help="phase 1 starts another batch while it has taken less than this many"
+            " seconds of the tick; the next tick goes on"
+        ),
+    ] = _defaults.runs_phase_budget,
+    wake_at_next_due: Annotated[
+        bool,
+        typer.Option(
+            help="end an idle wait when the next scheduled run falls due (off: the wait"
+            " lasts --tick-interval, as Airflow's idle sleep does)"
+        ),
+    ] = _defaults.wake_at_next_due,
     runs_examined_per_tick: Annotated[int, typer.Option()] = _defaults.runs_examined_per_tick,
+    quiet_round_interval: Annotated[
+        float,
+        typer.Option(
+            help="phase 2 also examines runs without work, round-robin, once per this many"
+            " seconds (shared by the live replicas): the net for runs without a deadline"
+            " (ADR 0024)"
+        ),
+    ] = _defaults.quiet_round_interval,
     max_tis_per_query: Annotated[int, typer.Option()] = _defaults.max_tis_per_query,
     critical_batches_per_tick: Annotated[
         int, typer.Option(help="critical-section batches per tick while batches come back full")
@@ -136,6 +165,7 @@ def scheduler(
         fail(str(exc))
     for name, value in (
         ("--runs-created-per-tick", runs_created_per_tick),
+        ("--runs-created-per-batch", runs_created_per_batch),
         ("--runs-examined-per-tick", runs_examined_per_tick),
         ("--max-tis-per-query", max_tis_per_query),
         ("--critical-batches-per-tick", critical_batches_per_tick),
@@ -146,6 +176,8 @@ def scheduler(
         ("--tick-interval", tick_interval),
         ("--heartbeat-interval", heartbeat_interval),
         ("--zombie-check-interval", zombie_check_interval),
+        ("--runs-phase-budget", runs_phase_budget),
+        ("--quiet-round-interval", quiet_round_interval),
     ):
         if seconds <= 0:
             fail(f"{name} must be more than 0 seconds (got {seconds})")
@@ -197,7 +229,11 @@ def scheduler(
     config = SchedulerConfig(
         tick_interval=tick_interval,
         runs_created_per_tick=runs_created_per_tick,
+        runs_created_per_batch=runs_created_per_batch,
+        runs_phase_budget=runs_phase_budget,
+        wake_at_next_due=wake_at_next_due,
         runs_examined_per_tick=runs_examined_per_tick,
+        quiet_round_interval=quiet_round_interval,
         max_tis_per_query=max_tis_per_query,
         critical_batches_per_tick=critical_batches_per_tick,
         dispatch_batch=max_tis_per_query,
