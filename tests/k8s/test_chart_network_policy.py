@@ -29,7 +29,7 @@ from .chart import Release, installed
 from .cluster import Cluster
 from .replicas import wait_for
 
-pytestmark = [pytest.mark.k8s, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.k8s, pytest.mark.timeout(600)]
 
 VALUES = [
     "--set", "networkPolicy.enabled=true",
