@@ -73,7 +73,7 @@ stop() {
 }
 
 # 1. No new pods: stop the controllers and the scheduler first.
-stop kube-controller-manager kube-scheduler kube-proxy coredns
+stop kube-controller-manager kube-scheduler kube-proxy kube-router coredns
 
 # 2. The kubelet. Its pods are not drained one by one through the API (slow):
 #    the whole node goes away, so step 3 kills what runs and step 6 removes
@@ -162,8 +162,9 @@ done
 # 8. Anything still running in the cluster's network namespace is ours (a
 #    shim or helper process that escaped the steps above): kill it, then delete
 #    the namespace. Its bridge, the host ends of the pods' veths, its routes,
-#    its iptables rules (kube-proxy's, the kubelet's, our guard) and its
-#    sysctls go with it; none of them ever existed in the machine's namespace.
+#    its iptables rules and ipsets (kube-proxy's, kube-router's, the kubelet's,
+#    our guard) and its sysctls go with it; none of them ever existed in the
+#    machine's namespace.
 #    This script and its callers (a shell from hack/in-cluster.sh, a test
 #    session) may be in the namespace too: they are spared, and the namespace
 #    itself ends when the last of them exits.

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Start a real single-node Kubernetes cluster as local processes, the way
 # Kubernetes' hack/local-up-cluster.sh does: etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, containerd (+ runc, CNI bridge) and
-# a kubelet. No Docker engine and no registry are needed.
+# kube-controller-manager, kube-scheduler, containerd (+ runc, CNI bridge), a
+# kubelet, kube-proxy and kube-router's network-policy firewall (the
+# NetworkPolicy engine). No Docker engine and no registry are needed.
 #
 # The whole cluster lives in a network namespace of its own ($SLUICE_NETNS,
 # default `sluice`): the bridge, the node address, the pods and every
@@ -30,7 +31,7 @@
 #
 # Needs root (kubelet, containerd and the bridge), Linux with cgroups, and the
 # Debian packages containerd, runc, containernetworking-plugins, iptables,
-# openssl, buildah, debootstrap, gcc (see hack/install-deps.sh).
+# ipset, openssl, buildah, debootstrap, gcc (see hack/install-deps.sh).
 set -euo pipefail
 HACK="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HACK/lib.sh"
@@ -44,16 +45,16 @@ T_START=$SECONDS
 # ---------------------------------------------------------------- build
 if [[ "${SLUICE_SKIP_BUILD:-0}" != 1 ]]; then
   "$HACK/install-deps.sh"
-  "$HACK/build-k8s.sh"   # all parts: k8s, etcd, coredns and helm (for the demo)
+  "$HACK/build-k8s.sh"   # all parts: k8s, etcd, coredns, kube-router and helm (for the demo)
   "$HACK/build-images.sh"
 fi
-for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl coredns; do
+for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl coredns kube-router; do
   [[ -x "$SLUICE_BIN/$b" ]] || die "$SLUICE_BIN/$b missing: run hack/build-k8s.sh"
 done
 for f in pause.tar sluice.tar postgres.tar; do
   [[ -f "$SLUICE_CACHE/images/$f" ]] || die "$SLUICE_CACHE/images/$f missing: run hack/build-images.sh"
 done
-for b in containerd containerd-shim-runc-v2 ctr runc iptables conntrack openssl curl; do
+for b in containerd containerd-shim-runc-v2 ctr runc iptables ipset conntrack openssl curl; do
   PATH="$PATH:/usr/sbin:/sbin" command -v "$b" >/dev/null || die "$b not found: run hack/install-deps.sh"
 done
 [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local && -x /usr/lib/cni/loopback ]] \
@@ -113,6 +114,7 @@ PROXY_HEALTHZ_PORT="$(free_port)"
 PROXY_METRICS_PORT="$(free_port)"
 DNS_HEALTH_PORT="$(free_port)"
 DNS_READY_PORT="$(free_port)"
+KUBE_ROUTER_HEALTH_PORT="$(free_port)"
 APISERVER_URL="https://$NODE_IP:$APISERVER_PORT"
 SOCK="$D/containerd/containerd.sock"
 # containerd's content store and snapshots outlive a cluster, so an unchanged
@@ -205,11 +207,17 @@ in_netns ip link set "$BRIDGE" up
 in_netns ip route replace blackhole "$SERVICE_CIDR"
 # Pods reach Services through kube-proxy's DNAT in the namespace, which needs
 # forwarding for packets that come in on the bridge only, and a guard that
-# nothing is forwarded between the bridge and any other link.
+# nothing is forwarded between the bridge and any other link. The guard is in
+# the filter table's FORWARD chain and again in the mangle table's, which
+# packets go through first: kube-router's firewall (below) keeps its own jump
+# at the head of filter FORWARD and ACCEPTs there what the NetworkPolicies
+# allow, before the filter guard; no component writes to mangle's FORWARD.
 in_netns sysctl -qw "net.ipv4.conf.$BRIDGE.forwarding=1"
 for rule in "-i $BRIDGE ! -o $BRIDGE" "-o $BRIDGE ! -i $BRIDGE"; do
-  # shellcheck disable=SC2086
-  in_netns iptables -I FORWARD $rule -m comment --comment sluice-local-cluster -j DROP
+  for table in filter mangle; do
+    # shellcheck disable=SC2086
+    in_netns iptables -t "$table" -I FORWARD $rule -m comment --comment sluice-local-cluster -j DROP
+  done
 done
 # Fail now if the namespace can reach anything outside it.
 "$HACK/netns-check.sh"
@@ -274,6 +282,7 @@ cert scheduler system:kube-scheduler "" clientAuth
 cert kubelet-client "system:node:$NODE_NAME" system:nodes clientAuth
 cert kube-proxy system:kube-proxy "" clientAuth
 cert coredns system:sluice-coredns "" clientAuth
+cert kube-router system:sluice-kube-router "" clientAuth
 cert kubelet "system:node:$NODE_NAME" system:nodes serverAuth "IP:$NODE_IP,DNS:$NODE_NAME"
 # Service-account issuer keys, generated locally.
 openssl_quiet genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$PKI/sa.key"
@@ -312,6 +321,7 @@ kubeconfig "$D/scheduler.kubeconfig" system:kube-scheduler scheduler
 kubeconfig "$D/kubelet.kubeconfig" "system:node:$NODE_NAME" kubelet-client
 kubeconfig "$D/kube-proxy.kubeconfig" system:kube-proxy kube-proxy
 kubeconfig "$D/coredns.kubeconfig" system:sluice-coredns coredns
+kubeconfig "$D/kube-router.kubeconfig" system:sluice-kube-router kube-router
 KUBECTL=(in_netns "$SLUICE_BIN/kubectl" --kubeconfig "$D/admin.kubeconfig" --request-timeout=10s)
 
 # ---------------------------------------------------------------- etcd
@@ -531,6 +541,51 @@ conntrack:
 EOF
 start kube-proxy "$SLUICE_BIN/kube-proxy" --config "$D/kube-proxy-config.yaml" --v 1
 wait_up kube-proxy 60 in_netns curl -fsS --max-time 2 "http://127.0.0.1:$PROXY_HEALTHZ_PORT/healthz"
+
+# ---------------------------------------------------------------- kube-router (NetworkPolicy)
+# The bridge plugin enforces no NetworkPolicy: kube-router's network-policy
+# controller does, alone (no routing, no service proxy: the bridge and
+# kube-proxy do those). iptables filter rules and ipsets in this namespace, per
+# local pod, from the API server's pods, namespaces and NetworkPolicies; a
+# denied connection is rejected (the client sees "connection refused"). Its
+# health endpoint listens on every address of the namespace; no metrics, no
+# pprof. Read-only access to what its informers watch.
+"${KUBECTL[@]}" apply -f - >/dev/null <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: sluice:kube-router
+rules:
+- apiGroups: [""]
+  resources: [nodes, pods, namespaces, services, endpoints]
+  verbs: [get, list, watch]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, list, watch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: sluice:kube-router
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: sluice:kube-router
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: system:sluice-kube-router
+EOF
+start kube-router "$SLUICE_BIN/kube-router" \
+  --run-firewall=true --run-router=false --run-service-proxy=false \
+  --kubeconfig "$D/kube-router.kubeconfig" --hostname-override "$NODE_NAME" \
+  --service-cluster-ip-range "$SERVICE_CIDR" --health-port "$KUBE_ROUTER_HEALTH_PORT" --v 1
+wait_up kube-router 60 in_netns curl -fsS --max-time 2 "http://127.0.0.1:$KUBE_ROUTER_HEALTH_PORT/healthz"
+# Its controller runs (and its first full sync follows) once its chains exist.
+wait_up kube-router 60 in_netns iptables -w 5 -S KUBE-ROUTER-FORWARD
 wait_up kubelet 120 "${KUBECTL[@]}" wait --for=condition=Ready "node/$NODE_NAME" --timeout=1s
 wait_up kube-controller-manager 60 "${KUBECTL[@]}" -n default get serviceaccount default
 wait_up coredns 60 in_netns curl -fsS --max-time 2 "http://127.0.0.1:$DNS_READY_PORT/ready"

@@ -7,6 +7,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 PACKAGES=(
   containerd runc containernetworking-plugins   # container runtime + CNI plugins
   iptables iproute2 conntrack                   # kubelet's host networking needs
+  ipset                                         # kube-router's network-policy firewall
   buildah debootstrap                           # local images, no registry
   gcc libc6-dev                                 # the static pause binary
   openssl curl ca-certificates git              # PKI, health checks, sources

@@ -20,6 +20,9 @@ KUBE_VERSION="${KUBE_VERSION:-v1.34.4}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 HELM_VERSION="${HELM_VERSION:-v4.3.2}"
 COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
+# The local cluster's NetworkPolicy engine (kube-router's firewall alone): the
+# only version the Go module proxy serves here (hack/README.md, "NetworkPolicy").
+KUBE_ROUTER_VERSION="${KUBE_ROUTER_VERSION:-v2.1.0}"
 
 # Image names used by the local cluster (never pulled from a registry).
 SLUICE_IMAGE="${SLUICE_IMAGE:-localhost/sluice:dev}"
