@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, event, select
+from sqlalchemy import Engine, event, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.dags import sync_dag
@@ -179,6 +179,23 @@ def trigger(sessions: sessionmaker[Session], dag_id: str, now: datetime, **kwarg
         new = trigger_run(session, SpecCache(), dag_id, now, **kwargs)
         session.commit()
         return new.id
+
+
+def corrupt_runs_version(sessions: sessionmaker[Session], dag_id: str) -> None:
+    """Point the DAG's runs at a stored version whose spec no longer parses (as after a
+    bad manual edit): `spec.tasks` is not a list."""
+    with sessions() as session:
+        session.execute(
+            text(
+                "INSERT INTO dag_version (dag_id, version_number, spec_hash, spec,"
+                " spec_schema_version, created_at)"
+                " VALUES (:dag, 99, 'corrupt', '{\"tasks\": \"not a list\"}', 2, now());"
+                "UPDATE dag_run SET dag_version_id = (SELECT id FROM dag_version"
+                " WHERE spec_hash = 'corrupt') WHERE dag_id = :dag"
+            ),
+            {"dag": dag_id},
+        )
+        session.commit()
 
 
 def ti_row(session: Session, dag_id: str, task_id: str) -> TaskInstance:

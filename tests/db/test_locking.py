@@ -153,25 +153,20 @@ def test_a_run_whose_spec_cannot_be_loaded_fails_and_the_others_go_on(
     """Every run ends: a run whose DAG version no longer parses cannot decide anything,
     so it fails at once, its tasks skipped with the reason (it used to stay `running`
     for ever); the other DAG's run is not held back."""
-    from tests.support import FakeClock, ScriptedExecutor, make_loop, task_states
+    from tests.support import (
+        FakeClock,
+        ScriptedExecutor,
+        corrupt_runs_version,
+        make_loop,
+        task_states,
+    )
 
     clock = FakeClock()
     register(sessions, manifest("good", chain("a", "b")), clock.now)
     register(sessions, manifest("bad", chain("a")), clock.now)
     trigger(sessions, "good", clock.now)
     trigger(sessions, "bad", clock.now)
-    with sessions() as session:
-        # A version whose stored spec no longer parses, as after a bad manual edit.
-        session.execute(
-            text(
-                "INSERT INTO dag_version (dag_id, version_number, spec_hash, spec,"
-                " spec_schema_version, created_at) "
-                "VALUES ('bad', 99, 'corrupt', '{\"tasks\": \"not a list\"}', 2, now());"
-                "UPDATE dag_run SET dag_version_id = "
-                "(SELECT id FROM dag_version WHERE spec_hash = 'corrupt') WHERE dag_id = 'bad'"
-            )
-        )
-        session.commit()
+    corrupt_runs_version(sessions, "bad")
     loop = make_loop(sessions, ScriptedExecutor(), clock)
     for _ in range(6):
         report = loop.tick()

@@ -22,6 +22,7 @@ from tests.support import (
     FakeClock,
     ScriptedExecutor,
     chain,
+    corrupt_runs_version,
     make_loop,
     manifest,
     register,
@@ -116,17 +117,7 @@ def test_a_run_whose_version_cannot_be_loaded_is_due_at_its_start_and_ends(
     clock = FakeClock()
     register(sessions, manifest("bad", chain("a")), clock.now)
     trigger(sessions, "bad", clock.now)
-    with sessions() as session:
-        session.execute(
-            text(
-                "INSERT INTO dag_version (dag_id, version_number, spec_hash, spec,"
-                " spec_schema_version, created_at) "
-                "VALUES ('bad', 99, 'corrupt', '{\"tasks\": \"not a list\"}', 2, now());"
-                "UPDATE dag_run SET dag_version_id = "
-                "(SELECT id FROM dag_version WHERE spec_hash = 'corrupt') WHERE dag_id = 'bad'"
-            )
-        )
-        session.commit()
+    corrupt_runs_version(sessions, "bad")
     loop = make_loop(sessions, ScriptedExecutor(), clock, quiet_round_interval=NO_QUIET_ROUND)
     started = clock.now
     _ticks(loop, clock, 3)
