@@ -47,6 +47,9 @@ bench-scale: bench-deps
 # cluster"): 100 DAGs x 10 trivial tasks at 1 and 3 replicas, ~10 min per trial on 2 cores.
 # Runs inside the cluster's network namespace, where its API server and node answer.
 #   make bench-k8s BENCH_ARGS="--dags 4 --tasks 5 --replicas 1"   a small trial first
+# The node's CPU is shared with the cluster's NetworkPolicy engine (kube-router, about
+# 0.28 cores under task-pod churn) unless the cluster was started without it:
+#   SLUICE_NETWORK_POLICY=0 make cluster-up
 bench-k8s: install
 	hack/in-cluster.sh env PYTHONPATH=. COLUMNS=$${COLUMNS:-220} $(BIN)/python -m bench.k8s $(BENCH_ARGS)
 

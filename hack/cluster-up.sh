@@ -550,7 +550,11 @@ wait_up kube-proxy 60 in_netns curl -fsS --max-time 2 "http://127.0.0.1:$PROXY_H
 # denied connection is rejected (the client sees "connection refused"). Its
 # health endpoint listens on every address of the namespace; no metrics, no
 # pprof. Read-only access to what its informers watch.
-"${KUBECTL[@]}" apply -f - >/dev/null <<EOF
+# SLUICE_NETWORK_POLICY=0 leaves it out: under a churn of task pods it rewrites
+# its rules as each pod comes and goes (0.28 cores in a 1,000-task bench-k8s
+# trial), which node-bound benchmarks would share the node with.
+if [[ "${SLUICE_NETWORK_POLICY:-1}" != 0 ]]; then
+  "${KUBECTL[@]}" apply -f - >/dev/null <<EOF
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata:
@@ -579,13 +583,16 @@ subjects:
   kind: User
   name: system:sluice-kube-router
 EOF
-start kube-router "$SLUICE_BIN/kube-router" \
-  --run-firewall=true --run-router=false --run-service-proxy=false \
-  --kubeconfig "$D/kube-router.kubeconfig" --hostname-override "$NODE_NAME" \
-  --service-cluster-ip-range "$SERVICE_CIDR" --health-port "$KUBE_ROUTER_HEALTH_PORT" --v 1
-wait_up kube-router 60 in_netns curl -fsS --max-time 2 "http://127.0.0.1:$KUBE_ROUTER_HEALTH_PORT/healthz"
-# Its controller runs (and its first full sync follows) once its chains exist.
-wait_up kube-router 60 in_netns iptables -w 5 -S KUBE-ROUTER-FORWARD
+  start kube-router "$SLUICE_BIN/kube-router" \
+    --run-firewall=true --run-router=false --run-service-proxy=false \
+    --kubeconfig "$D/kube-router.kubeconfig" --hostname-override "$NODE_NAME" \
+    --service-cluster-ip-range "$SERVICE_CIDR" --health-port "$KUBE_ROUTER_HEALTH_PORT" --v 1
+  wait_up kube-router 60 in_netns curl -fsS --max-time 2 "http://127.0.0.1:$KUBE_ROUTER_HEALTH_PORT/healthz"
+  # Its controller runs (and its first full sync follows) once its chains exist.
+  wait_up kube-router 60 in_netns iptables -w 5 -S KUBE-ROUTER-FORWARD
+else
+  log "kube-router: not started (SLUICE_NETWORK_POLICY=0): no NetworkPolicy is enforced"
+fi
 wait_up kubelet 120 "${KUBECTL[@]}" wait --for=condition=Ready "node/$NODE_NAME" --timeout=1s
 wait_up kube-controller-manager 60 "${KUBECTL[@]}" -n default get serviceaccount default
 wait_up coredns 60 in_netns curl -fsS --max-time 2 "http://127.0.0.1:$DNS_READY_PORT/ready"

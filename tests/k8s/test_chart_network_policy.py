@@ -17,6 +17,7 @@ run `localhost/sluice:dev`'s Python (nothing can be pulled).
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from collections.abc import Iterator
 from typing import Any
@@ -26,7 +27,7 @@ import pytest
 from sluice.executors.kubernetes import names
 
 from .chart import Release, installed
-from .cluster import Cluster
+from .cluster import CLUSTER_DIR, Cluster
 from .replicas import wait_for
 
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(600)]
@@ -91,8 +92,29 @@ def _probe_pod(name: str, image: str, labels: dict[str, str]) -> dict[str, Any]:
     }
 
 
+def _no_policy_engine() -> str | None:
+    """Why the local cluster enforces no NetworkPolicy now, if it does not: its
+    kube-router is not running (`SLUICE_NETWORK_POLICY=0 make cluster-up` leaves it
+    out, for node-bound benchmarks). None on another cluster: its network plugin is
+    the one to enforce them."""
+    if not (CLUSTER_DIR / "env").is_file():
+        return None
+    try:
+        os.kill(int((CLUSTER_DIR / "pids" / "kube-router.pid").read_text().split()[0]), 0)
+    except (OSError, ValueError):
+        return (
+            "the local cluster runs without kube-router, so nothing enforces NetworkPolicies:"
+            " start it again with it (make cluster-down && make cluster-up, without"
+            " SLUICE_NETWORK_POLICY=0)"
+        )
+    return None
+
+
 @pytest.fixture(scope="module")
 def rel(k8s_cluster: Cluster) -> Iterator[Release]:
+    missing = _no_policy_engine()
+    if missing is not None:
+        pytest.fail(missing)
     with installed(k8s_cluster) as release:
         release.install(*VALUES)
         yield release
