@@ -3,7 +3,8 @@
 # from source through the Go module proxy, into $SLUICE_BIN (outside the repo).
 #
 #   hack/build-k8s.sh            # build what is missing (a warm run is a no-op)
-#   hack/build-k8s.sh k8s etcd   # only some parts (k8s, etcd, coredns, helm, kube-router)
+#   hack/build-k8s.sh k8s etcd   # only some parts (k8s, etcd, coredns, helm, kube-router,
+#                                # servicemonitor-crd: a CRD file, nothing built)
 #   FORCE=1 hack/build-k8s.sh    # rebuild even if up to date
 #
 # Each part is built from a generated wrapper Go module under
@@ -266,8 +267,30 @@ EOF
   "$SLUICE_BIN/kube-router" --version >&2
 }
 
+# The ServiceMonitor CRD of prometheus-operator, as its release ships it
+# (example/prometheus-operator-crd/ of its Go module, from the module proxy), for the
+# test that installs the chart's ServiceMonitor on the local cluster. Nothing is built:
+# the file is copied out of the module cache into $SLUICE_CACHE/crds/.
+fetch_servicemonitor_crd() {
+  local v="$PROMETHEUS_OPERATOR_VERSION"
+  local file="monitoring.coreos.com_servicemonitors.yaml"
+  local key="servicemonitor-crd $v recipe=1"
+  local out="$SLUICE_CACHE/crds/prometheus-operator-$v/$file"
+  if [[ "${FORCE:-0}" != 1 && -f "$out" && "$(cat "$SLUICE_BIN/.stamp-servicemonitor-crd" 2>/dev/null)" == "$key" ]]; then
+    log "ServiceMonitor CRD (prometheus-operator $v): up to date in $(dirname "$out")"
+    return
+  fi
+  local dir
+  dir="$(go mod download -json "github.com/prometheus-operator/prometheus-operator@$v" \
+    | python3 -c 'import json, sys; d = json.load(sys.stdin); sys.exit(d.get("Error")) if d.get("Error") else print(d["Dir"])')"
+  mkdir -p "$(dirname "$out")"
+  install -m 0644 "$dir/example/prometheus-operator-crd/$file" "$out"
+  echo "$key" >"$SLUICE_BIN/.stamp-servicemonitor-crd"
+  log "ServiceMonitor CRD (prometheus-operator $v): $out"
+}
+
 parts=("$@")
-[[ ${#parts[@]} -gt 0 ]] || parts=(k8s etcd coredns helm kube-router)
+[[ ${#parts[@]} -gt 0 ]] || parts=(k8s etcd coredns helm kube-router servicemonitor-crd)
 start=$SECONDS
 declare -A before=()
 for part in "${parts[@]}"; do
@@ -279,7 +302,8 @@ for part in "${parts[@]}"; do
     coredns) build_coredns ;;
     helm) build_helm ;;
     kube-router) build_kube_router ;;
-    *) die "unknown part: $part (k8s, etcd, coredns, helm, kube-router)" ;;
+    servicemonitor-crd) fetch_servicemonitor_crd ;;
+    *) die "unknown part: $part (k8s, etcd, coredns, helm, kube-router, servicemonitor-crd)" ;;
   esac
   took="$(fmt_duration $((SECONDS - t0)))"
   if [[ "$(cat "$SLUICE_BIN/.stamp-$part" 2>/dev/null)" != "${before[$part]:-}" ]]; then

@@ -23,6 +23,9 @@ COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
 # The local cluster's NetworkPolicy engine (kube-router's firewall alone): the
 # only version the Go module proxy serves here (hack/README.md, "NetworkPolicy").
 KUBE_ROUTER_VERSION="${KUBE_ROUTER_VERSION:-v2.1.0}"
+# The prometheus-operator release whose ServiceMonitor CRD the chart's ServiceMonitor is
+# tested against (tests/k8s/test_chart_service_monitor.py); the newest the proxy serves.
+PROMETHEUS_OPERATOR_VERSION="${PROMETHEUS_OPERATOR_VERSION:-v0.85.0}"
 
 # Image names used by the local cluster (never pulled from a registry).
 SLUICE_IMAGE="${SLUICE_IMAGE:-localhost/sluice:dev}"
