@@ -22,7 +22,7 @@ import os
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +34,10 @@ from bench.common import (
     RESULTS,
     Knobs,
     Postgres,
-    measure,
+    measured_trial,
     stop_processes,
 )
-from bench.metrics import AIRFLOW_SIDES, Trial, read_task_times, summarize
+from bench.metrics import AIRFLOW_SIDES, Trial
 from bench.shapes import Workload
 
 __all__ = ["VENV", "ensure_airflow", "install_record", "installed_airflow"]
@@ -226,12 +226,18 @@ def dag_source(peer: Peer, workload: Workload, dag_id: str, knobs: Knobs) -> str
     )
 
 
-def write_dags(peer: Peer, workload: Workload, knobs: Knobs) -> Path:
+def dags_folder(peer: Peer, kind: str, workload: Workload) -> Path:
+    """An empty DAGs folder for `workload` on this Airflow (`kind`: the benchmark's)."""
     size = f"{workload.dags}x{workload.tasks}"
-    folder = RESULTS / "airflow" / peer.version / f"dags-{workload.shape}-{size}"
+    folder = RESULTS / "airflow" / peer.version / f"{kind}-{workload.shape}-{size}"
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("*.py"):
         old.unlink()
+    return folder
+
+
+def write_dags(peer: Peer, workload: Workload, knobs: Knobs) -> Path:
+    folder = dags_folder(peer, "dags", workload)
     for dag_id in workload.dag_ids():
         source = dag_source(peer, workload, dag_id, knobs)
         (folder / f"{dag_id.replace('-', '_')}.py").write_text(source)
@@ -337,47 +343,26 @@ def run_trial(
     env = airflow_env(peer, url, knobs, folder)
     engine = create_engine(url.replace("postgresql://", "postgresql+psycopg2://"))
     procs: list[subprocess.Popen[bytes]] = []
-    errors: list[str] = []
     try:
         with engine.begin() as conn:
             conn.execute(text("UPDATE dag SET last_parsed_time = now()"))
         start_schedulers(peer, env, engine, replicas, procs)
-        measured = measure(
+        return measured_trial(
+            peer.side,
             pg,
             engine,
             name,
-            [p.pid for p in procs],
-            expected_runs=workload.dags,
-            timeout=timeout,
-            settle_s=knobs.settle_s,
-        )
-        if measured.timeout:
-            errors.append(measured.timeout)
-        stop_processes(procs)
-        rows, failed = read_task_times(
-            engine,
-            "SELECT ti.dag_id, ti.task_id, ti.queued_dttm, ti.start_date, ti.end_date,"
-            " r.start_date AS run_start, ti.queued_by_job_id AS job FROM task_instance ti"
-            " JOIN dag_run r ON r.dag_id = ti.dag_id AND r.run_id = ti.run_id",
-        )
-        if failed:
-            errors.append(f"{failed} task instances did not succeed")
-        return summarize(
-            side=peer.side,
+            procs,
             workload=workload,
+            knobs=knobs,
             replicas=replicas,
-            max_tis_per_query=knobs.max_tis_per_query,
             trial=trial,
-            t0=measured.t0,
-            rows=rows,
-            samples=measured.samples,
-            statements=measured.statements,
-            statements_unavailable=pg.statements_unavailable,
-            timed_out=measured.timeout is not None,
-            failed=failed,
-            errors=errors,
-            variant=knobs.variant,
-            knobs=asdict(knobs),
+            timeout=timeout,
+            task_times=(
+                "SELECT ti.dag_id, ti.task_id, ti.queued_dttm, ti.start_date, ti.end_date,"
+                " r.start_date AS run_start, ti.queued_by_job_id AS job FROM task_instance ti"
+                " JOIN dag_run r ON r.dag_id = ti.dag_id AND r.run_id = ti.run_id"
+            ),
         )
     finally:
         stop_processes(procs, timeout=30)

@@ -427,13 +427,9 @@ def airflow_env(peer: Peer, url: str, knobs: Knobs, folder: Path) -> dict[str, s
 
 
 def write_dag_files(peer: Peer, workload: Workload, knobs: Knobs) -> Path:
-    from bench.airflow_side import DAG_IMPORTS
+    from bench.airflow_side import DAG_IMPORTS, dags_folder
 
-    size = f"{workload.dags}x{workload.tasks}"
-    folder = RESULTS / "airflow" / peer.version / f"arrival-{workload.shape}-{size}"
-    folder.mkdir(parents=True, exist_ok=True)
-    for old in folder.glob("*.py"):
-        old.unlink()
+    folder = dags_folder(peer, "arrival", workload)
     ids = workload.dag_ids()
     for i in range(0, len(ids), DAGS_PER_FILE):
         source = DAG_FILE.format(

@@ -11,13 +11,23 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, text
 
-from bench.metrics import DEFAULTS, LIKE_FOR_LIKE, VARIANTS, CpuSample, StatementTotals
+from bench.metrics import (
+    DEFAULTS,
+    LIKE_FOR_LIKE,
+    VARIANTS,
+    CpuSample,
+    StatementTotals,
+    Trial,
+    read_task_times,
+    summarize,
+)
+from bench.shapes import Workload
 from sluice.db.embedded import EmbeddedPostgres, start_embedded_postgres
 from sluice.db.engine import normalize_url
 from sluice.scheduler.config import SchedulerConfig
@@ -360,3 +370,55 @@ def measure(
     finally:
         samples = sampler.stop()
     return Measured(t0=t0, samples=samples, statements=statements, timeout=error)
+
+
+def measured_trial(
+    side: str,
+    pg: Postgres,
+    engine: Engine,
+    database: str,
+    procs: list[subprocess.Popen[bytes]],
+    *,
+    workload: Workload,
+    knobs: Knobs,
+    replicas: int,
+    trial: int,
+    timeout: float,
+    task_times: str,
+) -> Trial:
+    """A trial's measured part (`measure`) and its figures, the same on both sides: the
+    schedulers `procs` are stopped once every run ended (or the wait timed out), then
+    the task timestamps are read with the side's `task_times` query
+    (`metrics.read_task_times`). A timeout and tasks that did not succeed are the
+    trial's errors."""
+    measured = measure(
+        pg,
+        engine,
+        database,
+        [p.pid for p in procs],
+        expected_runs=workload.dags,
+        timeout=timeout,
+        settle_s=knobs.settle_s,
+    )
+    errors = [measured.timeout] if measured.timeout else []
+    stop_processes(procs)
+    rows, failed = read_task_times(engine, task_times)
+    if failed:
+        errors.append(f"{failed} task instances did not succeed")
+    return summarize(
+        side=side,
+        workload=workload,
+        replicas=replicas,
+        max_tis_per_query=knobs.max_tis_per_query,
+        trial=trial,
+        t0=measured.t0,
+        rows=rows,
+        samples=measured.samples,
+        statements=measured.statements,
+        statements_unavailable=pg.statements_unavailable,
+        timed_out=measured.timeout is not None,
+        failed=failed,
+        errors=errors,
+        variant=knobs.variant,
+        knobs=asdict(knobs),
+    )

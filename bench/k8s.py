@@ -370,12 +370,6 @@ def workloads(shapes: list[str], dags: int, tasks: int) -> list[Workload]:
 
 
 def dag_manifest(dag_id: str, workload: Workload, image: str) -> Any:
-    tasks: list[dict[str, Any]] = []
-    for name, ups in workload.graph().items():
-        task: dict[str, Any] = {"name": name}
-        if ups:
-            task["dependsOn"] = ups
-        tasks.append(task)
     return parse_dag_manifest(
         {
             "apiVersion": "sluice.io/v1alpha1",
@@ -386,7 +380,7 @@ def dag_manifest(dag_id: str, workload: Workload, image: str) -> Any:
                 "startDate": START,
                 "paused": True,
                 "defaults": {"image": image, "command": ["true"], "retries": 0},
-                "tasks": tasks,
+                "tasks": workload.task_specs(),
             },
         }
     )

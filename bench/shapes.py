@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 Graph = dict[str, list[str]]
 
@@ -114,6 +115,13 @@ class Workload:
 
     def graph(self) -> Graph:
         return SHAPES[self.shape](self.tasks)
+
+    def task_specs(self) -> list[dict[str, Any]]:
+        """The graph as a Sluice DAG manifest's `spec.tasks` (names and `dependsOn`)."""
+        return [
+            {"name": name, "dependsOn": ups} if ups else {"name": name}
+            for name, ups in self.graph().items()
+        ]
 
     def dag_ids(self) -> list[str]:
         # DNS labels (Sluice) and valid Airflow ids alike.

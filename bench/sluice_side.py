@@ -10,10 +10,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
@@ -22,11 +20,11 @@ from bench.common import (
     RESULTS,
     Knobs,
     Postgres,
-    measure,
+    measured_trial,
     stop_processes,
     wait_for,
 )
-from bench.metrics import Trial, read_task_times, summarize
+from bench.metrics import Trial
 from bench.shapes import Workload
 from sluice.db.dags import sync_dag
 from sluice.db.engine import make_engine, session_factory
@@ -63,12 +61,6 @@ def manifest(
     schedule: str = "@once",
     catchup: bool = False,
 ) -> DagManifest:
-    tasks: list[dict[str, Any]] = []
-    for name, ups in workload.graph().items():
-        task: dict[str, Any] = {"name": name}
-        if ups:
-            task["dependsOn"] = ups
-        tasks.append(task)
     return parse_dag_manifest(
         {
             "apiVersion": "sluice.io/v1alpha1",
@@ -81,7 +73,7 @@ def manifest(
                 "paused": True,
                 "maxActiveTasks": knobs.max_active_tasks,
                 "defaults": {"image": "busybox:1.36"},
-                "tasks": tasks,
+                "tasks": workload.task_specs(),
             },
         }
     )
@@ -162,48 +154,27 @@ def run_trial(
     engine = make_engine(url, application_name="sluice-bench-harness")
     sessions = session_factory(engine)
     procs: list[subprocess.Popen[bytes]] = []
-    errors: list[str] = []
     try:
         with sessions() as session:
             register(session, workload, knobs)
         procs = start_replicas(url, knobs, replicas, RESULTS / "logs")
         wait_for_replicas(engine, procs)
-        measured = measure(
+        return measured_trial(
+            "sluice",
             pg,
             engine,
             name,
-            [p.pid for p in procs],
-            expected_runs=workload.dags,
-            timeout=timeout,
-            settle_s=knobs.settle_s,
-        )
-        if measured.timeout:
-            errors.append(measured.timeout)
-        stop_processes(procs)
-        rows, failed = read_task_times(
-            engine,
-            "SELECT ti.dag_id, ti.task_id, ti.queued_at, ti.start_date, ti.end_date,"
-            " r.start_date AS run_start, ti.queued_by_job_id AS job"
-            " FROM task_instance ti JOIN dag_run r ON r.id = ti.dag_run_id",
-        )
-        if failed:
-            errors.append(f"{failed} task instances did not succeed")
-        return summarize(
-            side="sluice",
+            procs,
             workload=workload,
+            knobs=knobs,
             replicas=replicas,
-            max_tis_per_query=knobs.max_tis_per_query,
             trial=trial,
-            t0=measured.t0,
-            rows=rows,
-            samples=measured.samples,
-            statements=measured.statements,
-            statements_unavailable=pg.statements_unavailable,
-            timed_out=measured.timeout is not None,
-            failed=failed,
-            errors=errors,
-            variant=knobs.variant,
-            knobs=asdict(knobs),
+            timeout=timeout,
+            task_times=(
+                "SELECT ti.dag_id, ti.task_id, ti.queued_at, ti.start_date, ti.end_date,"
+                " r.start_date AS run_start, ti.queued_by_job_id AS job"
+                " FROM task_instance ti JOIN dag_run r ON r.id = ti.dag_run_id"
+            ),
         )
     finally:
         stop_processes(procs)
