@@ -3,10 +3,11 @@
 Trials are grouped by arm (side and variant, `metrics.VARIANTS`) and scenario;
 each group's figures are those of its median `ok` trial, with the min-max of
 its `ok` trials' tasks/s and a count of every trial by status. Sluice's arms
-are compared with each Airflow side's arm of the same variant (Airflow 2.10.5
-and 3.3.2, `metrics.AIRFLOW_SIDES`), or, when the run has no such arm, with
-that side's like-for-like arm (and the table says so). Ratios and targets are
-judged against the faster of the Airflows in each scenario (`faster_peer`).
+are compared with each Airflow (2.10.5 and 3.3.2, `metrics.AIRFLOW_SIDES`) at
+the faster of its arms in each scenario (`peer_arm`: like-for-like or its
+defaults, whichever the run has and is faster there), and ratios and targets
+are judged against the faster of the Airflows (`faster_peer`): Airflow at the
+best of what was run, never a setting that slows it.
 """
 
 from __future__ import annotations
@@ -39,9 +40,9 @@ CAPTIONS = {
     LIKE_FOR_LIKE: (
         "Like for like: Sluice runs one critical-section query of `max_tis_per_query`"
         " per tick (`--critical-batches=1`) and sleeps out its idle second with no"
-        " NOTIFY wake-up (`--no-wake`), as Airflow's loop does; both sides examine"
-        " every run in flight on each loop (runs examined = the DAG count, at least"
-        " 20); t0 is the same unpause on both sides, after the same settle time."
+        " NOTIFY wake-up (`--no-wake`), as Airflow's loop does, and examines every"
+        " run in flight on each loop (runs examined = the DAG count, at least 20);"
+        " t0 is the same unpause on both sides, after the same settle time."
         " Still different by design: a Sluice report decides the tasks it makes"
         " ready in its own transaction (ADR 0008), and Sluice prepares its hot"
         " statements (ADR 0010)."
@@ -78,14 +79,36 @@ def medians(trials: list[Trial]) -> dict[Key, tuple[Trial, list[Trial]]]:
     return {key: (m, group) for key, (m, group) in found.items() if m is not None}
 
 
-def airflow_variant(trials: list[Trial], variant: str, side: str = "airflow") -> str | None:
-    """The arm of an Airflow side a Sluice variant is compared with: the same variant,
-    or like-for-like; None when that side has neither."""
-    present = {t.variant for t in trials if t.side == side}
-    for candidate in (variant, LIKE_FOR_LIKE):
-        if candidate in present:
-            return candidate
-    return None
+# How an Airflow cell says which of its arms it is, when the run has both.
+ARM_TAGS = {LIKE_FOR_LIKE: "L", DEFAULTS: "D"}
+
+
+def peer_arm(
+    trials: list[Trial],
+    by_key: dict[Key, tuple[Trial, list[Trial]]],
+    side: str,
+    scenario_: Scenario,
+) -> Arm | None:
+    """The arm an Airflow side is judged by in a scenario: of its arms with a median
+    there, the one with the higher median tasks/s (like-for-like on a tie); without
+    one, the first of its arms with trials there (so that the table shows how they
+    ended); None when the side has no trial there."""
+    best: Arm | None = None
+    for variant in (LIKE_FOR_LIKE, DEFAULTS):
+        found = by_key.get(((side, variant), scenario_))
+        if found is not None and (
+            best is None or found[0].tasks_per_s > by_key[(best, scenario_)][0].tasks_per_s
+        ):
+            best = (side, variant)
+    if best is not None:
+        return best
+    present = {arm(t) for t in trials if scenario(t) == scenario_}
+    return next(((side, v) for v in (LIKE_FOR_LIKE, DEFAULTS) if (side, v) in present), None)
+
+
+def two_arms(trials: list[Trial], side: str) -> bool:
+    """Whether the run has both of an Airflow side's arms (its cells then say which)."""
+    return len({t.variant for t in trials if t.side == side}) > 1
 
 
 def airflow_sides(trials: list[Trial]) -> list[str]:
@@ -95,18 +118,15 @@ def airflow_sides(trials: list[Trial]) -> list[str]:
 
 
 def peer_medians(
-    trials: list[Trial],
-    by_key: dict[Key, tuple[Trial, list[Trial]]],
-    variant: str,
-    scenario_: Scenario,
+    trials: list[Trial], by_key: dict[Key, tuple[Trial, list[Trial]]], scenario_: Scenario
 ) -> dict[str, Trial]:
-    """Each Airflow side's median trial in a scenario, of the arm a Sluice `variant`
-    is compared with (`airflow_variant`); a side without one is left out."""
+    """Each Airflow side's median trial in a scenario, of the arm it is judged by
+    (`peer_arm`); a side without a median there is left out."""
     found = {}
     for side in airflow_sides(trials):
-        peer_variant = airflow_variant(trials, variant, side)
-        median = by_key.get(((side, peer_variant or ""), scenario_))
-        if peer_variant is not None and median is not None:
+        peer = peer_arm(trials, by_key, side, scenario_)
+        median = by_key.get((peer, scenario_)) if peer is not None else None
+        if median is not None:
             found[side] = median[0]
     return found
 
@@ -231,7 +251,7 @@ def pairs(trials: list[Trial]) -> list[tuple[str, Scenario, Trial, dict[str, Tri
     by_key = medians(trials)
     found = []
     for ((side, variant), key), (sluice, _) in by_key.items():
-        peers = peer_medians(trials, by_key, variant, key)
+        peers = peer_medians(trials, by_key, key)
         if side == "sluice" and peers:
             found.append((variant, key, sluice, peers))
     return found
@@ -274,7 +294,6 @@ def ratio_table(trials: list[Trial], cores: int) -> Table | None:
             if sluice.total_cpu_ms_per_task
             else math.inf
         )
-        peer_variant = airflow_variant(trials, variant, best)
         table.add_row(
             variant,
             key[0],
@@ -283,7 +302,7 @@ def ratio_table(trials: list[Trial], cores: int) -> Table | None:
             str(key[3]),
             _f(sluice.tasks_per_s),
             *(_f(peers[side].tasks_per_s) if side in peers else "-" for side in sides),
-            f"{side_label(best)} {peer_variant}",
+            f"{side_label(best)} {airflow.variant}",
             f"{ratio:.2f}x",
             f"{lag:.1f}x",
             f"{cpu:.1f}x",
@@ -391,14 +410,29 @@ def _ratio(sluice: Trial, peers: dict[str, Trial], *, name_it: bool) -> str:
     return f"{sluice.tasks_per_s / peers[best].tasks_per_s:.1f}x{which}"
 
 
+def _peer_cell(
+    trials: list[Trial],
+    by_key: dict[Key, tuple[Trial, list[Trial]]],
+    all_groups: dict[Key, list[Trial]],
+    side: str,
+    key: Scenario,
+) -> str:
+    """An Airflow side's cell in a scenario: its `peer_arm`'s, tagged with which arm
+    that is when the run has both."""
+    peer = peer_arm(trials, by_key, side, key)
+    if peer is None:
+        return "-"
+    cell = _cell(by_key.get((peer, key)), all_groups.get((peer, key), []))
+    return f"{cell} {ARM_TAGS[peer[1]]}" if two_arms(trials, side) else cell
+
+
 def markdown(trials: list[Trial], variant: str) -> str:
     """One variant's table for the README: Sluice's 1-replica medians against each
-    Airflow's (`airflow_variant`), each setting of tis/query; the ratio is of median
+    Airflow's (`peer_arm`), each setting of tis/query; the ratio is of median
     tasks/s, against the faster Airflow."""
     by_key = medians(trials)
     all_groups = groups(trials)
     sides = airflow_sides(trials)
-    peer_arms = {side: (side, airflow_variant(trials, variant, side) or variant) for side in sides}
     tis_values = sorted({t.max_tis_per_query for t in trials})
     head = ["shape", "size"]
     for tis in tis_values:
@@ -409,11 +443,11 @@ def markdown(trials: list[Trial], variant: str) -> str:
         cells = [shape, f"{dags}x{tasks}"]
         for tis in tis_values:
             key = (shape, dags, tasks, 1, tis)
-            arms = [("sluice", variant), *(peer_arms[side] for side in sides)]
-            for arm_ in arms:
-                cells.append(_cell(by_key.get((arm_, key)), all_groups.get((arm_, key), [])))
-            sluice = by_key.get((("sluice", variant), key))
-            peers = peer_medians(trials, by_key, variant, key)
+            mine = ("sluice", variant)
+            cells.append(_cell(by_key.get((mine, key)), all_groups.get((mine, key), [])))
+            cells += [_peer_cell(trials, by_key, all_groups, side, key) for side in sides]
+            sluice = by_key.get((mine, key))
+            peers = peer_medians(trials, by_key, key)
             cells.append(_ratio(sluice[0], peers, name_it=len(sides) > 1) if sluice else "-")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -424,38 +458,46 @@ def markdown_cpu(trials: list[Trial], variant: str) -> str:
     `scheduler+Postgres=total ms` and `statements (rows, ms)` (n/a without
     pg_stat_statements)."""
     by_key = medians(trials)
-    sides = airflow_sides(trials)
-    arms = [("sluice", variant)]
-    arms += [(side, airflow_variant(trials, variant, side) or variant) for side in sides]
+    sides = ["sluice", *airflow_sides(trials)]
     head = ["shape", "size", "tis"]
-    for side, _ in arms:
+    for side in sides:
         head += [f"{side_label(side)} CPU", f"{side_label(side)} statements"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for tis in sorted({t.max_tis_per_query for t in trials}):
         for shape, dags, tasks in _sizes_and_shapes(trials):
             key = (shape, dags, tasks, 1, tis)
             cells = [shape, f"{dags}x{tasks}", str(tis)]
-            for arm_ in arms:
-                found = by_key.get((arm_, key))
-                cells += ["-", "-"] if found is None else [_cpu(found[0]), _statements(found[0])]
-            if cells[3:] != ["-"] * (2 * len(arms)):
+            for side in sides:
+                mine = side == "sluice"
+                arm_ = ("sluice", variant) if mine else peer_arm(trials, by_key, side, key)
+                found = by_key.get((arm_, key)) if arm_ is not None else None
+                if found is None:
+                    cells += ["-", "-"]
+                    continue
+                tagged = not mine and two_arms(trials, side)
+                tag = f" {ARM_TAGS[found[0].variant]}" if tagged else ""
+                cells += [_cpu(found[0]) + tag, _statements(found[0])]
+            if cells[3:] != ["-"] * (2 * len(sides)):
                 lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def _against(trials: list[Trial], variant: str) -> str:
-    """Which Airflow trials a variant's table compares with, side by side."""
+def _against(trials: list[Trial]) -> str:
+    """Which Airflow trials the tables compare with, side by side (the same for both of
+    Sluice's variants)."""
     sides = airflow_sides(trials)
     if not sides:
         return "no Airflow trials"
     parts = []
     for side in sides:
-        peer = airflow_variant(trials, variant, side)
-        if peer is None:
-            parts.append(f"no {side_label(side)} trials")
-        elif peer != variant:
-            parts.append(f"{side_label(side)}'s like-for-like trials (the same as the headline's)")
+        if two_arms(trials, side):
+            parts.append(
+                f"{side_label(side)} at the faster of its like-for-like trials (L: runs"
+                " examined per loop = the DAG count) and its defaults trials (D: 20) in each"
+                " scenario"
+            )
         else:
+            (variant,) = {t.variant for t in trials if t.side == side}
             parts.append(f"{side_label(side)}'s {variant} trials")
     return " and ".join(parts)
 
@@ -474,7 +516,7 @@ def markdown_tables(trials: list[Trial]) -> str:
             else " ratio: median tasks/s, Sluice / Airflow."
         )
         parts += [
-            f"**{variant}** ({CAPTIONS[variant]} Against {_against(trials, variant)}.)",
+            f"**{variant}** ({CAPTIONS[variant]} Against {_against(trials)}.)",
             "",
             "Cell: median tasks/s [min-max of the `ok` trials] (total CPU ms/task, scheduler"
             " plus Postgres over the makespan; lag p50 ms); [n/N ok] when a trial was not `ok`;"

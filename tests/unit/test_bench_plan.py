@@ -46,11 +46,13 @@ def test_an_arm_names_a_side_and_a_variant() -> None:
         parse_arms("airflow4")
 
 
-def test_compare_runs_both_airflows_beside_sluice_in_turn() -> None:
+def test_compare_runs_both_airflows_at_both_settings_beside_sluice_in_turn() -> None:
     steps = plan(["grid"], ["100x10"], [512], [1], 1, parse_arms(ARMS["compare"]))
     assert [(s.side, s.variant) for s in steps] == [
         ("sluice", "like-for-like"),
         ("airflow", "like-for-like"),
         ("airflow3", "like-for-like"),
+        ("airflow", "defaults"),
+        ("airflow3", "defaults"),
         ("sluice", "defaults"),
     ]

@@ -217,7 +217,7 @@ def test_lag_is_measured_from_the_latest_upstream_end() -> None:
     assert lags_ms(graph, rows) == [5.0, 1.0, 2.0]
 
 
-def test_each_sluice_variant_is_compared_with_airflows_same_variant_or_like_for_like() -> None:
+def test_each_airflow_is_judged_at_the_faster_of_its_arms_in_each_scenario() -> None:
     like = [replace(_trial("sluice", 600.0), variant=LIKE_FOR_LIKE)]
     like += [replace(_trial("airflow", 30.0), variant=LIKE_FOR_LIKE)]
     defaults = [_trial("sluice", 900.0)]
@@ -226,16 +226,30 @@ def test_each_sluice_variant_is_compared_with_airflows_same_variant_or_like_for_
     assert headline.startswith("**like-for-like** (Like for like: Sluice runs one")
     assert "Against Airflow 2.10.5's like-for-like trials." in headline
     assert "| linear | 10x100 | 600 (1.50, 20) | 30 (1.50, 20) | 20.0x |" in headline
-    # No Airflow trials at its defaults: Sluice's defaults against the same Airflow trials.
-    assert "Against Airflow 2.10.5's like-for-like trials (the same as the headline's)." in second
+    # Sluice's defaults are judged against the same Airflow trials.
+    assert "Against Airflow 2.10.5's like-for-like trials." in second
     assert "| linear | 10x100 | 900 (1.50, 20) | 30 (1.50, 20) | 30.0x |" in second
     # The CPU table: scheduler+Postgres=total per side, statements n/a without the extension.
     assert "| linear | 10x100 | 16 | 1.00+0.50=1.50 | n/a | 1.00+0.50=1.50 | n/a |" in second
-    # With Airflow at its defaults too, the second table uses those.
-    airflow_defaults = [_trial("airflow", 45.0)]
-    second = markdown_tables(like + defaults + airflow_defaults).split("**defaults**")[1]
-    assert "Against Airflow 2.10.5's defaults trials." in second
-    assert "| 900 (1.50, 20) | 45 (1.50, 20) | 20.0x |" in second
+    # With Airflow at its defaults too (faster here), both tables judge against those,
+    # and the cell says which arm it is.
+    faster_defaults = [_trial("airflow", 45.0)]
+    tables = markdown_tables(like + defaults + faster_defaults)
+    headline, second = tables.split("**defaults**")
+    assert "Airflow 2.10.5 at the faster of its like-for-like trials (L" in headline
+    assert "| linear | 10x100 | 600 (1.50, 20) | 45 (1.50, 20) D | 13.3x |" in headline
+    assert "| 900 (1.50, 20) | 45 (1.50, 20) D | 20.0x |" in second
+    assert "| 16 | 1.00+0.50=1.50 | n/a | 1.00+0.50=1.50 D | n/a |" in headline
+    ((_, _, _, peers), _) = pairs(like + defaults + faster_defaults)
+    assert peers["airflow"].variant == DEFAULTS
+    # Slower at its defaults: its like-for-like arm judges.
+    slower_defaults = [_trial("airflow", 15.0)]
+    headline = markdown_tables(like + defaults + slower_defaults).split("**defaults**")[0]
+    assert "| 600 (1.50, 20) | 30 (1.50, 20) L | 20.0x |" in headline
+    # An arm whose trials all failed never judges; the other one does.
+    failed_defaults = [replace(_trial("airflow", 90.0), status="timeout")]
+    headline = markdown_tables(like + defaults + failed_defaults).split("**defaults**")[0]
+    assert "| 600 (1.50, 20) | 30 (1.50, 20) L | 20.0x |" in headline
 
 
 def test_both_airflows_are_in_every_table_and_the_faster_one_judges() -> None:
