@@ -494,7 +494,7 @@ def _against(trials: list[Trial]) -> str:
             parts.append(
                 f"{side_label(side)} at the faster of its like-for-like trials (L: runs"
                 " examined per loop = the DAG count) and its defaults trials (D: 20) in each"
-                " scenario"
+                " scenario (with at most 20 DAGs the two are one setting, run once as L)"
             )
         else:
             (variant,) = {t.variant for t in trials if t.side == side}

@@ -45,7 +45,7 @@ from rich.console import Console
 from sqlalchemy import text
 
 from bench import report
-from bench.common import RESULTS, Knobs, Postgres, for_variant
+from bench.common import AIRFLOW_RUNS_CREATED, RESULTS, Knobs, Postgres, for_variant
 from bench.metrics import (
     AIRFLOW_SIDES,
     DEFAULTS,
@@ -110,19 +110,41 @@ def plan(
     arms: list[tuple[str, str]],
 ) -> list[Step]:
     """Every trial to run, in order: scenario by scenario, and within one the arms in
-    turn (A/B/A/B...); `trials` of each at the lowest replica count, one beyond."""
+    turn (A/B/A/B...); `trials` of each at the lowest replica count, one beyond.
+
+    An Airflow arm whose settings are an earlier arm's for that workload (both
+    variants examine 20 runs per loop when there are at most 20 DAGs) is not run
+    twice: the earlier one stands for both.
+    """
     steps = []
     for t in tis:
         for size in sizes:
             dags, tasks = SIZES[size] if size in SIZES else map(int, size.split("x"))
+            distinct = _distinct_arms(arms, t, dags)
             for shape in shapes:
                 for r in replicas:
                     for trial in range(trials if r == min(replicas) else 1):
-                        for side, variant in arms:
+                        for side, variant in distinct:
                             steps.append(
                                 Step(Workload(shape, dags, tasks), t, r, trial, side, variant)
                             )
     return steps
+
+
+def _distinct_arms(arms: list[tuple[str, str]], tis: int, dags: int) -> list[tuple[str, str]]:
+    """`arms` less the Airflow arms that would run an earlier arm's settings: an Airflow
+    side reads only the knobs it has (`airflow_side.airflow_env`), not Sluice's."""
+    kept: list[tuple[str, str]] = []
+    seen: set[tuple[str, int, int | None]] = set()
+    for side, variant in arms:
+        if side in AIRFLOW_SIDES:
+            knobs = for_variant(Knobs(max_tis_per_query=tis), variant, dags)
+            key = (side, knobs.runs_examined, knobs.runs_created or AIRFLOW_RUNS_CREATED)
+            if key in seen:
+                continue
+            seen.add(key)
+        kept.append((side, variant))
+    return kept
 
 
 def _saved_run(arg: str) -> tuple[dict[str, Any], list[Trial]]:

@@ -56,3 +56,17 @@ def test_compare_runs_both_airflows_at_both_settings_beside_sluice_in_turn() -> 
         ("airflow3", "defaults"),
         ("sluice", "defaults"),
     ]
+
+
+def test_an_airflow_arm_with_the_same_settings_as_an_earlier_one_runs_once() -> None:
+    # 10 DAGs: both variants examine 20 runs per loop, so Airflow's defaults arm would
+    # repeat its like-for-like arm; Sluice's arms differ (batches, wake-up) and both run.
+    arms = parse_arms(ARMS["compare"])
+    steps = plan(["linear"], ["10x100"], [16], [1], 1, arms)
+    assert [(s.side, s.variant) for s in steps] == [
+        ("sluice", "like-for-like"),
+        ("airflow", "like-for-like"),
+        ("airflow3", "like-for-like"),
+        ("sluice", "defaults"),
+    ]
+    assert len(plan(["linear"], ["100x10"], [16], [1], 1, arms)) == 6
