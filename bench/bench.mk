@@ -1,10 +1,11 @@
 # Benchmarks (issue 5): Sluice's scheduler, alone and against Airflow 2.10.5's and 3.3.2's.
 # Included from the Makefile; results go to bench/results/ (JSON + PNG).
 #   make bench          quick suite, Sluice only, at its defaults
-#   make bench-compare  the same scenarios in four interleaved arms: Sluice like-for-like (the
-#                       headline), Airflow 2.10.5 and Airflow 3.3.2 like-for-like (each installed
-#                       under ~/.cache/sluice, bench/airflow_install.py), Sluice at its defaults;
-#                       5 trials each at 1 replica (not timed end to end yet)
+#   make bench-compare  the same scenarios in six interleaved arms: Sluice like-for-like (the
+#                       headline), Airflow 2.10.5 and Airflow 3.3.2 (each installed under
+#                       ~/.cache/sluice, bench/airflow_install.py) like-for-like and at their
+#                       defaults (each judged at the faster), Sluice at its defaults; 5 trials
+#                       each at 1 replica (hours: bench/README.md says how long a shape took)
 #   make bench-smoke    tiny workload, under a minute, figures printed, no timing asserted (CI);
 #                       and the steady-state benchmark's smoke (3 DAGs, seconds)
 #   make bench-arrival  steady state: DAGs on a one-minute schedule, Sluice and both Airflows

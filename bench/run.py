@@ -3,10 +3,11 @@
 --smoke    Sluice only, tiny workloads, 1 and 2 replicas (under a minute; CI runs it).
 --quick    Sluice only, at its defaults: Airflow's five shapes at 100x10 and 10x100,
            tis/query 16 and 512, 1-3 replicas; 3 trials at 1 replica, 1 otherwise.
---compare  the same scenarios in four arms, interleaved: Sluice like-for-like,
-           Airflow 2.10.5 and Airflow 3.3.2 like-for-like (each installed on first
-           use), Sluice at its defaults; 5 trials of each at 1 replica (the
-           headline), 1 otherwise.
+--compare  the same scenarios in six arms, interleaved: Sluice like-for-like,
+           Airflow 2.10.5 and Airflow 3.3.2 (each installed on first use) like-for-like
+           and at their defaults (one arm where the two are one setting), Sluice at its
+           defaults; 5 trials of each at 1 replica (the headline), 1 otherwise. Each
+           Airflow is judged at the faster of its two arms in each scenario.
 --scale    the scheduler alone with 10,000 DAGs and 100,000 task instances.
 
 An arm is SIDE:VARIANT (`--arms`; sides: sluice, airflow (2.10.5), airflow3
