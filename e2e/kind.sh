@@ -98,6 +98,8 @@ demo() {
   command -v kubectl >/dev/null \
     || die "kubectl is needed: put one on PATH, or build it with hack/build-k8s.sh k8s"
   command -v helm >/dev/null || "$ROOT/hack/build-k8s.sh" helm
+  # The ServiceMonitor CRD the chart's ServiceMonitor test installs (a file, nothing built).
+  "$ROOT/hack/build-k8s.sh" servicemonitor-crd
   export KUBECONFIG="$KUBECONFIG_OUT"
   log "kind demo: cluster and images ready ($(fmt_duration $((SECONDS - t0))))"
 

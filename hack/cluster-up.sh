@@ -45,7 +45,8 @@ T_START=$SECONDS
 # ---------------------------------------------------------------- build
 if [[ "${SLUICE_SKIP_BUILD:-0}" != 1 ]]; then
   "$HACK/install-deps.sh"
-  "$HACK/build-k8s.sh"   # all parts: k8s, etcd, coredns, kube-router and helm (for the demo)
+  "$HACK/build-k8s.sh"   # all parts: k8s, etcd, coredns, kube-router, helm (for the demo) and
+                         # the ServiceMonitor CRD (for its test)
   "$HACK/build-images.sh"
 fi
 for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl coredns kube-router; do
