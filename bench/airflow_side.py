@@ -139,6 +139,22 @@ def runner(side: str) -> functools.partial[Trial]:
     return functools.partial(run_trial, peer=PEERS[side])
 
 
+def knob_env(knobs: Knobs) -> dict[str, str]:
+    """The knobs an Airflow reads, as its settings (`common.Knobs`; Sluice's own are not
+    among them): two arms with the same are one setting on Airflow."""
+    return {
+        "AIRFLOW__CORE__PARALLELISM": str(knobs.pool_slots),
+        "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(knobs.max_active_tasks),
+        "AIRFLOW__CORE__DEFAULT_POOL_TASK_SLOT_COUNT": str(knobs.pool_slots),
+        "AIRFLOW__SCHEDULER__MAX_TIS_PER_QUERY": str(knobs.max_tis_per_query),
+        "AIRFLOW__SCHEDULER__MAX_DAGRUNS_PER_LOOP_TO_SCHEDULE": str(knobs.runs_examined),
+        "AIRFLOW__SCHEDULER__MAX_DAGRUNS_TO_CREATE_PER_LOOP": str(
+            AIRFLOW_RUNS_CREATED if knobs.runs_created is None else knobs.runs_created
+        ),
+        "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": str(knobs.idle_sleep),
+    }
+
+
 def airflow_env(peer: Peer, url: str, knobs: Knobs, dags_folder: Path) -> dict[str, str]:
     """The same knobs on both Airflows (Airflow's own names, `common.Knobs`)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
@@ -155,16 +171,8 @@ def airflow_env(peer: Peer, url: str, knobs: Knobs, dags_folder: Path) -> dict[s
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(peer.plugins),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__EXECUTOR": peer.executor,
-            "AIRFLOW__CORE__PARALLELISM": str(knobs.pool_slots),
-            "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(knobs.max_active_tasks),
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
-            "AIRFLOW__CORE__DEFAULT_POOL_TASK_SLOT_COUNT": str(knobs.pool_slots),
-            "AIRFLOW__SCHEDULER__MAX_TIS_PER_QUERY": str(knobs.max_tis_per_query),
-            "AIRFLOW__SCHEDULER__MAX_DAGRUNS_PER_LOOP_TO_SCHEDULE": str(knobs.runs_examined),
-            "AIRFLOW__SCHEDULER__MAX_DAGRUNS_TO_CREATE_PER_LOOP": str(
-                AIRFLOW_RUNS_CREATED if knobs.runs_created is None else knobs.runs_created
-            ),
-            "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": str(knobs.idle_sleep),
+            **knob_env(knobs),
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(peer.home / "logs"),
         }

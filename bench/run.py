@@ -46,7 +46,7 @@ from rich.console import Console
 from sqlalchemy import text
 
 from bench import report
-from bench.common import AIRFLOW_RUNS_CREATED, RESULTS, Knobs, Postgres, for_variant
+from bench.common import RESULTS, Knobs, Postgres, for_variant
 from bench.metrics import (
     AIRFLOW_SIDES,
     DEFAULTS,
@@ -134,13 +134,15 @@ def plan(
 
 def _distinct_arms(arms: list[tuple[str, str]], tis: int, dags: int) -> list[tuple[str, str]]:
     """`arms` less the Airflow arms that would run an earlier arm's settings: an Airflow
-    side reads only the knobs it has (`airflow_side.airflow_env`), not Sluice's."""
+    side reads only the knobs it has (`airflow_side.knob_env`), not Sluice's."""
+    from bench.airflow_side import knob_env
+
     kept: list[tuple[str, str]] = []
-    seen: set[tuple[str, int, int | None]] = set()
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     for side, variant in arms:
         if side in AIRFLOW_SIDES:
             knobs = for_variant(Knobs(max_tis_per_query=tis), variant, dags)
-            key = (side, knobs.runs_examined, knobs.runs_created or AIRFLOW_RUNS_CREATED)
+            key = (side, tuple(sorted(knob_env(knobs).items())))
             if key in seen:
                 continue
             seen.add(key)

@@ -276,7 +276,7 @@ fetch_servicemonitor_crd() {
   local file="monitoring.coreos.com_servicemonitors.yaml"
   local key="servicemonitor-crd $v recipe=1"
   local out="$SLUICE_CACHE/crds/prometheus-operator-$v/$file"
-  if [[ "${FORCE:-0}" != 1 && -f "$out" && "$(cat "$SLUICE_BIN/.stamp-servicemonitor-crd" 2>/dev/null)" == "$key" ]]; then
+  if stamp_ok servicemonitor-crd "$key" && [[ -f "$out" ]]; then
     log "ServiceMonitor CRD (prometheus-operator $v): up to date in $(dirname "$out")"
     return
   fi
