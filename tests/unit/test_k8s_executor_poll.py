@@ -376,3 +376,74 @@ def test_inspect_cannot_tell_when_another_replicas_try_cannot_be_read(
     assert len(api.calls) == calls  # type: ignore[attr-defined]
     clock.now += timedelta(seconds=executor_module.READ_BACKOFF)
     assert executor.inspect((98, 1), "other-job").state == "gone"  # read: no Job, no pod
+
+
+def _refusal(status: int, message: str, *, as_bytes: bool) -> ApiException:
+    """As the client raises it: the body is bytes when the request did not preload."""
+    exc = ApiException(status=status, reason="test")
+    body = json.dumps({"message": message})
+    exc.body = body.encode() if as_bytes else body
+    return exc
+
+
+def _refusing(api: FakeApi, refusals: list[ApiException]) -> None:
+    """The next creates raise these, in order; then creates succeed."""
+    real_create = api.create_namespaced_custom_object
+
+    def create(*args: Any, **kwargs: Any) -> _Created:
+        if refusals:
+            raise refusals.pop(0)
+        return real_create(*args, **kwargs)
+
+    api.create_namespaced_custom_object = create  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "retried"),
+    [
+        (503, "etcdserver: leader changed", True),
+        (429, "too many requests", True),
+        # This replica's token stopped working (its pod was deleted while it still runs).
+        (401, "Unauthorized", True),
+        (403, 'jobs "x" is forbidden: exceeded quota: work, requested: count/jobs=1', True),
+        (403, 'jobs is forbidden: User "x" cannot create resource "jobs"', False),
+        (422, "Job.batch is invalid", False),
+    ],
+)
+@pytest.mark.parametrize("as_bytes", [True, False])
+def test_a_refused_create_fails_the_try_only_when_the_refusal_is_about_the_job(
+    monkeypatch: pytest.MonkeyPatch, status: int, message: str, retried: bool, as_bytes: bool
+) -> None:
+    clock, api = Clock(), FakeApi()
+    executor = make_executor(monkeypatch, clock, api)
+    _refusing(api, [_refusal(status, message, as_bytes=as_bytes)])
+    executor.start([launch()])
+    events = executor.poll()
+    if retried:
+        assert events == []  # not failed: created again at this poll
+        assert len(api.created) == 1
+        assert executor.alive() == [(7, 2)]
+    else:
+        (event,) = events
+        assert event.state == TaskState.FAILED
+        assert "the API server refused Job" in (event.reason or "")
+        assert message in (event.reason or "")
+        assert api.created == []
+        assert executor.alive() == []
+
+
+def test_a_create_refused_until_the_pod_start_timeout_fails_with_the_last_refusal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock, api = Clock(), FakeApi()
+    executor = make_executor(monkeypatch, clock, api)
+    _refusing(api, [_refusal(401, "Unauthorized", as_bytes=True) for _ in range(3)])
+    executor.start([launch()])
+    clock.now += timedelta(seconds=30)
+    assert executor.poll() == []
+    clock.now += timedelta(seconds=30)  # the pod start timeout (60 s) runs out
+    (event,) = executor.poll()
+    assert event.state == TaskState.FAILED
+    assert "could not create Job" in (event.reason or "")
+    assert "401" in (event.reason or "")
+    assert api.created == []

@@ -262,9 +262,9 @@ class KubernetesExecutor:
             if exc.status == 409:
                 self._adopt_existing(entry)
                 return
-            if exc.status is not None and (exc.status >= 500 or exc.status == 429):
+            if _worth_retrying(exc):
                 entry.last_error = _api_error(exc)
-                return  # retried at the next poll
+                return  # retried at the next poll, until the pod start timeout
             entry.pending_body = None
             self._tries.pop(entry.key, None)
             self._fail(entry.key, f"the API server refused Job {entry.job_name}: {_api_error(exc)}")
@@ -640,6 +640,22 @@ def _token_life(timeout: timedelta | None, settings: KubernetesSettings) -> floa
     refreshes it while heartbeats flow, so expiry never stops a live try."""
     run = timeout.total_seconds() if timeout is not None else UNBOUNDED_TRY_TOKEN_LIFE
     return settings.pod_start_timeout + settings.heartbeat_interval + run + 300
+
+
+def _worth_retrying(exc: ApiException) -> bool:
+    """A refused create that says nothing about the Job itself, so the try is not failed
+    for it: the API server busy or failing (5xx, 429); this replica's credentials refused
+    (401: a bound service-account token stops working once its pod object is deleted, while
+    the process still runs; another replica adopts the try if this one dies); a full
+    ResourceQuota (403 "exceeded quota", which Airflow requeues too). Anything else (an
+    invalid body, RBAC forbidding Jobs, no such namespace) fails the try at once."""
+    status = exc.status or 0
+    if status >= 500 or status in (401, 429):
+        return True
+    body = exc.body or b""  # bytes when the request did not preload its content
+    return status == 403 and b"exceeded quota" in (
+        body if isinstance(body, bytes) else str(body).encode()
+    )
 
 
 def _api_error(exc: ApiException) -> str:
