@@ -172,6 +172,15 @@ def _git(*args: str) -> str:
     return out.stdout.strip()
 
 
+def scheduler_code() -> Path:
+    """The `sluice` package this interpreter imports, and so the replicas too (they are
+    started with its environment): a checkout of another commit measures its own code
+    only with `PYTHONPATH=operator:.`, or an editable install elsewhere wins."""
+    import sluice
+
+    return Path(sluice.__file__).resolve().parent
+
+
 def provenance(pg: Postgres | None, airflow: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The commit, versions and machine a run was measured on (in every results JSON);
     `airflow`: each Airflow side's install record (`airflow_install.install_record`)."""
@@ -190,6 +199,7 @@ def provenance(pg: Postgres | None, airflow: dict[str, dict[str, Any]]) -> dict[
             postgres = str(conn.execute(text("SHOW server_version")).scalar_one())
     return {
         "commit": _git("rev-parse", "HEAD"),
+        "scheduler_code": str(scheduler_code()),
         "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
         "versions": {
             "python": platform.python_version(),
@@ -253,6 +263,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.render:
         return _render(args.render, markdown=args.markdown, console=console)
 
+    if args.publish and scheduler_code() != REPO / "operator" / "sluice":
+        # The JSON names this checkout's commit: the code measured must be that commit's.
+        raise SystemExit(
+            f"--publish: the scheduler code imported is {scheduler_code()}, not this "
+            f"checkout's {REPO / 'operator' / 'sluice'}; run with PYTHONPATH=operator:."
+        )
     name = next(n for n in ("smoke", "quick", "compare") if getattr(args, n))
     arms = parse_arms(args.arms or ARMS[name])
     if args.sides:

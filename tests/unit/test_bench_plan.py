@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from bench.common import Knobs, for_variant
 from bench.run import ARMS, parse_arms, plan
@@ -70,3 +72,16 @@ def test_an_airflow_arm_with_the_same_settings_as_an_earlier_one_runs_once() -> 
         ("sluice", "defaults"),
     ]
     assert len(plan(["linear"], ["100x10"], [16], [1], 1, arms)) == 6
+
+
+def test_publish_refuses_scheduler_code_from_outside_the_checkout(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from bench import run
+
+    assert run.scheduler_code() == run.REPO / "operator" / "sluice"  # this checkout's
+    monkeypatch.setattr(run, "RESULTS", tmp_path)
+    # A worktree of another commit, run without PYTHONPATH=operator:., imports main's.
+    monkeypatch.setattr(run, "scheduler_code", lambda: Path("/elsewhere/operator/sluice"))
+    with pytest.raises(SystemExit, match="PYTHONPATH=operator:"):
+        run.main(["--smoke", "--publish", "x"])
