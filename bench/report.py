@@ -418,12 +418,20 @@ def _peer_cell(
     key: Scenario,
 ) -> str:
     """An Airflow side's cell in a scenario: its `peer_arm`'s, tagged with which arm
-    that is when the run has both."""
+    that is when the run has both; then the other arm's trials when not all of them
+    were `ok` (a failure never judges, but is never hidden either)."""
     peer = peer_arm(trials, by_key, side, key)
     if peer is None:
         return "-"
     cell = _cell(by_key.get((peer, key)), all_groups.get((peer, key), []))
-    return f"{cell} {ARM_TAGS[peer[1]]}" if two_arms(trials, side) else cell
+    if not two_arms(trials, side):
+        return cell
+    cell = f"{cell} {ARM_TAGS[peer[1]]}"
+    for variant, tag in ARM_TAGS.items():
+        other = all_groups.get(((side, variant), key), [])
+        if variant != peer[1] and not all(t.ok for t in other):
+            cell += f"; {tag} [{statuses(other)}]"
+    return cell
 
 
 def markdown(trials: list[Trial], variant: str) -> str:
@@ -519,8 +527,8 @@ def markdown_tables(trials: list[Trial]) -> str:
             f"**{variant}** ({CAPTIONS[variant]} Against {_against(trials)}.)",
             "",
             "Cell: median tasks/s [min-max of the `ok` trials] (total CPU ms/task, scheduler"
-            " plus Postgres over the makespan; lag p50 ms); [n/N ok] when a trial was not `ok`;"
-            + faster,
+            " plus Postgres over the makespan; lag p50 ms); [n/N ok] when a trial was not `ok`"
+            " (`; L [...]` or `; D [...]`: the Airflow arm that does not judge);" + faster,
             "",
             markdown(trials, variant),
             "",

@@ -246,10 +246,12 @@ def test_each_airflow_is_judged_at_the_faster_of_its_arms_in_each_scenario() -> 
     slower_defaults = [_trial("airflow", 15.0)]
     headline = markdown_tables(like + defaults + slower_defaults).split("**defaults**")[0]
     assert "| 600 (1.50, 20) | 30 (1.50, 20) L | 20.0x |" in headline
-    # An arm whose trials all failed never judges; the other one does.
+    # An arm whose trials all failed never judges; the other one does, and the cell
+    # still shows the failed arm's trials.
     failed_defaults = [replace(_trial("airflow", 90.0), status="timeout")]
     headline = markdown_tables(like + defaults + failed_defaults).split("**defaults**")[0]
-    assert "| 600 (1.50, 20) | 30 (1.50, 20) L | 20.0x |" in headline
+    assert "| 600 (1.50, 20) | 30 (1.50, 20) L; D [0/1 ok, 1 timeout] | 20.0x |" in headline
+    assert "(`; L [...]` or `; D [...]`: the Airflow arm that does not judge)" in headline
 
 
 def test_both_airflows_are_in_every_table_and_the_faster_one_judges() -> None:
