@@ -20,7 +20,7 @@ from datetime import datetime
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from sluice.db import locks
+from sluice.db import locks, plans
 from sluice.db.prepared import Prepared
 from sluice.spec.states import OCCUPYING_TASK_STATES, TaskState
 
@@ -100,12 +100,14 @@ _READ = Prepared(
         SELECT dag_id FROM occupied
         GROUP BY dag_id, max_active_tasks HAVING sum(n) >= max_active_tasks
     ), candidates AS (
-        SELECT ti.id, ti.dag_id, ti.pool, ti.pool_slots, d.max_active_tasks,
-               ti.priority_weight, ti.logical_date
-        FROM task_instance ti JOIN dag d ON d.dag_id = ti.dag_id
-        WHERE ti.state = 'scheduled' AND NOT d.is_paused AND d.is_active
+        SELECT ti.id, ti.dag_id, ti.pool, ti.pool_slots, ti.priority_weight, ti.logical_date
+        FROM task_instance ti
+        WHERE ti.state = 'scheduled'
           AND ti.pool IN (SELECT name FROM open_pools)
           AND ti.dag_id NOT IN (SELECT dag_id FROM busy_dags)
+          AND NOT EXISTS (
+              SELECT FROM dag d
+              WHERE d.dag_id = ti.dag_id AND (d.is_paused OR NOT d.is_active))
         ORDER BY ti.priority_weight DESC, ti.logical_date, ti.id
         LIMIT :limit
         FOR UPDATE OF ti SKIP LOCKED
@@ -115,9 +117,9 @@ _READ = Prepared(
            CAST(NULL AS timestamptz) AS logical_date
     FROM occupied
     UNION ALL
-    SELECT true, pool, dag_id, pool_slots, NULL, max_active_tasks, id, priority_weight,
-           logical_date
-    FROM candidates
+    SELECT true, c.pool, c.dag_id, c.pool_slots, NULL, d.max_active_tasks, c.id,
+           c.priority_weight, c.logical_date
+    FROM candidates c JOIN dag d ON d.dag_id = c.dag_id
     ORDER BY candidate, weight DESC, logical_date, id
     """
 )
@@ -179,6 +181,10 @@ def queue_schedulable_task_instances(
     if not any(row.waiting and row.used < row.slots for row in locked):
         full = {row.name for row in locked if row.used >= row.slots}
         return CriticalSectionResult(entered=True, starved_pools=full)
+    # The candidates are read walking ix_ti_scheduled in its order up to the limit: planned
+    # from a table that had few scheduled rows, the read sorted every scheduled row instead
+    # (2.4 ms a pass with 500 waiting, 23 ms with 7,000, for a window of 16).
+    plans.through_indexes(session, in_index_order=True)
     pools: dict[str, int] = {row.name: row.slots for row in locked}
     # Most passes have a slot or two to fill (a try ended): read a window about that
     # size first, not `max_tis` rows read and locked to queue one. Choosing is greedy in

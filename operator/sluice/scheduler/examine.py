@@ -20,6 +20,7 @@ from sqlalchemy import Row
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+from sluice.db import plans
 from sluice.db.dags import SpecCache
 from sluice.db.prepared import Prepared
 from sluice.scheduler import endings, past
@@ -48,6 +49,7 @@ def examine_running_runs(
 ) -> ExamineStats:
     """Examine up to `limit` runs; with `quiet`, runs without work fill the rest of the batch."""
     stats = ExamineStats()
+    plans.through_indexes(session)
     taken = _TAKE(session, {"now": now, "limit": limit, "quiet": quiet}).all()
     if not taken:
         return stats

@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import insert
 from sqlalchemy.orm import Session
 
+from sluice.db import plans
 from sluice.db.dags import SpecCache
 from sluice.db.models import Outbox
 from sluice.db.prepared import Prepared
@@ -115,6 +116,7 @@ def apply_task_events(
     """
     if not events:
         return []
+    plans.through_indexes(session)
     by_key = {e.key: e for e in events}
     ti_ids = sorted({e.ti_id for e in events})
     lock_runs_of(session, ti_ids)
