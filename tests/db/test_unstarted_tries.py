@@ -212,3 +212,36 @@ def test_the_replica_taken_for_dead_releases_the_queued_again_try_and_does_not_k
             session, {(ti.id, 1): f"job-{ti.id}-1"}, a.job_id, clock.now, refresh=False
         )
     assert fence == housekeeping.Fence(kill=[], release=[(ti.id, 1)])
+
+
+@pytest.mark.parametrize(
+    ("owner", "fenced"),
+    [
+        # Adopted by replica B and ended under it: B reported it and keeps its Job.
+        ("other", "release"),
+        # Ended while A still owned it (a zombie verdict, a run's timeout): A stops it.
+        ("same", "kill"),
+    ],
+)
+def test_a_try_that_ended_is_killed_by_the_replica_taken_for_dead_only_if_it_was_its_own(
+    sessions: sessionmaker[Session], owner: str, fenced: str
+) -> None:
+    """Replica A, taken for dead, comes back after its try succeeded: if another replica
+    had adopted it, A lets go (killing it deleted that replica's finished Job: the
+    chart's pod-kill test found tries with no Job); if the try was still A's, A kills it."""
+    clock, a, ti = _claimed_by_a_replica_that_died(sessions)
+    new_owner = a.job_id + 1 if owner == "other" else a.job_id
+    with sessions() as session:
+        session.execute(
+            update(TaskInstance)
+            .where(TaskInstance.id == ti.id)
+            .values(state=TaskState.SUCCESS, running_by_job_id=new_owner)
+        )
+        session.commit()
+    with sessions() as session:
+        fence = housekeeping.heartbeat_tries(
+            session, {(ti.id, 1): f"job-{ti.id}-1"}, a.job_id, clock.now, refresh=False
+        )
+    expected = {"release": housekeeping.Fence(kill=[], release=[(ti.id, 1)])}
+    expected["kill"] = housekeeping.Fence(kill=[(ti.id, 1)], release=[])
+    assert fence == expected[fenced]

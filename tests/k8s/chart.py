@@ -140,6 +140,42 @@ class Release:
         lines += ["  " + " | ".join(row) for row in rows]
         return "\n".join(lines)
 
+    def tries_of(self, ti_ids: list[str]) -> str:
+        """Every try of these task instances as the database has it, and what the live
+        scheduler pods logged about their Jobs: where a try's Job went."""
+        if not ti_ids:
+            return ""
+        try:
+            rows = self.sql(
+                "SELECT ti.id, ti.task_id, ti.state, ti.running_by_job_id, tt.try_number, tt.state,"
+                " tt.scheduler_job_id,"
+                " coalesce(ti.external_id, ''), tt.queued_at, tt.start_date, tt.end_date,"
+                " coalesce(tt.reason, '') FROM task_try tt"
+                " JOIN task_instance ti ON ti.id = tt.task_instance_id"
+                f" WHERE ti.id IN ({', '.join(str(int(i)) for i in ti_ids)})"
+                " ORDER BY ti.id, tt.try_number"
+            )
+            jobs = self.sql("SELECT id, hostname, state, latest_heartbeat FROM scheduler_job")
+        except Exception as exc:  # the database cannot be read: say so
+            return f"tries: cannot be read: {str(exc)[:300]}"
+        lines = ["tries (ti, task, ti state, ti's replica, try, try state, try's replica, Job,"]
+        lines += ["  queued, started, ended, reason):"] + ["  " + " | ".join(row) for row in rows]
+        lines += ["scheduler jobs (id, host, state, heartbeat):"]
+        lines += ["  " + " | ".join(row) for row in jobs]
+        logs = self.k(
+            "logs",
+            "-l",
+            "app.kubernetes.io/component=scheduler",
+            "--tail=-1",
+            "--prefix",
+            "-c",
+            "scheduler",
+            check=False,
+        )
+        names = {row[7] for row in rows if row[7]} | {"deleted Job", "could not delete"}
+        lines += [line for line in logs.splitlines() if any(name in line for name in names)]
+        return "\n".join(lines)
+
     def running_tries_by_host(self) -> dict[str, set[str]]:
         """Task instance ids with a running try, by the live scheduler pod that holds it
         (a replica's hostname is its pod's name)."""

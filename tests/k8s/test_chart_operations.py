@@ -64,8 +64,16 @@ def _assert_each_try_started_once(rel: Release, dag: str, tasks: int | None) -> 
     """
     tries = rel.tries_started(dag)
     assert all(n == 1 for n in tries.values()), f"a try started twice: {tries}"
-    if tasks is not None:
-        assert len({ti for ti, _ in tries}) == tasks, tries
+    if tasks is not None and len({ti for ti, _ in tries}) != tasks:
+        with_job = {ti for ti, _ in tries}
+        without = sorted(
+            {row[0] for row in rel.sql(f"SELECT id FROM task_instance WHERE dag_id = '{dag}'")}
+            - with_job
+        )
+        raise AssertionError(
+            f"{dag}: {tasks - len(with_job)} task instances have no Job ({without}):\n"
+            f"{rel.tries_of(without)}\n{tries}"
+        )
 
 
 def _sleepers(dag: str, n: int, seconds: int) -> str:

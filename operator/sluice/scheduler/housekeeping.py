@@ -157,11 +157,12 @@ def heartbeat_tries(
     heartbeating.
 
     A try the database no longer has running under this replica is fenced: if
-    another replica adopted it (same try, still running) or queued it again
-    (same try: this replica was taken for dead before it started it) it is
-    released, and a Job it did start goes on under its new owner; otherwise
-    (newer try, timed-out run, zombie verdict) it is killed. The caller acts on
-    the fence after committing.
+    another replica adopted it (same try, still running, or since ended under
+    that replica, which reported it and keeps its Job) or queued it again (same
+    try: this replica was taken for dead before it started it) it is released,
+    and a Job it did start goes on under its new owner; otherwise (newer try,
+    timed-out run, zombie verdict while this replica still owned it) it is
+    killed. The caller acts on the fence after committing.
     """
     if not external_ids:
         return Fence([], [])
@@ -188,7 +189,13 @@ def heartbeat_tries(
         for row in session.execute(
             select(TaskInstance.id, TaskInstance.try_number).where(
                 tuple_(TaskInstance.id, TaskInstance.try_number).in_(lost),
-                TaskInstance.state.in_((TaskState.RUNNING, TaskState.QUEUED)),
+                or_(
+                    TaskInstance.state.in_((TaskState.RUNNING, TaskState.QUEUED)),
+                    # Adopted and ended meanwhile: killing it would delete the Job of a
+                    # try that another replica saw through (a replica taken for dead
+                    # that came back after its tries ran to the end elsewhere).
+                    TaskInstance.running_by_job_id != job_id,
+                ),
             )
         )
     }
