@@ -6,7 +6,8 @@
 #   e2e/run.sh -k ready        # extra arguments go to pytest
 #
 # A cluster that is already running (its kubeconfig answers) is used and left
-# running; one that this script starts is stopped at the end, unless
+# running, with this tree's Sluice image built and imported into it first (the
+# one it came up with may be older); one that this script starts is stopped at the end, unless
 # SLUICE_KEEP_CLUSTER=1, and then nothing of it may be left (no network
 # namespace, no process). Either way the tests get the cluster through
 # $KUBECONFIG and nothing else. With the local cluster, pytest (and so every
@@ -39,6 +40,14 @@ case "$CLUSTER" in
     export KUBECONFIG="$SLUICE_CLUSTER_DIR/admin.kubeconfig"
     if answers "$KUBECONFIG"; then
       log "e2e: using the running local cluster ($KUBECONFIG)"
+      # Its images are the ones built when it came up: build this tree's (nothing to
+      # do when it has not changed) and import the Sluice image again if it has, so
+      # the tests never run code older than the tree they come from.
+      "$ROOT/hack/build-images.sh"
+      # shellcheck disable=SC1091
+      (source "$SLUICE_CLUSTER_DIR/env" \
+        && import_images "$CONTAINERD_SOCK" "$CONTAINERD_ROOT" \
+          "$SLUICE_CLUSTER_DIR/logs/ctr-import.log" sluice)
     else
       "$ROOT/hack/cluster-up.sh"
       started="$ROOT/hack/cluster-down.sh"
