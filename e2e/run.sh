@@ -7,8 +7,8 @@
 #
 # A cluster that is already running (its kubeconfig answers) is used and left
 # running, with this tree's Sluice image built and imported into it first (the
-# one it came up with may be older); one that this script starts is stopped at the end, unless
-# SLUICE_KEEP_CLUSTER=1, and then nothing of it may be left (no network
+# one it came up with may be older); one that this script starts is stopped at
+# the end, unless SLUICE_KEEP_CLUSTER=1, and then nothing of it may be left (no network
 # namespace, no process). Either way the tests get the cluster through
 # $KUBECONFIG and nothing else. With the local cluster, pytest (and so every
 # scheduler replica and operator the tests start) runs inside the cluster's
