@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from sluice.executors.kubernetes import names
+from sluice.handlers.objects import RUN_ID_ANNOTATION
 
 from .cluster import CACHE, CLUSTER_DIR, ROOT, Cluster, apply_crds
 from .replicas import wait_for
@@ -140,6 +141,36 @@ class Release:
         lines += ["  " + " | ".join(row) for row in rows]
         return "\n".join(lines)
 
+    def assert_each_try_started_once(
+        self, dag: str, run: dict[str, Any] | None = None, tasks: int | None = None
+    ) -> None:
+        """No try of `dag` has two Jobs; with `run` (the DagRun object a test waited for),
+        each of its `tasks` task instances has a Job.
+
+        Only that run's task instances are counted: the tests' DAGs are hourly, so a test
+        that crosses the hour sees a second run. (A try that fails as a zombie or could
+        not start has its Job deleted, hence no count without a run.)
+        """
+        tries = self.tries_started(dag)
+        assert all(n == 1 for n in tries.values()), f"a try started twice: {tries}"
+        if run is None:
+            return
+        run_id = run["metadata"]["annotations"][RUN_ID_ANNOTATION]
+        of_run = {
+            row[0]
+            for row in self.sql(
+                "SELECT ti.id FROM task_instance ti JOIN dag_run r ON r.id = ti.dag_run_id"
+                f" WHERE r.dag_id = '{dag}' AND r.run_id = '{run_id}'"
+            )
+        }
+        assert len(of_run) == tasks, f"run {run_id} of {dag} has {len(of_run)} task instances"
+        without = sorted(of_run - {ti for ti, _ in tries})
+        if without:
+            raise AssertionError(
+                f"{dag}, run {run_id}: {len(without)} task instances have no Job ({without}):\n"
+                f"{self.tries_of(without)}\n{tries}"
+            )
+
     def tries_of(self, ti_ids: list[str]) -> str:
         """Every try of these task instances as the database has it, and what the live
         scheduler pods logged about their Jobs: where a try's Job went."""
@@ -203,13 +234,19 @@ class Release:
     def apply(self, manifest: str) -> None:
         self.cluster.apply(manifest.replace("busybox:1.36", self.cluster.image), self.namespace)
 
-    def wait_run(self, dag: str, timeout: float) -> dict[str, Any]:
-        """The DagRun object of `dag`'s run once its published state is final."""
+    def wait_run(self, dag: str, timeout: float, run_id: str | None = None) -> dict[str, Any]:
+        """The DagRun object of a run of `dag` (the one with `run_id`, or the first to end)
+        once its published state is final."""
 
         def ended() -> dict[str, Any] | None:
             for item in self.json("dagruns")["items"]:
                 status = item.get("status") or {}
-                if item["spec"]["dagName"] == dag and status.get("state") in ("success", "failed"):
+                annotations = item["metadata"].get("annotations") or {}
+                if (
+                    item["spec"]["dagName"] == dag
+                    and run_id in (None, annotations.get(RUN_ID_ANNOTATION))
+                    and status.get("state") in ("success", "failed")
+                ):
                     return dict(item)
             return None
 

@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.models import DagRun, TaskInstance, TaskTry
@@ -111,9 +111,12 @@ class Fleet:
             assert replica.alive(), f"{replica.name} exited:\n{replica.output()}"
 
     def tis(self, dag_id: str) -> dict[str, TaskInstance]:
+        """The task instances of `dag_id`'s first run, the one `run_state` reads (the DAGs
+        are hourly: a test that crosses the hour sees a second run)."""
+        first_run = select(func.min(DagRun.id)).where(DagRun.dag_id == dag_id).scalar_subquery()
         with self.sessions() as session:
             rows = session.execute(
-                select(TaskInstance).where(TaskInstance.dag_id == dag_id).order_by(TaskInstance.id)
+                select(TaskInstance).where(TaskInstance.dag_run_id == first_run)
             ).scalars()
             return {ti.task_id: ti for ti in rows}
 

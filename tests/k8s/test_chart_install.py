@@ -79,9 +79,7 @@ def test_the_chart_installs_runs_a_dag_through_a_scheduler_pod_kill_and_uninstal
 
     run = rel.wait_run(dag, timeout=420)
     assert run["status"]["state"] == "success", f"{rel.dump()}\n{run['status']}"
-    tries = rel.tries_started(dag)
-    assert all(n == 1 for n in tries.values()), f"a try started twice: {tries}"
-    assert len({ti for ti, _ in tries}) == len(tasks), tries
+    rel.assert_each_try_started_once(dag, run, tasks=len(tasks))
     # The killed replicas' running tries were adopted and finished: not run again.
     assert set(rel.task_states(victims_tries).values()) == {("success", 1)}, rel.dump()
 

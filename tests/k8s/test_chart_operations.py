@@ -57,25 +57,6 @@ def _run_states(rel: Release, dag: str) -> list[str]:
     ]
 
 
-def _assert_each_try_started_once(rel: Release, dag: str, tasks: int | None) -> None:
-    """No try has two Jobs; with `tasks`, each of that many task instances has one.
-
-    (A try that fails as a zombie or could not start has its Job deleted.)
-    """
-    tries = rel.tries_started(dag)
-    assert all(n == 1 for n in tries.values()), f"a try started twice: {tries}"
-    if tasks is not None and len({ti for ti, _ in tries}) != tasks:
-        with_job = {ti for ti, _ in tries}
-        without = sorted(
-            {row[0] for row in rel.sql(f"SELECT id FROM task_instance WHERE dag_id = '{dag}'")}
-            - with_job
-        )
-        raise AssertionError(
-            f"{dag}: {tasks - len(with_job)} task instances have no Job ({without}):\n"
-            f"{rel.tries_of(without)}\n{tries}"
-        )
-
-
 def _sleepers(dag: str, n: int, seconds: int) -> str:
     return dag_manifest(dag, [{"name": f"t{i}", "args": [f"sleep {seconds}"]} for i in range(n)])
 
@@ -100,7 +81,10 @@ def test_the_examples_run_as_jobs_of_the_scheduler_pods(rel: Release) -> None:
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{rel.dump()}") from None
     for dag in dags:
-        assert set(_run_states(rel, dag)) == {"success"}, f"{dag}: {rel.dump()}"
+        # (A run started since, if the test crossed the hour, may still be going.)
+        states = _run_states(rel, dag)
+        assert "failed" not in states, f"{dag}: {rel.dump()}"
+        assert states.count("success") >= expected[dag], f"{dag}: {rel.dump()}"
         assert rel.jobs(dag), dag
     # Every try was started by one of this release's scheduler pods.
     starters = {
@@ -147,7 +131,12 @@ def test_a_deleted_task_pod_is_retried_and_a_bad_image_fails_with_its_reason(
     selector = f"sluice.io/ti={ti},sluice.io/try=1"
     rel.k("delete", "pod", "-l", selector, "--grace-period=0", "--force")
 
-    run = rel.wait_run(dag, timeout=300)
+    # That try's run (the DAG is hourly: a test crossing the hour sees a second run).
+    run_id = rel.sql(
+        f"SELECT r.run_id FROM dag_run r JOIN task_instance ti ON ti.dag_run_id = r.id"
+        f" WHERE ti.id = {ti}"
+    )[0][0]
+    run = rel.wait_run(dag, timeout=300, run_id=run_id)
     assert run["status"]["state"] == "failed", run["status"]  # `bad` failed
     tries = rel.sql(
         "SELECT try_number, state, coalesce(reason, '') FROM task_try"
@@ -156,19 +145,19 @@ def test_a_deleted_task_pod_is_retried_and_a_bad_image_fails_with_its_reason(
     assert [(t[0], t[1]) for t in tries] == [("1", "failed"), ("2", "success")], tries
     assert tries[0][2].startswith("zombie:"), tries
     bad = rel.sql(
-        f"SELECT state, coalesce(reason, '') FROM task_instance WHERE dag_id = '{dag}'"
-        " AND task_id = 'bad'"
+        "SELECT ti.state, coalesce(ti.reason, '') FROM task_instance ti"
+        " JOIN dag_run r ON r.id = ti.dag_run_id"
+        f" WHERE r.dag_id = '{dag}' AND r.run_id = '{run_id}' AND ti.task_id = 'bad'"
     )[0]
     assert bad[0] == "failed", bad
     assert bad[1].startswith(("ErrImagePull", "ImagePullBackOff")), bad
     # What a user reads: `sluice dags runs` in a scheduler pod shows the reason.
-    run_id = rel.sql(f"SELECT run_id FROM dag_run WHERE dag_id = '{dag}'")[0][0]
     shown = rel.k(
         "exec", f"deploy/{rel.fullname}-scheduler", "-c", "scheduler", "--",
         "sluice", "dags", "runs", dag, "--run", run_id,
     )  # fmt: skip
     assert "ErrImagePull" in shown or "ImagePullBackOff" in shown, shown
-    _assert_each_try_started_once(rel, dag, tasks=None)
+    rel.assert_each_try_started_once(dag)
 
 
 def test_200_tasks_keep_their_pool_limit_through_scheduler_pod_kills(
@@ -221,6 +210,7 @@ def test_200_tasks_keep_their_pool_limit_through_scheduler_pod_kills(
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         killed: dict[str, set[str]] = {}
+        runs: dict[str, dict[str, Any]] = {}
         try:
             for _ in range(3):
                 held = wait_for(
@@ -231,7 +221,7 @@ def test_200_tasks_keep_their_pool_limit_through_scheduler_pod_kills(
                 rel.k("delete", "pod", victim, "--grace-period=0", "--force")
                 time.sleep(30)
             for dag in dags:
-                run = rel.wait_run(dag, timeout=900)
+                runs[dag] = run = rel.wait_run(dag, timeout=900)
                 assert run["status"]["state"] == "success", f"{dag}: {rel.dump()}\n{run['status']}"
         finally:
             stop.set()
@@ -239,7 +229,7 @@ def test_200_tasks_keep_their_pool_limit_through_scheduler_pod_kills(
         assert samples >= 30, (samples, errors)
         assert 0 < peak <= slots, f"the pool held {peak} slots at once, limit {slots}"
         for dag in dags:
-            _assert_each_try_started_once(rel, dag, tasks=50)
+            rel.assert_each_try_started_once(dag, runs[dag], tasks=50)
         adopted = set().union(*killed.values())
         assert set(rel.task_states(adopted).values()) == {("success", 1)}, killed
     finally:
@@ -276,7 +266,7 @@ def test_scaling_the_schedulers_3_1_3_mid_run_loses_nothing(rel: Release) -> Non
     wait_for("three schedulers", lambda: _scheduler_deployment_ready(rel, 3), timeout=240, every=2)
     run = rel.wait_run(dag, timeout=600)
     assert run["status"]["state"] == "success", f"{rel.dump()}\n{run['status']}"
-    _assert_each_try_started_once(rel, dag, tasks=20)
+    rel.assert_each_try_started_once(dag, run, tasks=20)
 
 
 def _migration_job_events(rel: Release) -> list[dict[str, Any]]:
@@ -303,7 +293,7 @@ def test_helm_upgrade_mid_run_rolls_the_schedulers_migrates_once_and_loses_nothi
     assert not rel.k("get", "jobs", f"{rel.fullname}-migrations", "--ignore-not-found")
     run = rel.wait_run(dag, timeout=600)
     assert run["status"]["state"] == "success", f"{rel.dump()}\n{run['status']}"
-    _assert_each_try_started_once(rel, dag, tasks=20)
+    rel.assert_each_try_started_once(dag, run, tasks=20)
 
 
 def test_a_postgres_restart_mid_run_keeps_the_replicas_up_and_every_run_ends(
@@ -330,7 +320,7 @@ def test_a_postgres_restart_mid_run_keeps_the_replicas_up_and_every_run_ends(
     run = rel.wait_run(dag, timeout=600)
     assert run["status"]["state"] == "success", f"{rel.dump()}\n{run['status']}"
     assert restarts() == before, "a replica restarted or was replaced during the outage"
-    _assert_each_try_started_once(rel, dag, tasks=20)
+    rel.assert_each_try_started_once(dag, run, tasks=20)
 
 
 def _new_and_ready(rel: Release, name: str, old_uid: str) -> bool:
