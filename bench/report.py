@@ -395,9 +395,17 @@ def _cell(median: tuple[Trial, list[Trial]] | None, group: list[Trial]) -> str:
 
 
 def _sizes_and_shapes(trials: list[Trial]) -> list[tuple[str, int, int]]:
+    """The scenarios measured, by size (more DAGs first), then shape in the trials' order;
+    a shape published at one size only has no row at the other."""
     sizes = sorted({(t.dags, t.tasks) for t in trials}, key=lambda d: -d[0])
     shapes = list(dict.fromkeys(t.shape for t in trials))
-    return [(shape, dags, tasks) for dags, tasks in sizes for shape in shapes]
+    measured = {(t.shape, t.dags, t.tasks) for t in trials}
+    return [
+        (shape, dags, tasks)
+        for dags, tasks in sizes
+        for shape in shapes
+        if (shape, dags, tasks) in measured
+    ]
 
 
 def _ratio(sluice: Trial, peers: dict[str, Trial], *, name_it: bool) -> str:

@@ -28,6 +28,7 @@ from bench.report import (
     cpu_floor_s,
     faster_peer,
     markdown,
+    markdown_cpu,
     markdown_tables,
     medians,
     not_ok_lines,
@@ -157,6 +158,19 @@ def test_the_readme_table_quotes_medians_and_their_ratio() -> None:
     assert lines[2] == (
         "| linear | 10x100 | 400 [300-500] (1.50, 20) | 20 [10-25] (1.50, 20) | 20.0x |"
     )
+
+
+def test_the_readme_tables_have_a_row_only_for_the_scenarios_measured() -> None:
+    # Runs published one shape and size at a time are rendered together: a shape measured
+    # at one size has no row at the other.
+    trials = [_trial(side, 100.0) for side in ("sluice", "airflow")]
+    trials += [replace(t, shape="star") for t in trials] + [
+        replace(t, shape="star", dags=100, tasks=10) for t in trials
+    ]
+    rows = [line.split(" | ")[:2] for line in markdown(trials, DEFAULTS).splitlines()[2:]]
+    assert rows == [["| star", "100x10"], ["| linear", "10x100"], ["| star", "10x100"]]
+    cpu_rows = [line.split(" | ")[:2] for line in markdown_cpu(trials, DEFAULTS).splitlines()[2:]]
+    assert cpu_rows == rows
 
 
 def test_the_readme_table_shows_trials_that_are_not_ok() -> None:
