@@ -672,14 +672,12 @@ def _one(
 
 
 def _render(files: list[str], *, markdown: bool, console: Console) -> int:
+    from bench.run import measured_on
+
     trials: list[ArrivalTrial] = []
     for path in files:
         saved = json.loads(Path(path).read_text())
-        done = "" if saved.get("complete", True) else ", interrupted"
-        print(
-            f"`{saved['command']}` ({saved['when']}, {saved['cores']} cores,"
-            f" commit {saved.get('commit', '?')[:10]}{done})"
-        )
+        print(f"`{saved['command']}` ({measured_on(saved)})")
         trials += [ArrivalTrial.from_dict(t) for t in saved["trials"]]
     if markdown:
         print()

@@ -217,6 +217,16 @@ def provenance(pg: Postgres | None, airflow: dict[str, dict[str, Any]]) -> dict[
     }
 
 
+def measured_on(saved: dict[str, Any]) -> str:
+    """A saved run's time, machine and commit, as its rendered tables are headed: files
+    rendered together may come from different machines, so each names its CPU."""
+    cpu = saved.get("machine", {}).get("cpu")
+    machine = f"{saved['cores']} cores" + (f" {cpu}" if cpu else "")
+    commit = f", commit {saved['commit'][:10]}" if "commit" in saved else ""
+    done = "" if saved.get("complete", True) else ", interrupted"
+    return f"{saved['when']}, {machine}{commit}{done}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
     mode = parser.add_mutually_exclusive_group(required=True)
@@ -372,10 +382,8 @@ def _render(files: list[str], *, markdown: bool, console: Console) -> int:
     rendered = [trial for _, trials in sources for trial in trials]
     cores = max(saved["cores"] for saved, _ in sources)
     for (saved, _), arg in zip(sources, files, strict=True):
-        done = "" if saved.get("complete", True) else ", interrupted"
         side = f" ({arg.rpartition(':')[2]} side)" if ":" in arg else ""
-        commit = f", commit {saved['commit'][:10]}" if "commit" in saved else ""
-        print(f"`{saved['command']}`{side} ({saved['when']}, {saved['cores']} cores{commit}{done})")
+        print(f"`{saved['command']}`{side} ({measured_on(saved)})")
     if markdown:
         print()
         print(report.markdown_tables(rendered))

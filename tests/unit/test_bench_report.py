@@ -317,3 +317,20 @@ def test_a_peer_with_no_ok_trial_does_not_judge() -> None:
         "| linear | 10x100 | 600 (1.50, 20) | 20 (1.50, 20)"
         " | - [0/1 ok, 1 timeout] | 30.0x (2.10.5) |"
     )
+
+
+def test_a_rendered_run_names_the_machine_it_was_measured_on() -> None:
+    from bench.run import measured_on
+
+    saved = {
+        "when": "20261205T152506Z",
+        "cores": 2,
+        "machine": {"cpu": "Intel(R) Xeon(R) Processor", "cores": 2},
+        "commit": "1971becef3aa",
+        "complete": True,
+    }
+    assert measured_on(saved) == (
+        "20261205T152506Z, 2 cores Intel(R) Xeon(R) Processor, commit 1971becef3"
+    )
+    # Older files carry no machine or commit; an interrupted run says so.
+    assert measured_on({"when": "T", "cores": 2, "complete": False}) == "T, 2 cores, interrupted"
