@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
+import pytest
 from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.dags import SpecCache
 from sluice.db.models import SchedulerJob, TaskInstance
 from sluice.executors.base import TaskEvent
+from sluice.scheduler import reconcile
 from sluice.scheduler.housekeeping import plan_stale_tries
 from sluice.scheduler.loop import SchedulerLoop
 from sluice.scheduler.reconcile import COUNTER_FIXES, read_metric, reconcile_counters
@@ -310,3 +313,47 @@ def test_a_reconciliation_pass_reaches_every_running_run_one_step_per_tick(
     assert left == [2, 1, 0, 0]  # one run a tick, then the pass is over
     with sessions() as session:
         assert read_metric(session, COUNTER_FIXES) == 3
+
+
+def test_a_reconciliation_pass_ends_while_new_runs_keep_arriving(
+    sessions: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass covers the runs there when it began: one created every tick, faster
+    than the pass walks (one run a step here), waits for the next pass instead of
+    keeping the pass going every tick."""
+    clock = FakeClock()
+    register(sessions, manifest("busy", chain("a", "b"), maxActiveRuns=50), clock.now)
+    for minute in range(2):
+        trigger(sessions, "busy", clock.now, logical_date=T0 + timedelta(minutes=minute))
+    executor = ScriptedExecutor()
+    executor.hold.add("a")  # every run stays running
+    loop = make_loop(
+        sessions,
+        executor,
+        clock,
+        reconcile_tasks_per_tick=2,  # one two-task run per step
+        zombie_check_interval=3600,
+        zombie_threshold=7200,
+        scheduler_dead_after=7200,
+    )
+    loop.tick()
+    steps: list[reconcile.Reconciled] = []
+    step = reconcile.reconcile_runs
+
+    def counted(*args: Any) -> reconcile.Reconciled:
+        steps.append(step(*args))
+        return steps[-1]
+
+    monkeypatch.setattr(reconcile, "reconcile_runs", counted)
+    clock.advance(seconds=61)
+    created = []
+    for minute in range(2, 10):
+        created.append(
+            trigger(sessions, "busy", clock.now, logical_date=T0 + timedelta(minutes=minute))
+        )
+        loop.tick()
+    with sessions() as session:
+        running = [r.id for r in runs(session, "busy") if r.state == RunState.RUNNING]
+    assert len(running) == 10
+    began = created[0]  # the newest run when the pass began, in the first of these ticks
+    assert [s.through for s in steps] == [*(i for i in running if i <= began), None]

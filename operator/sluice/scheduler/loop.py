@@ -189,6 +189,7 @@ class SchedulerLoop:
         self._sweep_due = Due(self.config.zombie_check_interval, self.clock(), told=False)
         self._reconcile_due = Due(self.config.reconcile_interval, self.clock(), told=False)
         self._reconcile_after: int | None = None  # a pass under way: the last run id reached
+        self._reconcile_until: int | None = None  # and the newest run id when it began
         # Each runs on the first tick, then when told (or due: the quiet round and the look).
         every = self.config.tick_interval
         long_ago = self.clock() - timedelta(seconds=every)
@@ -732,7 +733,7 @@ class SchedulerLoop:
             self._handle_stuck_queued(now, report)
         if self._reconcile_after is None and self._reconcile_due(now):
             self._reconcile_due.ran(now)
-            self._reconcile_after = 0
+            self._reconcile_after, self._reconcile_until = 0, None
         if self._reconcile_after is not None:
             self._reconcile_step(self._reconcile_after, report)
 
@@ -770,11 +771,12 @@ class SchedulerLoop:
 
     def _reconcile_step(self, after: int, report: TickReport) -> None:
         """One step of the counter reconciliation pass (a failed step ends the pass)."""
-        budget = self.config.reconcile_tasks_per_tick
+        budget, until = self.config.reconcile_tasks_per_tick, self._reconcile_until
         step = self._transaction(
-            "reconcile", lambda s: reconcile.reconcile_runs(s, after, budget), None, report
+            "reconcile", lambda s: reconcile.reconcile_runs(s, after, budget, until), None, report
         )
         self._reconcile_after = None if step is None else step.through
+        self._reconcile_until = None if step is None else step.until
         if step is not None and step.fixed:
             metrics.COUNTER_FIXES.inc(step.fixed)
             log.warning("counters reconciled", rows_fixed=step.fixed)

@@ -5,7 +5,10 @@ and the run its `tasks_done` recomputed from the actual upstream states. A pass
 walks the running runs in id order, a few at a time (`reconcile_runs`, one
 short transaction per step, at most `task_budget` task instances, runs locked
 SKIP LOCKED before their task rows as everywhere), so no step holds many run
-locks for long and every running run is reached, however many there are. Each
+locks for long and every running run is reached, however many there are. A pass
+covers the runs that existed when it began (ids up to the newest then): runs
+created meanwhile wait for the next pass, so a pass ends even while runs keep
+arriving faster than it walks. Each
 row it had to fix is counted in the `counter_fixes` metric; that number should
 stay at zero, and a non-zero value points at a bug in propagation.
 """
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import select, text
+from sqlalchemy import func, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -88,19 +91,26 @@ _RUNS_READ = 200
 class Reconciled:
     fixed: int  # rows whose counters were wrong
     through: int | None  # the last run id this step reached; None: the pass is complete
+    until: int  # the newest run id when the pass began: the pass ends there
 
 
-def reconcile_runs(session: Session, after: int, task_budget: int) -> Reconciled:
-    """One step of a pass: the running runs after id `after`, in id order, up to
-    `task_budget` task instances (at least one run); returns where the pass got to."""
+def reconcile_runs(
+    session: Session, after: int, task_budget: int, until: int | None = None
+) -> Reconciled:
+    """One step of a pass: the running runs with ids after `after` and up to `until`,
+    in id order, up to `task_budget` task instances (at least one run); returns where
+    the pass got to. `until` None: this step begins the pass and takes the newest run
+    id now as its end."""
+    if until is None:
+        until = session.execute(select(func.max(DagRun.id))).scalar_one_or_none() or 0
     sizes = session.execute(
         select(DagRun.id, DagRun.tasks_total)
-        .where(DagRun.state == RunState.RUNNING, DagRun.id > after)
+        .where(DagRun.state == RunState.RUNNING, DagRun.id > after, DagRun.id <= until)
         .order_by(DagRun.id)
         .limit(_RUNS_READ)
     ).all()
     if not sizes:
-        return Reconciled(0, None)
+        return Reconciled(0, None, until)
     chosen: list[int] = []
     total = 0
     for run_id, tasks in sizes:
@@ -117,18 +127,18 @@ def reconcile_runs(session: Session, after: int, task_budget: int) -> Reconciled
         ).scalars()
     )
     fixed = _reconcile(session, run_ids)
-    return Reconciled(fixed, chosen[-1])
+    return Reconciled(fixed, chosen[-1], until)
 
 
 def reconcile_counters(session: Session) -> int:
     """A whole pass in this transaction (tests, tools); returns the rows fixed."""
-    fixed, after = 0, 0
+    fixed, after, until = 0, 0, None
     while True:
-        step = reconcile_runs(session, after, task_budget=10_000)
+        step = reconcile_runs(session, after, task_budget=10_000, until=until)
         fixed += step.fixed
         if step.through is None:
             return fixed
-        after = step.through
+        after, until = step.through, step.until
 
 
 def _reconcile(session: Session, run_ids: list[int]) -> int:
