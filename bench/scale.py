@@ -9,7 +9,10 @@ scheduled to the end at each background level, cumulatively:
 3. + 100,000 blocked task instances (100 running runs of a 1,000-task chain
    whose first task is held `running` by a live fake scheduler);
 4. + 100,000 task instances in flight (100 running runs of 1,000 independent
-   tasks, every one `running` under that fake scheduler).
+   tasks, every one `running` under that fake scheduler);
+5. + a pool that binds, priorities, retries and failures: its own probe
+   (`scale_mixed`: 100 runs of 10 tasks sharing a 32-slot pool), with the pool's
+   occupancy, priority inversions, the runs' states and the tries checked.
 
 Per level: tick time (median, p95, max) while the probe runs, an idle tick's time,
 ticks to finish the probe, the median time of each phase, and the counter
@@ -32,10 +35,11 @@ from rich.table import Table
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from bench import scale_mixed
 from bench.common import RESULTS, Knobs, Postgres
 from bench.metrics import percentile
 from bench.shapes import Workload
-from bench.sluice_side import TEMPLATE, manifest, prepare_template
+from bench.sluice_side import START, TEMPLATE, manifest, prepare_template
 from sluice.db.dags import SpecCache, sync_dag
 from sluice.db.engine import make_engine, session_factory
 from sluice.executors.noop import NoopExecutor
@@ -182,6 +186,52 @@ def _probe(loop: TimedLoop, sessions: Any, dag_ids: list[str]) -> dict[str, Any]
     }
 
 
+def _mixed_level(sessions: Any, runs: int) -> dict[str, Any]:
+    """Level 5: on top of everything before, `runs` runs sharing a 32-slot pool, run by
+    a loop of its own whose executor holds each try for a tick and fails some."""
+    started = time.monotonic()
+    with sessions() as session:
+        scale_mixed.create_pool(session)
+        session.commit()
+    ids = scale_mixed.dag_ids(runs)
+    _register(sessions, scale_mixed.manifests(runs, START))
+    took = time.monotonic() - started
+    result: dict[str, Any] = {
+        "level": f"+{runs} runs in a {scale_mixed.SLOTS}-slot pool, retries, failures",
+        "setup_s": round(took, 1),
+    }
+    loop = TimedLoop(sessions, scale_mixed.FlakyExecutor(), SchedulerConfig(max_tis_per_query=512))
+    try:
+        result.update(scale_mixed.probe(loop, sessions, ids))
+    finally:
+        loop.close()
+    return result
+
+
+def _mixed_table(r: dict[str, Any]) -> Table:
+    table = Table(title=r["level"])
+    for name in (
+        "ticks",
+        "tick med/p95/max ms",
+        "probe s",
+        "pool: most slots used / slots",
+        "priority inversions",
+        "runs: states / expected",
+        "tries / expected",
+    ):
+        table.add_column(name)
+    table.add_row(
+        str(r["ticks"]),
+        f"{r['tick_median_ms']}/{r['tick_p95_ms']}/{r['tick_max_ms']}",
+        str(r["probe_s"]),
+        f"{r['pool_most_occupied']} / {r['pool_slots']}",
+        str(r["priority_inversions"]),
+        f"{r['run_states']} / {r['run_states_expected']}",
+        f"{r['tries']} / {r['tries_expected']}",
+    )
+    return table
+
+
 def run_scale(console: Console, *, dags: int = 10_000, runs: int = 100, tasks: int = 1000) -> int:
     configure_logging("warning")
     knobs = Knobs()
@@ -239,6 +289,9 @@ def run_scale(console: Console, *, dags: int = 10_000, runs: int = 100, tasks: i
             ),
         )
         loop.close()
+        mixed = _mixed_level(sessions, runs)
+        results.append(mixed)
+        console.print(f"{mixed['level']}: {json.dumps(mixed)}", highlight=False, soft_wrap=True)
         engine.dispose()
     finally:
         pg.stop()
@@ -257,6 +310,8 @@ def run_scale(console: Console, *, dags: int = 10_000, runs: int = 100, tasks: i
     ):
         table.add_column(name)
     for r in results:
+        if "phases_ms" not in r:
+            continue  # the mixed level: its own table below
         slow = sorted(r["phases_ms"].items(), key=lambda kv: -kv[1])[:3]
         table.add_row(
             r["level"],
@@ -271,6 +326,7 @@ def run_scale(console: Console, *, dags: int = 10_000, runs: int = 100, tasks: i
             ", ".join(f"{k} {v}" for k, v in slow),
         )
     console.print(table)
+    console.print(_mixed_table(results[-1]))
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     for path in (RESULTS / f"scale-{stamp}.json", RESULTS / "scale-latest.json"):
         path.write_text(json.dumps({"when": stamp, "levels": results}, indent=1))
