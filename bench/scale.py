@@ -205,6 +205,11 @@ def _mixed_level(sessions: Any, runs: int) -> dict[str, Any]:
         result.update(scale_mixed.probe(loop, sessions, ids))
     finally:
         loop.close()
+    with sessions() as session:
+        counts = session.execute(
+            text("SELECT (SELECT count(*) FROM dag), (SELECT count(*) FROM task_instance)")
+        ).one()
+    result["dags"], result["task_instances"] = (int(c) for c in counts)
     return result
 
 
