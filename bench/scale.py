@@ -136,24 +136,14 @@ def _background(sessions: Any, dag_id: str, workload: Workload, runs: int, held:
 
 def _probe(loop: TimedLoop, sessions: Any, dag_ids: list[str]) -> dict[str, Any]:
     loop.phase_times = defaultdict(list)
-    specs = SpecCache()
-    with sessions() as session:
-        for dag_id in dag_ids:
-            trigger_run(session, specs, dag_id, datetime.now(UTC))
-        session.commit()
+    scale_mixed.trigger_one_run_each(sessions, dag_ids)
     ticks: list[float] = []
     while True:
         started = time.perf_counter()
         loop.tick()
         ticks.append(time.perf_counter() - started)
         with sessions() as session:
-            active = session.execute(
-                text(
-                    "SELECT count(*) FROM dag_run WHERE dag_id = ANY(:ids)"
-                    " AND state IN ('queued', 'running')"
-                ),
-                {"ids": dag_ids},
-            ).scalar_one()
+            active = scale_mixed.active_runs(session, dag_ids)
         if not active or len(ticks) > 2000:
             break
     busy_phases = {k: statistics.median(v) * 1000 for k, v in loop.phase_times.items()}

@@ -158,15 +158,33 @@ def _scheduled(session: Session) -> dict[int, int]:
     return {row.id: row.priority_weight for row in session.execute(_SCHEDULED, {"pool": POOL})}
 
 
-def probe(
-    loop: SchedulerLoop, sessions: sessionmaker[Session], ids: Sequence[str]
-) -> dict[str, Any]:
-    """One run of each DAG in `ids`, ticked to the end; figures and checks."""
+def trigger_one_run_each(sessions: sessionmaker[Session], ids: Sequence[str]) -> None:
+    """A manual run of each DAG in `ids`, now (the scale levels' probes)."""
     specs = SpecCache()
     with sessions() as session:
         for dag_id in ids:
             trigger_run(session, specs, dag_id, datetime.now(UTC))
         session.commit()
+
+
+def active_runs(session: Session, ids: Sequence[str]) -> int:
+    """The runs of the DAGs in `ids` still queued or running."""
+    return int(
+        session.execute(
+            text(
+                "SELECT count(*) FROM dag_run WHERE dag_id = ANY(:ids)"
+                " AND state IN ('queued', 'running')"
+            ),
+            {"ids": list(ids)},
+        ).scalar_one()
+    )
+
+
+def probe(
+    loop: SchedulerLoop, sessions: sessionmaker[Session], ids: Sequence[str]
+) -> dict[str, Any]:
+    """One run of each DAG in `ids`, ticked to the end; figures and checks."""
+    trigger_one_run_each(sessions, ids)
     ticks: list[float] = []
     most_occupied, inversions, bound = 0, 0, 0
     while len(ticks) <= 5000:
@@ -178,13 +196,7 @@ def probe(
         with sessions() as session:
             after = _scheduled(session)
             occupied = int(session.execute(_OCCUPANCY, {"pool": POOL}).scalar_one())
-            active = session.execute(
-                text(
-                    "SELECT count(*) FROM dag_run WHERE dag_id = ANY(:ids)"
-                    " AND state IN ('queued', 'running')"
-                ),
-                {"ids": list(ids)},
-            ).scalar_one()
+            active = active_runs(session, ids)
         most_occupied = max(most_occupied, occupied)
         taken = [w for ti, w in before.items() if ti not in after]
         left = [w for ti, w in before.items() if ti in after]

@@ -272,13 +272,15 @@ def test_one_alert_per_failed_try_however_often_it_is_reported(
     ]
 
 
-def test_a_reconciliation_pass_reaches_every_running_run_one_step_per_tick(
-    sessions: sessionmaker[Session],
-) -> None:
+def _held_runs(
+    sessions: sessionmaker[Session], name: str, runs: int, max_active: int
+) -> tuple[FakeClock, SchedulerLoop]:
+    """`runs` runs of a two-task chain, each held running at its first task, after
+    one tick of a loop whose reconciliation steps take one run each."""
     clock = FakeClock()
-    register(sessions, manifest("many", chain("a", "b"), maxActiveRuns=5), clock.now)
-    for minute in range(3):
-        trigger(sessions, "many", clock.now, logical_date=T0 + timedelta(minutes=minute))
+    register(sessions, manifest(name, chain("a", "b"), maxActiveRuns=max_active), clock.now)
+    for minute in range(runs):
+        trigger(sessions, name, clock.now, logical_date=T0 + timedelta(minutes=minute))
     executor = ScriptedExecutor()
     executor.hold.add("a")
     loop = make_loop(
@@ -291,6 +293,13 @@ def test_a_reconciliation_pass_reaches_every_running_run_one_step_per_tick(
         scheduler_dead_after=7200,
     )
     loop.tick()
+    return clock, loop
+
+
+def test_a_reconciliation_pass_reaches_every_running_run_one_step_per_tick(
+    sessions: sessionmaker[Session],
+) -> None:
+    clock, loop = _held_runs(sessions, "many", runs=3, max_active=5)
 
     def wrong() -> int:
         with sessions() as session:
@@ -321,22 +330,7 @@ def test_a_reconciliation_pass_ends_while_new_runs_keep_arriving(
     """A pass covers the runs there when it began: one created every tick, faster
     than the pass walks (one run a step here), waits for the next pass instead of
     keeping the pass going every tick."""
-    clock = FakeClock()
-    register(sessions, manifest("busy", chain("a", "b"), maxActiveRuns=50), clock.now)
-    for minute in range(2):
-        trigger(sessions, "busy", clock.now, logical_date=T0 + timedelta(minutes=minute))
-    executor = ScriptedExecutor()
-    executor.hold.add("a")  # every run stays running
-    loop = make_loop(
-        sessions,
-        executor,
-        clock,
-        reconcile_tasks_per_tick=2,  # one two-task run per step
-        zombie_check_interval=3600,
-        zombie_threshold=7200,
-        scheduler_dead_after=7200,
-    )
-    loop.tick()
+    clock, loop = _held_runs(sessions, "busy", runs=2, max_active=50)
     steps: list[reconcile.Reconciled] = []
     step = reconcile.reconcile_runs
 
