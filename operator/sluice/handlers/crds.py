@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from sluice.spec import podpolicy, podschema
 from sluice.spec.models import TriggerRule, WeightRule
 from sluice.spec.states import Reprocess
 from sluice.status.render import MAX_REASON, MAX_TASK_ENTRIES
@@ -146,8 +147,33 @@ def task_properties() -> dict[str, Schema]:
             "x-kubernetes-preserve-unknown-fields": True,
             "description": "an exit code (0-255) or a list of them that mark the task skipped",
         },
-        "podTemplate": _free_object("merged into the pod template of each try's Job"),
+        "podTemplate": pod_template(),
     }
+
+
+def pod_template() -> Schema:
+    """Kubernetes' PodTemplateSpec (generated: spec/podschema.py) with podpolicy's CEL rules."""
+    schema = podschema.schema()
+    schema["description"] = (
+        "a PodTemplateSpec merged over the pod of each try's Job; it must keep the pod "
+        f"restricted ({podpolicy.RESTRICTED}) and get no ServiceAccount token "
+        f"(schema: {podschema.document()['source']})"
+    )
+    spec = schema["properties"]["spec"]
+    containers = [spec["properties"][key]["items"] for key in ("containers", "initContainers")]
+    at: dict[podpolicy.Where, list[Schema]] = {
+        "pod": [spec],
+        "podSecurityContext": [spec["properties"]["securityContext"]],
+        "container": containers,
+        "securityContext": [c["properties"]["securityContext"] for c in containers],
+        "volume": [spec["properties"]["volumes"]["items"]],
+    }
+    for rule in podpolicy.RULES:
+        for node in at[rule.where]:
+            node.setdefault("x-kubernetes-validations", []).append(
+                {"rule": rule.cel, "message": rule.message, "fieldPath": f".{rule.field}"}
+            )
+    return schema
 
 
 def _dag_schema() -> Schema:

@@ -33,7 +33,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from sluice.spec import graph, schedules
+from sluice.spec import graph, podpolicy, podschema, schedules
 from sluice.spec.errors import SpecIssue, did_you_mean, issues_error
 from sluice.spec.fieldtypes import (
     DnsLabel,
@@ -121,6 +121,17 @@ class TaskSpec(BaseModel):
     wait_for_downstream: bool = False
     skip_on_exit_code: ExitCodes = [99]
     pod_template: dict[str, Any] | None = None
+
+    @field_validator("pod_template")
+    @classmethod
+    def _pod_template_allowed(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A PodTemplateSpec (Kubernetes' schema) that keeps the pod restricted (podpolicy)."""
+        if value is None:
+            return None
+        found = podschema.problems(value) + podpolicy.problems(value)
+        if found:
+            raise issues_error(SpecIssue(path, message) for path, message in found)
+        return value
 
 
 # YAML spelling (camelCase, or snake_case which populate_by_name also accepts) -> attribute.
