@@ -162,6 +162,20 @@ def test_a_spec_the_model_rejects_names_the_field(sessions: sessionmaker[Session
     assert "apply the DAG's manifest again to store a valid version" in str(caught.value)
 
 
+def test_a_version_stored_before_the_pod_rules_loads_as_broken(
+    sessions: sessionmaker[Session],
+) -> None:
+    """A podTemplate an earlier release took (host network) starts no try: the DAG is broken."""
+    old = json.loads(OLD_SPEC)
+    old["tasks"][0]["podTemplate"] = {"spec": {"hostNetwork": True}}
+    with sessions() as session:
+        store_old_dag(session, spec=json.dumps(old))
+        create_due_runs(session, SpecCache(), T0 + timedelta(hours=2), limit=10)
+        broken = session.execute(text("SELECT broken_reason FROM dag")).scalar_one()
+        assert runs(session, "old") == []
+    assert "spec.tasks[0].podTemplate.spec.hostNetwork: a task's pod cannot share" in broken
+
+
 def test_new_versions_are_stored_in_today_s_shape(sessions: sessionmaker[Session]) -> None:
     with sessions() as session:
         result = sync_dag(session, the_same_manifest_today(), T0)
