@@ -4,7 +4,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: install lint test test-unit test-db demo chaos chaos-soak clean helm chart-crds chart-test \
+.PHONY: pod-template-schema install lint test test-unit test-db demo chaos chaos-soak clean helm chart-crds chart-test \
 	conformance conformance-refresh conformance-standalone
 
 $(BIN)/.installed: pyproject.toml
@@ -94,3 +94,10 @@ include hack/cluster.mk
 
 # Benchmarks (bench/README.md): bench, bench-compare, bench-smoke, bench-scale.
 include bench/bench.mk
+
+# Regenerate operator/sluice/spec/podtemplate.schema.json (a task's podTemplate: Kubernetes'
+# PodTemplateSpec, ADR 0028) from Kubernetes' OpenAPI (`go mod download`s the module), then the CRDs.
+pod-template-schema: install
+	$(BIN)/python hack/pod-template-schema.py $(if $(K8S_VERSION),--version $(K8S_VERSION))
+	$(BIN)/python -m sluice.handlers.crds crds/
+	$(MAKE) chart-crds

@@ -812,6 +812,29 @@ def test_the_default_pool_policy_is_optional(helm: str) -> None:
     assert "ValidatingAdmissionPolicy" not in kinds
 
 
+def test_the_dag_reference_policy_is_bound_with_this_releases_names(helm: str) -> None:
+    docs = render(helm)
+    policy = one(docs, "ValidatingAdmissionPolicy", "sluice.io-dag-references")
+    assert policy["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
+    names = one(docs, "ConfigMap", "sluice-protected-names")["data"]
+    assert set(names["secrets"].split(" ")) == {"sluice-postgres", "sluice-task-api"}
+    assert set(names["serviceAccounts"].split(" ")) == {"sluice-scheduler", "sluice-operator"}
+    binding = one(docs, "ValidatingAdmissionPolicyBinding", "sluice-protected-names-sluice")
+    assert binding["spec"]["policyName"] == "sluice.io-dag-references"
+    assert binding["spec"]["paramRef"] == {
+        "name": "sluice-protected-names",
+        "namespace": "sluice",
+        "parameterNotFoundAction": "Deny",
+    }
+    # Another release binds the policy it does not install, with its own names.
+    other = render(helm, ALL_NAMESPACES)
+    assert "sluice.io-dag-references" not in {
+        d["metadata"]["name"] for d in of_kind(other, "ValidatingAdmissionPolicy")
+    }
+    names = one(other, "ConfigMap", "wf-protected-names")["data"]
+    assert set(names["serviceAccounts"].split(" ")) == {"sluice-scheduler", "sluice-operator"}
+
+
 def test_notes_say_what_to_run_next(helm: str) -> None:
     done = run_helm(
         helm, "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client"

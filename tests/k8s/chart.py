@@ -69,7 +69,9 @@ class Release:
     def install(self, *flags: str, command: str = "install") -> None:
         """`helm install` (or `upgrade`) with the local values and more helm `flags`."""
         args = [command, self.name, str(CHART), "-f", str(LOCAL_VALUES)]
-        args += ["--set", "defaultPoolProtection.enabled=false"]  # apply_crds made one
+        # apply_crds made both cluster-scoped policies; the release binds the second one
+        args += ["--set", "defaultPoolProtection.enabled=false"]
+        args += ["--set", "dagReferenceProtection.installPolicy=false"]
         self.run_helm(*args, *flags, "--wait", "--timeout", "8m")
 
     def installed(self) -> bool:

@@ -614,6 +614,96 @@ def default_pool_protection() -> list[dict[str, Any]]:
     ]
 
 
+DAG_REFERENCE_POLICY = "sluice-dag-reference-protection.yaml"
+DAG_REFERENCE_POLICY_NAME = "sluice.io-dag-references"
+
+
+def _secret_named(name: str) -> str:
+    """CEL: is `name` (an expression) one of Sluice's Secrets or a Helm release record?"""
+    return (
+        f"({name} in variables.secrets || "
+        f"{name}.startsWith('{podpolicy.HELM_RELEASE_SECRET_PREFIX}'))"
+    )
+
+
+def dag_reference_protection() -> dict[str, Any]:
+    """An admission policy that refuses a DAG naming Sluice's own Secrets or ServiceAccounts.
+
+    Which names are Sluice's only an installation knows, so they come from a
+    ConfigMap parameter (`secrets`, `serviceAccounts`: names separated by spaces)
+    that the chart renders with its binding. The same rule, in the same words, is
+    `podpolicy.protected_references`, which the operator applies as well.
+    """
+    templates = (
+        "object.spec.tasks.filter(t, has(t.podTemplate) && has(t.podTemplate.spec))"
+        ".map(t, t.podTemplate.spec) + "
+        "(has(object.spec.defaults) && has(object.spec.defaults.podTemplate) && "
+        "has(object.spec.defaults.podTemplate.spec) ? [object.spec.defaults.podTemplate.spec] : [])"
+    )
+    containers = (
+        "(has(s.containers) ? s.containers : []) + (has(s.initContainers) ? s.initContainers : [])"
+    )
+    volumes_ok = (
+        "!has(s.volumes) || s.volumes.all(v, "
+        f"(!has(v.secret) || !has(v.secret.secretName) || !{_secret_named('v.secret.secretName')})"
+        " && (!has(v.csi) || !has(v.csi.nodePublishSecretRef) || "
+        "!has(v.csi.nodePublishSecretRef.name) || "
+        f"!{_secret_named('v.csi.nodePublishSecretRef.name')})"
+        " && (!has(v.projected) || !has(v.projected.sources) || v.projected.sources.all(p, "
+        f"!has(p.secret) || !has(p.secret.name) || !{_secret_named('p.secret.name')})))"
+    )
+    env_ok = (
+        f"({containers}).all(c, "
+        "(!has(c.env) || c.env.all(e, !has(e.valueFrom) || !has(e.valueFrom.secretKeyRef) || "
+        "!has(e.valueFrom.secretKeyRef.name) || "
+        f"!{_secret_named('e.valueFrom.secretKeyRef.name')}))"
+        " && (!has(c.envFrom) || c.envFrom.all(e, !has(e.secretRef) || !has(e.secretRef.name) || "
+        f"!{_secret_named('e.secretRef.name')})))"
+    )
+    accounts_ok = (
+        "(!has(s.serviceAccountName) || !(s.serviceAccountName in variables.accounts)) && "
+        "(!has(s.serviceAccount) || !(s.serviceAccount in variables.accounts))"
+    )
+    where = "spec.tasks[*].podTemplate or spec.defaults.podTemplate"
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": DAG_REFERENCE_POLICY_NAME},
+        "spec": {
+            "failurePolicy": "Fail",
+            "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [GROUP],
+                        "apiVersions": ["*"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["dags"],
+                    }
+                ]
+            },
+            "variables": [
+                {"name": "specs", "expression": templates},
+                {"name": "secrets", "expression": "params.data.secrets.split(' ')"},
+                {"name": "accounts", "expression": "params.data.serviceAccounts.split(' ')"},
+            ],
+            "validations": [
+                {
+                    "expression": f"variables.specs.all(s, {accounts_ok})",
+                    "message": f"{where}: serviceAccountName: "
+                    + podpolicy.PROTECTED_SERVICE_ACCOUNT,
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": f"variables.specs.all(s, ({volumes_ok}) && {env_ok})",
+                    "message": f"{where}: a Secret reference: " + podpolicy.PROTECTED_SECRET,
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    }
+
+
 KOPF_PEERING = "kopf-peering.yaml"
 
 
@@ -672,6 +762,7 @@ def rendered_files() -> dict[str, str]:
     files[DEFAULT_POOL_POLICY] = HEADER + yaml.safe_dump_all(
         default_pool_protection(), sort_keys=False, width=100
     )
+    files[DAG_REFERENCE_POLICY] = render(dag_reference_protection())
     files[KOPF_PEERING] = HEADER + yaml.safe_dump_all(
         kopf_peering_crds(), sort_keys=False, width=100
     )

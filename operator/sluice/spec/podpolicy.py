@@ -49,6 +49,16 @@ SAFE_SYSCTLS = (
     "net.ipv4.tcp_syncookies",
     "net.ipv4.tcp_wmem",
 )
+# Helm keeps each release's values (passwords among them) in Secrets named so.
+HELM_RELEASE_SECRET_PREFIX = "sh.helm.release.v1."
+PROTECTED_SECRET = (
+    "Sluice's own Secrets and Helm's release records cannot be used by a task; "
+    "use a Secret of your own"
+)
+PROTECTED_SERVICE_ACCOUNT = (
+    "Sluice's own ServiceAccounts cannot run a task; leave serviceAccountName out (the "
+    "namespace's task ServiceAccount) or name one of your own"
+)
 SELINUX_TYPES = ("", "container_t", "container_init_t", "container_kvm_t", "container_engine_t")
 # The volume sources the restricted profile allows; a volume with none of them is an emptyDir.
 ALLOWED_VOLUMES = (
@@ -355,18 +365,12 @@ def protected_references(
             found.append(
                 (
                     f"spec.{key}",
-                    f"{spec[key]!r} is Sluice's own ServiceAccount; a task runs under its "
-                    "namespace's task ServiceAccount, or one of its team's",
+                    f"{spec[key]!r}: {PROTECTED_SERVICE_ACCOUNT}",
                 )
             )
     for path, name in secret_references(spec):
-        if name in secrets:
-            found.append(
-                (
-                    f"spec.{path}",
-                    f"{name!r} is Sluice's own Secret; a task may use its own team's Secrets only",
-                )
-            )
+        if name in secrets or name.startswith(HELM_RELEASE_SECRET_PREFIX):
+            found.append((f"spec.{path}", f"{name!r}: {PROTECTED_SECRET}"))
     return found
 
 
