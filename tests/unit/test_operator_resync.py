@@ -38,20 +38,39 @@ class FakeApi:
         self.objects = objects
         self.patched: list[tuple[str | None, str, str, Any]] = []
         self.listed: list[tuple[str | None, str]] = []
+        self.limits: list[int | None] = []
 
-    def list_cluster_custom_object(self, group: str, version: str, plural: str, **_: Any) -> Any:
+    def _page(self, items: list[dict[str, Any]], limit: int | None, token: str | None) -> Any:
+        """As the API server pages a list: `limit` items from the `_continue` token on."""
+        self.limits.append(limit)
+        start = int(token or 0)
+        end = len(items) if limit is None else start + limit
+        more = {"continue": str(end)} if end < len(items) else {}
+        return {"items": items[start:end], "metadata": more}
+
+    def list_cluster_custom_object(
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        limit: int | None = None,
+        _continue: str | None = None,
+    ) -> Any:
         self.listed.append((None, plural))
-        return {"items": self.objects.get(plural, [])}
+        return self._page(self.objects.get(plural, []), limit, _continue)
 
     def list_namespaced_custom_object(
-        self, group: str, version: str, namespace: str, plural: str, **_: Any
+        self,
+        group: str,
+        version: str,
+        namespace: str,
+        plural: str,
+        limit: int | None = None,
+        _continue: str | None = None,
     ) -> Any:
         self.listed.append((namespace, plural))
-        return {
-            "items": [
-                o for o in self.objects.get(plural, []) if o["metadata"]["namespace"] == namespace
-            ]
-        }
+        items = [o for o in self.objects.get(plural, []) if o["metadata"]["namespace"] == namespace]
+        return self._page(items, limit, _continue)
 
     def patch_namespaced_custom_object(
         self, group: str, version: str, namespace: str, plural: str, name: str, body: Any
@@ -126,3 +145,14 @@ def test_the_loop_goes_on_after_an_error_and_stops_when_cancelled() -> None:
     assert calls[0] == "list"  # the first round failed, a later one nudged
     assert api.patched
     assert api.patched[0][2] == "stuck"
+
+
+def test_lists_are_read_in_pages() -> None:
+    """A namespace with a year of DagRun objects is never listed in one response."""
+    runs = [obj(f"run-{i}") for i in range(2 * resync.PAGE + 7)]
+    api = FakeApi({"dagruns": runs, "pools": [obj(f"p{i}", namespace=None) for i in range(3)]})
+    nudged = resync.nudge_unhandled(api, ["ns"], NOW, grace=60)
+    assert len(nudged) == len(runs) + 3
+    assert api.listed.count(("ns", "dagruns")) == 3
+    assert api.limits
+    assert all(limit == resync.PAGE for limit in api.limits)

@@ -21,7 +21,7 @@ yet) are nudged too; an extra event only makes kopf look at them again.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -37,6 +37,9 @@ HANDLED = f"{GROUP}/last-handled-configuration"
 NUDGED = f"{GROUP}/resync-requested-at"
 NAMESPACED = ("dags", "dagruns", "backfills")
 CLUSTER_SCOPED = ("pools",)
+# Objects per list request: a namespace with a year of DagRun objects is read in pages,
+# never in one response held whole in memory.
+PAGE = 500
 
 
 class CustomObjects(Protocol):
@@ -74,6 +77,17 @@ def unhandled(obj: Mapping[str, Any], now: datetime, grace: float) -> bool:
     return (now - born).total_seconds() >= grace
 
 
+def pages(list_page: Callable[..., Any]) -> Iterator[Mapping[str, Any]]:
+    """Every item `list_page(limit=, _continue=)` returns, a page of `PAGE` at a time."""
+    token: str | None = None
+    while True:
+        page = list_page(limit=PAGE, **({"_continue": token} if token else {}))
+        yield from page.get("items") or []
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return
+
+
 def nudge_unhandled(
     api: CustomObjects, namespaces: Iterable[str] | None, now: datetime, grace: float
 ) -> list[str]:
@@ -84,12 +98,14 @@ def nudge_unhandled(
     for plural in NAMESPACED:
         scopes: list[str | None] = list(namespaces) if namespaces is not None else [None]
         for namespace in scopes:
-            listed = (
-                api.list_cluster_custom_object(GROUP, VERSION, plural)
-                if namespace is None
-                else api.list_namespaced_custom_object(GROUP, VERSION, namespace, plural)
+            listed = pages(
+                lambda namespace=namespace, plural=plural, **kw: (
+                    api.list_cluster_custom_object(GROUP, VERSION, plural, **kw)
+                    if namespace is None
+                    else api.list_namespaced_custom_object(GROUP, VERSION, namespace, plural, **kw)
+                )
             )
-            for obj in listed.get("items") or []:
+            for obj in listed:
                 if not unhandled(obj, now, grace):
                     continue
                 meta = obj["metadata"]
@@ -98,7 +114,10 @@ def nudge_unhandled(
                 )
                 nudged.append(f"{plural}/{meta['namespace']}/{meta['name']}")
     for plural in CLUSTER_SCOPED:
-        for obj in api.list_cluster_custom_object(GROUP, VERSION, plural).get("items") or []:
+        listed = pages(
+            lambda plural=plural, **kw: api.list_cluster_custom_object(GROUP, VERSION, plural, **kw)
+        )
+        for obj in listed:
             if unhandled(obj, now, grace):
                 name = obj["metadata"]["name"]
                 api.patch_cluster_custom_object(GROUP, VERSION, plural, name, stamp)
