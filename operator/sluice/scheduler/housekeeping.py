@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy import ColumnElement, insert, or_, select, text, tuple_, update
+from sqlalchemy import ColumnElement, and_, insert, or_, select, text, tuple_, update
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache
@@ -265,6 +265,9 @@ def plan_stale_tries(
     live_jobs = set(
         session.execute(select(SchedulerJob.id).where(*_live(now, dead_after))).scalars()
     )
+    self_beating = executor.pods_heartbeat
+    # Tries this replica's executor still runs, whose heartbeat it refreshes itself.
+    ours = [] if self_beating else list(executor.alive())
     candidates = session.execute(
         select(
             TaskInstance.id,
@@ -283,26 +286,36 @@ def plan_stale_tries(
                 TaskInstance.last_heartbeat_at < now - timedelta(seconds=threshold),
                 # Tries that heartbeat themselves stay fresh while their owner is dead:
                 # they are adopted as soon as the owner is, not once they end.
-                *(
-                    [TaskInstance.running_by_job_id.not_in(live_jobs)]
-                    if executor.pods_heartbeat
-                    else []
-                ),
+                *([TaskInstance.running_by_job_id.not_in(live_jobs)] if self_beating else []),
+            ),
+            # Left out before the limit, so that however many there are they cannot
+            # take the places of the tries that need this replica (a dead one's): another
+            # live replica's tries (it heartbeats, reports or fences them itself) ...
+            or_(
+                TaskInstance.running_by_job_id.is_(None),
+                TaskInstance.running_by_job_id.not_in(live_jobs - {job_id}),
+            ),
+            # ... and those our executor still runs (their heartbeat will catch up).
+            *(
+                [
+                    ~and_(
+                        TaskInstance.running_by_job_id == job_id,
+                        tuple_(TaskInstance.id, TaskInstance.try_number).in_(ours),
+                    )
+                ]
+                if ours
+                else []
             ),
         )
-        .order_by(TaskInstance.id)
+        # Other replicas' tries first: this replica's own (pods still starting) can wait
+        # for the next sweep, a dead replica's have nobody else.
+        .order_by(TaskInstance.running_by_job_id.is_not_distinct_from(job_id), TaskInstance.id)
         .limit(limit)
     ).all()
-    ours = set(executor.alive())
-    self_beating = executor.pods_heartbeat
     plan = StalePlan()
     for row in candidates:
         key = (row.id, row.try_number)
         owner = row.running_by_job_id
-        if owner == job_id and key in ours and not self_beating:
-            continue  # our executor still runs it: the heartbeat will catch up
-        if owner != job_id and owner in live_jobs:
-            continue  # its owner is alive and will heartbeat, report or fence it
         skip_codes, timeout = _task_limits(specs, session, row.dag_version_id, row.task_id)
         seen = executor.inspect(key, row.external_id)
         if seen.state == "unreachable":
