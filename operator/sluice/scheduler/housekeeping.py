@@ -82,8 +82,9 @@ def heartbeat_scheduler(
 
 
 def silent_before(now: datetime, seconds: float, contact: DatabaseContact | None) -> datetime:
-    """The instant a heartbeat older than has been silent for `seconds`: of the time this
-    replica could reach the database, if its `contact` is known (ADR 0029)."""
+    """The instant a heartbeat must be older than to have been silent for `seconds`,
+    counting only time this replica could reach the database when its `contact` is
+    known (ADR 0029)."""
     if contact is None:
         return now - timedelta(seconds=seconds)
     return contact.silent_before(now, seconds)
@@ -322,7 +323,7 @@ def plan_stale_tries(
             *(
                 [
                     ~and_(
-                        TaskInstance.running_by_job_id == job_id,
+                        TaskInstance.running_by_job_id.is_not_distinct_from(job_id),
                         tuple_(TaskInstance.id, TaskInstance.try_number).in_(ours),
                     )
                 ]
