@@ -233,6 +233,33 @@ def test_unloadable_dags_are_marked_broken_and_do_not_hold_back_a_healthy_one(
         assert list(due) == ["z-fine"]
 
 
+def test_a_stored_cron_that_never_fires_marks_its_dag_broken_not_the_tick(
+    sessions: sessionmaker[Session],
+) -> None:
+    """A version stored before such crons were refused ('0 0 30 2 *': croniter finds no
+    date and raises) makes its DAG broken, naming the field, and the other DAGs' runs
+    are created: the run phase does not fail on it every tick."""
+    for name in ("a-never", "z-fine"):
+        register(sessions, manifest(name, chain("t"), **HOURLY))
+    with sessions() as session:
+        session.execute(
+            text(
+                "UPDATE dag_version SET spec = jsonb_set(spec, '{schedule}', '\"0 0 30 2 *\"')"
+                " WHERE dag_id = 'a-never'"
+            )
+        )
+        session.commit()
+    loop = make_loop(sessions, ScriptedExecutor(), FakeClock(T0 + timedelta(hours=1, minutes=1)))
+    report = loop.tick()
+    assert not report.errors, report.errors
+    with sessions() as session:
+        assert [r.dag_id for r in runs(session, "z-fine")] == ["z-fine"]
+        assert runs(session, "a-never") == []
+    reason = _broken(sessions)["a-never"]
+    assert reason is not None
+    assert "spec.schedule: cron expression '0 0 30 2 *' never fires" in reason
+
+
 def test_a_new_version_clears_broken_and_the_schedule_goes_on(
     sessions: sessionmaker[Session],
 ) -> None:

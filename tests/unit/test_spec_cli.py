@@ -91,3 +91,12 @@ def test_the_shipped_examples_pass() -> None:
     examples = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
     assert examples
     assert validate_command(examples) == 0
+
+
+def test_a_cron_that_never_fires_is_refused_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    never = write(tmp_path, "never.yaml", GOOD.replace('"@hourly"', '"0 0 30 2 *"'))
+    assert validate_command([never]) == 1
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith(f"{never}: DAG/good: spec.schedule: cron expression '0 0 30 2 *' never")

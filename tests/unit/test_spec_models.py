@@ -216,6 +216,19 @@ def test_schedule_whitespace_is_normalised() -> None:
     assert parse_dag_manifest(manifest(schedule=" 0 3 * * * ")).spec.schedule == "0 3 * * *"
 
 
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        "0 0 29 2 *",  # every leap year's 29 February: rare, but it fires
+        "0 0 30 2 1",  # day-of-month OR day-of-week, as in cron: every Monday in February
+        "0 0 L 2 *",  # the last day of February
+        "0 0 31 2,3 *",  # 31 March
+    ],
+)
+def test_a_rare_cron_that_fires_is_accepted(schedule: str) -> None:
+    assert parse_dag_manifest(manifest(schedule=schedule)).spec.schedule == schedule
+
+
 def test_job_name_budget_boundary_is_accepted() -> None:
     doc = manifest(tasks=[{"name": "t" * 25}])
     doc["metadata"]["name"] = "d" * 25

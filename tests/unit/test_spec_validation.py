@@ -166,6 +166,18 @@ REJECTIONS: list[tuple[str, Callable[[Doc], None], str, str]] = [
     ),
     ("schedule not text", spec(schedule=5), "spec.schedule", "must be a string"),
     (
+        "cron that never fires",
+        spec(schedule="0 0 30 2 *"),
+        "spec.schedule",
+        "cron expression '0 0 30 2 *' never fires: no month in it has that day",
+    ),
+    (
+        "cron whose months all lack the day",
+        spec(schedule="0 0 31 4,6,9,11 *"),
+        "spec.schedule",
+        "never fires",
+    ),
+    (
         "unknown timezone",
         spec(timezone="Mars/Olympus"),
         "spec.timezone",

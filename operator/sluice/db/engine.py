@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Engine, create_engine
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db import prepared
@@ -22,6 +24,33 @@ def normalize_url(url: str) -> str:
     return url
 
 
+# How long a connection to a server that went silent (blackholed, not refused) may keep a
+# thread waiting. The kernel's defaults are two hours before the first keepalive probe
+# of an idle connection and about fifteen minutes of retransmissions on a busy one; a
+# tick, the task API's flush or the wake-up listener would hang that long, far past
+# `scheduler_dead_after` (30 s), so the replica would be taken for dead while stuck.
+# Keepalive probes (idle connections, and a long statement: the server's kernel answers
+# them while Postgres works) and `tcp_user_timeout` (data sent and never acknowledged)
+# both give up within this bound. libpq's own parameters, set on this side's socket:
+# nothing is sent to the server, so a pooler (PgBouncer) sees no startup option.
+DEAD_CONNECTION_SECONDS = 20
+TCP_KEEPALIVES: dict[str, int] = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 3,
+    "keepalives_count": 3,  # 10 + 3 * 3 = 19 s of silence on an idle connection
+    "tcp_user_timeout": DEAD_CONNECTION_SECONDS * 1000,  # milliseconds
+}
+
+
+def connect_args(url: str, application_name: str = "sluice") -> dict[str, Any]:
+    """psycopg2's connect arguments for `url`: TCP_KEEPALIVES, except where the URL's
+    query sets a parameter itself (an operator's choice is kept)."""
+    given = make_url(normalize_url(url)).query
+    keepalives = {key: value for key, value in TCP_KEEPALIVES.items() if key not in given}
+    return {"application_name": application_name, "connect_timeout": 10, **keepalives}
+
+
 def make_engine(
     url: str,
     *,
@@ -38,7 +67,7 @@ def make_engine(
         pool_pre_ping=True,
         # UPDATE executemany (reports, counter propagation) in pages, not a round trip per row.
         executemany_mode="values_plus_batch",
-        connect_args={"application_name": application_name, "connect_timeout": 10},
+        connect_args=connect_args(url, application_name),
     )
     if prepare_statements:
         prepared.enable(engine)

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy import ColumnElement, insert, or_, select, text, tuple_, update
+from sqlalchemy import ColumnElement, and_, insert, or_, select, text, tuple_, update
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache
@@ -27,6 +27,7 @@ from sluice.db.prepared import Prepared
 from sluice.executors.base import Executor, Inspection, TaskEvent
 from sluice.logs import first_line
 from sluice.scheduler import pools
+from sluice.scheduler.contact import DatabaseContact
 from sluice.scheduler.critical import START_TASK
 from sluice.scheduler.results import Applied, apply_task_events
 from sluice.scheduler.transitions import lock_runs_of
@@ -67,18 +68,35 @@ _BEAT = Prepared(
 )
 
 
-def heartbeat_scheduler(session: Session, job_id: int, now: datetime, dead_after: float) -> int:
+def heartbeat_scheduler(
+    session: Session,
+    job_id: int,
+    now: datetime,
+    dead_after: float,
+    contact: DatabaseContact | None = None,
+) -> int:
     """Heartbeat this replica; the live replicas (heartbeating within `dead_after`, this
     one included)."""
-    since = now - timedelta(seconds=dead_after)
+    since = silent_before(now, dead_after, contact)
     return int(_BEAT(session, {"job": job_id, "now": now, "since": since}).scalar_one())
 
 
-def _live(now: datetime, dead_after: float) -> tuple[ColumnElement[bool], ...]:
+def silent_before(now: datetime, seconds: float, contact: DatabaseContact | None) -> datetime:
+    """The instant a heartbeat must be older than to have been silent for `seconds`,
+    counting only time this replica could reach the database when its `contact` is
+    known (ADR 0029)."""
+    if contact is None:
+        return now - timedelta(seconds=seconds)
+    return contact.silent_before(now, seconds)
+
+
+def _live(
+    now: datetime, dead_after: float, contact: DatabaseContact | None
+) -> tuple[ColumnElement[bool], ...]:
     """What makes a replica live: running, and heartbeating within `dead_after`."""
     return (
         SchedulerJob.state == "running",
-        SchedulerJob.latest_heartbeat >= now - timedelta(seconds=dead_after),
+        SchedulerJob.latest_heartbeat >= silent_before(now, dead_after, contact),
     )
 
 
@@ -90,13 +108,16 @@ def end_scheduler(session: Session, job_id: int, now: datetime) -> None:
     )
 
 
-def mark_dead_schedulers(session: Session, now: datetime, dead_after: float) -> list[int]:
+def mark_dead_schedulers(
+    session: Session, now: datetime, dead_after: float, contact: DatabaseContact | None = None
+) -> list[int]:
+    """Replicas silent for `dead_after` (counted as `silent_before` does) are dead."""
     return list(
         session.execute(
             update(SchedulerJob)
             .where(
                 SchedulerJob.state == "running",
-                SchedulerJob.latest_heartbeat < now - timedelta(seconds=dead_after),
+                SchedulerJob.latest_heartbeat < silent_before(now, dead_after, contact),
             )
             .values(state="dead", ended_at=now)
             .returning(SchedulerJob.id)
@@ -248,6 +269,7 @@ def plan_stale_tries(
     dead_after: float,
     kill_after: float | None = None,
     limit: int = 100,
+    contact: DatabaseContact | None = None,
 ) -> StalePlan:
     """Decide, for each stale running try: leave it, adopt it, report its end, or zombie.
 
@@ -261,10 +283,15 @@ def plan_stale_tries(
     older than `kill_after` is a zombie too, and is stopped (`plan.kill`).
     A try whose task spec cannot be loaded is judged all the same, without
     its skip codes and timeout (one bad spec must not stop the sweep).
+    Silence (`threshold`, `kill_after`, `dead_after`) counts only time this
+    replica could reach the database, when its `contact` is given (ADR 0029).
     """
     live_jobs = set(
-        session.execute(select(SchedulerJob.id).where(*_live(now, dead_after))).scalars()
+        session.execute(select(SchedulerJob.id).where(*_live(now, dead_after, contact))).scalars()
     )
+    self_beating = executor.pods_heartbeat
+    # Tries this replica's executor still runs, whose heartbeat it refreshes itself.
+    ours = [] if self_beating else list(executor.alive())
     candidates = session.execute(
         select(
             TaskInstance.id,
@@ -280,29 +307,39 @@ def plan_stale_tries(
         .where(
             TaskInstance.state == TaskState.RUNNING,
             or_(
-                TaskInstance.last_heartbeat_at < now - timedelta(seconds=threshold),
+                TaskInstance.last_heartbeat_at < silent_before(now, threshold, contact),
                 # Tries that heartbeat themselves stay fresh while their owner is dead:
                 # they are adopted as soon as the owner is, not once they end.
-                *(
-                    [TaskInstance.running_by_job_id.not_in(live_jobs)]
-                    if executor.pods_heartbeat
-                    else []
-                ),
+                *([TaskInstance.running_by_job_id.not_in(live_jobs)] if self_beating else []),
+            ),
+            # Left out before the limit, so that however many there are they cannot
+            # take the places of the tries that need this replica (a dead one's): another
+            # live replica's tries (it heartbeats, reports or fences them itself) ...
+            or_(
+                TaskInstance.running_by_job_id.is_(None),
+                TaskInstance.running_by_job_id.not_in(live_jobs - {job_id}),
+            ),
+            # ... and those our executor still runs (their heartbeat will catch up).
+            *(
+                [
+                    ~and_(
+                        TaskInstance.running_by_job_id.is_not_distinct_from(job_id),
+                        tuple_(TaskInstance.id, TaskInstance.try_number).in_(ours),
+                    )
+                ]
+                if ours
+                else []
             ),
         )
-        .order_by(TaskInstance.id)
+        # Other replicas' tries first: this replica's own (pods still starting) can wait
+        # for the next sweep, a dead replica's have nobody else.
+        .order_by(TaskInstance.running_by_job_id.is_not_distinct_from(job_id), TaskInstance.id)
         .limit(limit)
     ).all()
-    ours = set(executor.alive())
-    self_beating = executor.pods_heartbeat
     plan = StalePlan()
     for row in candidates:
         key = (row.id, row.try_number)
         owner = row.running_by_job_id
-        if owner == job_id and key in ours and not self_beating:
-            continue  # our executor still runs it: the heartbeat will catch up
-        if owner != job_id and owner in live_jobs:
-            continue  # its owner is alive and will heartbeat, report or fence it
         skip_codes, timeout = _task_limits(specs, session, row.dag_version_id, row.task_id)
         seen = executor.inspect(key, row.external_id)
         if seen.state == "unreachable":
@@ -329,7 +366,7 @@ def plan_stale_tries(
                 self_beating
                 and seen.running
                 and kill_after is not None
-                and silent_for >= kill_after
+                and silent_since <= silent_before(now, kill_after, contact)
             ):
                 verdict = f"its process runs but sent no heartbeat for {silent_for:.0f}s" + (
                     " since it started" if silent_since > row.last_heartbeat_at else ""

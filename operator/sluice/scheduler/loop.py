@@ -60,7 +60,7 @@ from sluice.executors.base import Executor, TaskEvent, TaskLaunch
 from sluice.logs import first_line
 from sluice.metrics import families as metrics
 from sluice.metrics.health import LoopHealth
-from sluice.scheduler import housekeeping, past, probe, reconcile
+from sluice.scheduler import contact, housekeeping, past, probe, reconcile
 from sluice.scheduler.config import SchedulerConfig
 from sluice.scheduler.critical import queue_schedulable_task_instances
 from sluice.scheduler.dispatch import claim_alerts, claim_task_starts
@@ -180,6 +180,14 @@ class SchedulerLoop:
         with self.sessions() as session:
             self.job_id: int = housekeeping.register_scheduler(session, self.clock())
             session.commit()
+        # When this replica could reach the database: silence is counted only then.
+        cfg = self.config
+        self.contact = contact.DatabaseContact(
+            self.clock(),
+            longest=max(
+                cfg.scheduler_dead_after, cfg.zombie_threshold, cfg.heartbeat_kill_threshold
+            ),
+        )
         self._pending_events: list[TaskEvent] = []
         self._last_heartbeat = self.clock()
         self._last_try_heartbeat = self.clock()
@@ -269,6 +277,8 @@ class SchedulerLoop:
                     self._conn = bind.connect()
                 except DBAPIError as exc:
                     self._unreachable = True
+                    if contact.unreached(exc):
+                        self.contact.failed()
                     self._record_error("connect", exc, report)
         return self._conn
 
@@ -721,7 +731,7 @@ class SchedulerLoop:
 
             def beat(session: Session) -> int:
                 return housekeeping.heartbeat_scheduler(
-                    session, self.job_id, now, cfg.scheduler_dead_after
+                    session, self.job_id, now, cfg.scheduler_dead_after, self.contact
                 )
 
             live = self._transaction("heartbeat", beat, None, report)
@@ -789,7 +799,9 @@ class SchedulerLoop:
         no_ids: list[int] = []
         self._transaction(
             "mark_dead",
-            lambda s: housekeeping.mark_dead_schedulers(s, now, cfg.scheduler_dead_after),
+            lambda s: housekeeping.mark_dead_schedulers(
+                s, now, cfg.scheduler_dead_after, self.contact
+            ),
             no_ids,
             report,
         )
@@ -804,6 +816,7 @@ class SchedulerLoop:
                 threshold=cfg.zombie_threshold,
                 dead_after=cfg.scheduler_dead_after,
                 kill_after=cfg.heartbeat_kill_threshold,
+                contact=self.contact,
             )
 
         stale = self._transaction("stale_tries", plan, None, report)
@@ -981,6 +994,7 @@ class SchedulerLoop:
                 try:
                     result = work(session)
                     session.commit()
+                    self.contact.answered(self.clock())
                     if report is not None:
                         report.database_answered = True
                     return result
@@ -992,6 +1006,8 @@ class SchedulerLoop:
                 isolate = True  # again, each item of the failed batch in its own savepoint
                 continue
             self._drop_connection()  # maybe broken: the next phase takes a fresh one
+            if contact.unreached(failure):
+                self.contact.failed()
             if isinstance(failure, DBAPIError):
                 conflict = locks.is_lock_not_available(failure)
                 if report is not None and (conflict or locks.is_retryable_conflict(failure)):

@@ -1,0 +1,98 @@
+"""The stale-try sweep's candidates: which running tries one sweep looks at.
+
+The sweep reads at most `limit` tries per pass. Tries another live replica owns
+are that replica's to heartbeat, report or fence, so they must not take the
+places of the tries that need this replica: a dead replica's, whose owner will
+never come back for them.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.orm import Session, sessionmaker
+
+from sluice.db.dags import SpecCache
+from sluice.executors.base import Inspection
+from sluice.scheduler import housekeeping
+from tests.support import T0, ScriptedExecutor, manifest, register, trigger
+
+LIMIT = 100
+
+
+class PodsPending(ScriptedExecutor):
+    """Tries that heartbeat themselves (task pods), every one seen alive and still starting."""
+
+    name = "pods-pending"
+    pods_heartbeat = True
+
+    def inspect(self, key: tuple[int, int], external_id: str | None) -> Inspection:
+        return Inspection(state="alive", running=False)
+
+
+def _replica(session: Session, heartbeat_minutes_ago: float, state: str = "running") -> int:
+    job = housekeeping.register_scheduler(session, T0)
+    session.execute(
+        text("UPDATE scheduler_job SET latest_heartbeat = :at, state = :state WHERE id = :id"),
+        {"at": T0 - timedelta(minutes=heartbeat_minutes_ago), "state": state, "id": job},
+    )
+    return job
+
+
+@pytest.mark.parametrize("many_owner", ["another live replica", "this replica"])
+def test_a_dead_replica_s_try_is_adopted_past_more_stale_tries_of_a_live_one(
+    sessions: sessionmaker[Session], many_owner: str
+) -> None:
+    """More stale tries than the limit, owned by a live replica (pods still Pending:
+    their heartbeat is the claim's), come first in id order; the dead replica's try
+    after them must still be adopted by this sweep."""
+    tasks = [{"name": f"t{i:03}"} for i in range(LIMIT + 5)]
+    register(sessions, manifest("wide", tasks))
+    trigger(sessions, "wide", T0)
+    with sessions() as session:
+        me = _replica(session, 0)
+        live = _replica(session, 0)
+        dead = _replica(session, 30, state="dead")
+        ids = list(session.execute(text("SELECT id FROM task_instance ORDER BY id")).scalars())
+        session.execute(
+            text(
+                "UPDATE task_instance SET state = 'running', try_number = 1,"
+                " running_by_job_id = :live, start_date = :claimed,"
+                " last_heartbeat_at = :claimed, external_id = 'job-' || id"
+            ),
+            {
+                "live": live if many_owner == "another live replica" else me,
+                "claimed": T0 - timedelta(minutes=10),
+            },
+        )
+        session.execute(
+            text("UPDATE task_instance SET running_by_job_id = :dead WHERE id = :id"),
+            {"dead": dead, "id": ids[-1]},
+        )
+        session.commit()
+
+    with sessions() as session:
+        plan = housekeeping.plan_stale_tries(
+            session,
+            SpecCache(),
+            PodsPending(),
+            T0,
+            job_id=me,
+            threshold=60,
+            dead_after=30,
+            kill_after=300,
+            limit=LIMIT,
+        )
+        taken = housekeeping.adopt_tries(session, plan.adoptions, me, T0)
+        session.commit()
+
+    assert [a.key for a in taken] == [(ids[-1], 1)]
+    assert not plan.events  # nothing of the live replica's is judged here
+    with sessions() as session:
+        owners = dict(
+            session.execute(text("SELECT id, running_by_job_id FROM task_instance")).all()
+        )
+    assert owners.pop(ids[-1]) == me
+    assert set(owners.values()) == {live if many_owner == "another live replica" else me}
