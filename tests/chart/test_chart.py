@@ -757,10 +757,13 @@ def test_rbac_is_what_the_code_calls(helm: str) -> None:
         "/namespaces list",
         "/namespaces watch",
     }
-    # Only Pools and what kopf observes are cluster-wide.
+    # For the accounts, only Pools and what kopf observes are cluster-wide; the rest
+    # are the roles for people, bound to no one.
     assert {r["metadata"]["name"] for r in of_kind(docs, "ClusterRole")} == {
         "sluice-scheduler-pools",
         "sluice-operator-cluster",
+        "sluice-view",
+        "sluice-edit",
     }
 
 
@@ -800,6 +803,45 @@ def test_rbac_for_every_namespace(helm: str) -> None:
     assert flag(scheduler["containers"][0]["args"], "--task-service-account") == "sluice-task"
     binding = one(docs, "ClusterRoleBinding", "wf-scheduler-objects")
     assert binding["subjects"][0]["name"] == "sluice-scheduler"
+
+
+AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
+PEOPLE_VIEW = {
+    f"sluice.io/{kind} {verb}"
+    for kind in ("dags", "dagruns", "backfills", "pools")
+    for verb in ("get", "list", "watch")
+}
+EDIT_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
+PEOPLE_EDIT = {
+    f"sluice.io/{kind} {verb}" for kind in ("dags", "dagruns", "backfills") for verb in EDIT_VERBS
+}
+
+
+def test_roles_for_people_are_aggregated_into_view_edit_and_admin(helm: str) -> None:
+    """Whoever holds view, edit or admin in a namespace gets Sluice's kinds there: view
+    reads them, edit and admin also change DAGs, DagRuns and Backfills; Pools, which cap
+    everyone, stay read-only, and no status is writable."""
+    docs = render(helm)
+    view = one(docs, "ClusterRole", "sluice-view")
+    edit = one(docs, "ClusterRole", "sluice-edit")
+    aggregated = {
+        name: {k.removeprefix(AGGREGATE) for k, v in role["metadata"]["labels"].items()
+               if k.startswith(AGGREGATE) and v == "true"}
+        for name, role in (("view", view), ("edit", edit))
+    }  # fmt: skip
+    assert aggregated == {"view": {"view", "edit", "admin"}, "edit": {"edit", "admin"}}
+    assert rules_of(docs, "ClusterRole", "sluice-view") == PEOPLE_VIEW
+    assert rules_of(docs, "ClusterRole", "sluice-edit") == PEOPLE_EDIT
+    # Bound to no one by the chart: the built-in roles carry them.
+    for binding in of_kind(docs, "RoleBinding") + of_kind(docs, "ClusterRoleBinding"):
+        assert binding["roleRef"]["name"] not in ("sluice-view", "sluice-edit")
+    # Named for the release; made whatever rbac.create says; off with the value.
+    renamed = render(helm, ALL_NAMESPACES, "rbac.create=false")
+    assert rules_of(renamed, "ClusterRole", "wf-edit") == PEOPLE_EDIT
+    assert rules_of(renamed, "ClusterRole", "wf-view") == PEOPLE_VIEW
+    off = render(helm, None, "rbac.aggregateClusterRoles=false")
+    names = {r["metadata"]["name"] for r in of_kind(off, "ClusterRole")}
+    assert names == {"sluice-scheduler-pools", "sluice-operator-cluster"}
 
 
 def test_task_pods_get_an_account_without_rights_or_token(helm: str) -> None:
