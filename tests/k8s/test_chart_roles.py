@@ -140,6 +140,13 @@ def test_namespace_users_get_sluice_kinds_through_view_and_edit(
     rel.install(*SMALL, "--set", "rbac.aggregateClusterRoles=false", command="upgrade")
     gone = cluster.kubectl("get", "clusterrole", f"{rel.fullname}-edit", check=False)
     assert gone.returncode != 0, gone.stdout
+    # Another release's roles (one left behind, one installed meanwhile) would grant the
+    # same: then this half cannot tell, and says so.
+    others = cluster.kubectl(
+        "get", "clusterroles", "-o", "name",
+        "-l", "app.kubernetes.io/part-of=sluice,rbac.authorization.k8s.io/aggregate-to-edit=true",
+    ).stdout.split()  # fmt: skip
+    assert others == [], f"other Sluice releases' roles are aggregated into edit: {others}"
     settle(cluster, editor, ("create", "dags.sluice.io", "-n", team_a), False)
     settle(cluster, viewer, ("get", "dagruns.sluice.io", "-n", team_a), False)
     for kind in SLUICE_KINDS:
