@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import hashlib
 import os
 import re
 import shutil
@@ -259,6 +260,8 @@ def test_helm_lint_strict(helm: str, values: Path | None) -> None:
         ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
         ("tasks.namespace=Not_A_Namespace", "/tasks/namespace"),
         ("postgres.user=sluice;drop", "/postgres/user"),
+        ("postgres.existingSecret=Not_A_Secret", "/postgres/existingSecret"),
+        ("taskApi.keysRevision=true", "/taskApi/keysRevision"),
     ],
 )
 def test_the_schema_refuses(helm: str, sets: str, message: str) -> None:
@@ -327,9 +330,10 @@ def test_scheduler_flags_and_probes(helm: str) -> None:
     assert scheduler["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert scheduler["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     env = {e["name"]: e for e in scheduler["env"]}
-    assert env["SLUICE_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {
+    assert env["SLUICE_DATABASE_URL"]["value"] == BUNDLED_URL
+    assert env["PGPASSWORD"]["valueFrom"]["secretKeyRef"] == {
         "name": "sluice-postgres",
-        "key": "url",
+        "key": "password",
     }
     # The task API Service: what --task-api-url names, selecting the scheduler pods.
     service = one(docs, "Service", "sluice-task-api")
@@ -349,6 +353,7 @@ def test_the_task_api_keys_are_generated_in_the_format_the_scheduler_loads(
 ) -> None:
     docs = render(helm)
     secret = one(docs, "Secret", "sluice-task-api")
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     keys_file = tmp_path / "keys"
     keys_file.write_bytes(base64.b64decode(secret["data"]["keys"]))
     keys = load_keys(keys_file)
@@ -362,7 +367,59 @@ def test_the_task_api_keys_are_generated_in_the_format_the_scheduler_loads(
     assert volume["secret"]["secretName"] == "sluice-task-api"
     assert volume["secret"]["items"] == [{"key": "keys", "path": "keys"}]
     # Reused across upgrades: the template reads the live Secret back.
-    assert 'lookup "v1" "Secret"' in (CHART / "templates" / "secrets.yaml").read_text()
+    assert 'lookup "v1" "Secret"' in (CHART / "templates" / "_helpers.tpl").read_text()
+
+
+def keys_checksum(docs: list[Doc], deployment: str = "sluice-scheduler") -> str:
+    annotations = one(docs, "Deployment", deployment)["spec"]["template"]["metadata"]
+    return str(annotations["annotations"]["checksum/task-api-keys"])
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_new_task_api_keys_roll_the_schedulers(helm: str) -> None:
+    """A replica reads its keys at start, so the pod template carries a hash of them:
+    of the generated Secret's keys (the very key rendered beside it), or of
+    existingSecret's name, key and taskApi.keysRevision, which the chart does not read."""
+    docs = render(helm, None, "scheduler.podAnnotations.team=data")
+    keys = one(docs, "Secret", "sluice-task-api")["data"]["keys"]
+    assert keys_checksum(docs) == sha256(f"keys:{keys}\nrevision:")
+    pod = one(docs, "Deployment", "sluice-scheduler")["spec"]["template"]["metadata"]
+    assert pod["annotations"]["team"] == "data"
+    revised = render(helm, None, "taskApi.keysRevision=2")
+    keys = one(revised, "Secret", "sluice-task-api")["data"]["keys"]
+    assert keys_checksum(revised) == sha256(f"keys:{keys}\nrevision:2")
+
+    own = render(helm, EXTERNAL)
+    assert keys_checksum(own) == sha256("secret:sluice-task-api-keys/keys.txt\nrevision:")
+    rotated = render(helm, EXTERNAL, "taskApi.keysRevision=2026-12-05")
+    assert keys_checksum(rotated) == sha256(
+        "secret:sluice-task-api-keys/keys.txt\nrevision:2026-12-05"
+    )
+    assert keys_checksum(rotated) != keys_checksum(own)
+
+
+def test_own_secrets_render_the_same_every_time(helm: str) -> None:
+    """What Argo CD and `helm template` see: with the keys and the password in Secrets
+    of one's own, nothing random is rendered, so a sync changes nothing; without
+    them, every rendering draws new ones (hence postgres.existingSecret)."""
+    own = (
+        "taskApi.existingSecret=sluice-task-api-keys",
+        "postgres.existingSecret=sluice-postgres-password",
+    )
+    first = run_helm(helm, "template", RELEASE, str(CHART), "-n", NAMESPACE, *_sets(own))
+    second = run_helm(helm, "template", RELEASE, str(CHART), "-n", NAMESPACE, *_sets(own))
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == second.stdout
+    assert not of_kind([d for d in yaml.safe_load_all(first.stdout) if d], "Secret")
+    generated = [run_helm(helm, "template", RELEASE, str(CHART)).stdout for _ in range(2)]
+    assert generated[0] != generated[1]
+
+
+def _sets(items: tuple[str, ...]) -> list[str]:
+    return [arg for item in items for arg in ("--set", item)]
 
 
 # ---- the operator ------------------------------------------------------------------
@@ -426,8 +483,63 @@ def test_the_bundled_postgres(helm: str) -> None:
     assert len(password) >= 32
     assert url == f"postgresql://sluice:{password}@sluice-postgres.sluice.svc:5432/sluice"
     assert normalize_url(url).startswith("postgresql+psycopg2://")
+    assert_bundled_database_env(docs, "sluice-postgres", "password")
     service = one(docs, "Service", "sluice-postgres")
     assert service["spec"]["ports"][0]["port"] == 5432
+
+
+BUNDLED_URL = "postgresql://sluice@sluice-postgres.sluice.svc:5432/sluice"
+
+
+def assert_bundled_database_env(docs: list[Doc], secret: str, key: str) -> None:
+    """Every Sluice container that reaches the bundled Postgres gets a URL without a
+    password and the password as PGPASSWORD (libpq reads it) from `secret`/`key`."""
+    ref = {"name": secret, "key": key}
+    checked = 0
+    for where, pod in pod_specs(docs):
+        for c in containers(pod):
+            env = {e["name"]: e for e in c.get("env", [])}
+            if "POSTGRES_PASSWORD" in env:
+                assert env["POSTGRES_PASSWORD"]["valueFrom"]["secretKeyRef"] == ref, where
+                continue
+            assert env["SLUICE_DATABASE_URL"] == {
+                "name": "SLUICE_DATABASE_URL",
+                "value": BUNDLED_URL,
+            }
+            assert env["PGPASSWORD"]["valueFrom"]["secretKeyRef"] == ref, where
+            checked += 1
+    assert checked == 5  # the migrations hook, and each Deployment's init and main container
+    assert normalize_url(BUNDLED_URL).startswith("postgresql+psycopg2://sluice@")
+
+
+def test_the_bundled_postgres_password_from_a_secret_of_ones_own(helm: str) -> None:
+    docs = render(
+        helm,
+        None,
+        "postgres.existingSecret=sluice-postgres-password",
+        "postgres.existingSecretKey=pw",
+    )
+    assert "sluice-postgres" not in {s["metadata"]["name"] for s in of_kind(docs, "Secret")}
+    assert one(docs, "StatefulSet", "sluice-postgres")
+    assert_bundled_database_env(docs, "sluice-postgres-password", "pw")
+
+
+def test_an_own_postgres_password_and_an_external_database_exclude_each_other(
+    helm: str,
+) -> None:
+    done = run_helm(
+        helm,
+        "template",
+        RELEASE,
+        str(CHART),
+        "--set",
+        "database.existingSecret=sluice-db",
+        "--set",
+        "postgres.existingSecret=sluice-postgres-password",
+    )
+    assert done.returncode != 0
+    assert "postgres.existingSecret is the bundled Postgres's password" in done.stderr
+    assert "set one of them, not both" in done.stderr
 
 
 def test_an_external_database_replaces_the_bundled_one(helm: str) -> None:
@@ -645,10 +757,13 @@ def test_rbac_is_what_the_code_calls(helm: str) -> None:
         "/namespaces list",
         "/namespaces watch",
     }
-    # Only Pools and what kopf observes are cluster-wide.
+    # For the accounts, only Pools and what kopf observes are cluster-wide; the rest
+    # are the roles for people, bound to no one.
     assert {r["metadata"]["name"] for r in of_kind(docs, "ClusterRole")} == {
         "sluice-scheduler-pools",
         "sluice-operator-cluster",
+        "sluice-view",
+        "sluice-edit",
     }
 
 
@@ -688,6 +803,45 @@ def test_rbac_for_every_namespace(helm: str) -> None:
     assert flag(scheduler["containers"][0]["args"], "--task-service-account") == "sluice-task"
     binding = one(docs, "ClusterRoleBinding", "wf-scheduler-objects")
     assert binding["subjects"][0]["name"] == "sluice-scheduler"
+
+
+AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
+PEOPLE_VIEW = {
+    f"sluice.io/{kind} {verb}"
+    for kind in ("dags", "dagruns", "backfills", "pools")
+    for verb in ("get", "list", "watch")
+}
+EDIT_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
+PEOPLE_EDIT = {
+    f"sluice.io/{kind} {verb}" for kind in ("dags", "dagruns", "backfills") for verb in EDIT_VERBS
+}
+
+
+def test_roles_for_people_are_aggregated_into_view_edit_and_admin(helm: str) -> None:
+    """Whoever holds view, edit or admin in a namespace gets Sluice's kinds there: view
+    reads them, edit and admin also change DAGs, DagRuns and Backfills; Pools, which cap
+    everyone, stay read-only, and no status is writable."""
+    docs = render(helm)
+    view = one(docs, "ClusterRole", "sluice-view")
+    edit = one(docs, "ClusterRole", "sluice-edit")
+    aggregated = {
+        name: {k.removeprefix(AGGREGATE) for k, v in role["metadata"]["labels"].items()
+               if k.startswith(AGGREGATE) and v == "true"}
+        for name, role in (("view", view), ("edit", edit))
+    }  # fmt: skip
+    assert aggregated == {"view": {"view", "edit", "admin"}, "edit": {"edit", "admin"}}
+    assert rules_of(docs, "ClusterRole", "sluice-view") == PEOPLE_VIEW
+    assert rules_of(docs, "ClusterRole", "sluice-edit") == PEOPLE_EDIT
+    # Bound to no one by the chart: the built-in roles carry them.
+    for binding in of_kind(docs, "RoleBinding") + of_kind(docs, "ClusterRoleBinding"):
+        assert binding["roleRef"]["name"] not in ("sluice-view", "sluice-edit")
+    # Named for the release; made whatever rbac.create says; off with the value.
+    renamed = render(helm, ALL_NAMESPACES, "rbac.create=false")
+    assert rules_of(renamed, "ClusterRole", "wf-edit") == PEOPLE_EDIT
+    assert rules_of(renamed, "ClusterRole", "wf-view") == PEOPLE_VIEW
+    off = render(helm, None, "rbac.aggregateClusterRoles=false")
+    names = {r["metadata"]["name"] for r in of_kind(off, "ClusterRole")}
+    assert names == {"sluice-scheduler-pools", "sluice-operator-cluster"}
 
 
 def test_task_pods_get_an_account_without_rights_or_token(helm: str) -> None:

@@ -98,9 +98,12 @@ def test_the_chart_installs_runs_a_dag_through_a_scheduler_pod_kill_and_uninstal
     )  # fmt: skip
     assert left.strip() == "", left
     # Kept on purpose (charts/sluice/README.md, "Uninstalling"): the database's volume
-    # claim and the password it opens with.
+    # claim and the password it opens with, and the task API keys.
     kept = rel.k("get", "secrets", "-l", instance, "-o", "name").split()
-    assert kept == [f"secret/{rel.fullname}-postgres"], kept
+    assert sorted(kept) == [
+        f"secret/{rel.fullname}-postgres",
+        f"secret/{rel.fullname}-task-api",
+    ], kept
     cluster_left = k8s_cluster.kubectl(
         "get", "clusterroles,clusterrolebindings", "-l", f"app.kubernetes.io/instance={rel.name}",
         "-o", "name",

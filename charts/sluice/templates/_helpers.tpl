@@ -100,17 +100,51 @@ line; none with watch.allNamespaces). */}}
 {{- include "sluice.componentName" (dict "root" . "component" "postgres") -}}
 {{- end -}}
 
-{{/* The Secret and key holding SLUICE_DATABASE_URL. */}}
-{{- define "sluice.databaseSecretName" -}}
-{{- default (include "sluice.postgresName" .) .Values.database.existingSecret -}}
+{{/* The Secret and key holding the bundled Postgres's password: postgres.existingSecret, else the generated one. */}}
+{{- define "sluice.postgresSecretName" -}}
+{{- default (include "sluice.postgresName" .) .Values.postgres.existingSecret -}}
 {{- end -}}
 
-{{- define "sluice.databaseSecretKey" -}}
-{{- if .Values.database.existingSecret -}}{{ .Values.database.existingSecretKey }}{{- else -}}url{{- end -}}
+{{- define "sluice.postgresSecretKey" -}}
+{{- if .Values.postgres.existingSecret -}}{{ .Values.postgres.existingSecretKey }}{{- else -}}password{{- end -}}
 {{- end -}}
 
 {{- define "sluice.taskApiSecretName" -}}
 {{- default (include "sluice.componentName" (dict "root" . "component" "task-api")) .Values.taskApi.existingSecret -}}
+{{- end -}}
+
+{{/*
+The generated Secret's keys file, base64: the live Secret's (`lookup`, during
+`helm install/upgrade`), else one new random key. Drawn once per rendering and
+kept in .Values (one map for every template of the chart), so the Secret and the
+schedulers' checksum annotation see the same key.
+*/}}
+{{- define "sluice.generatedTaskApiKeys" -}}
+{{- if not (hasKey .Values "_sluiceGeneratedTaskApiKeys") -}}
+{{- $live := lookup "v1" "Secret" .Release.Namespace (include "sluice.taskApiSecretName" .) -}}
+{{- $keys := printf "%s\n" (randAlphaNum 64) | b64enc -}}
+{{- if and $live $live.data (index $live.data "keys") -}}
+{{- $keys = index $live.data "keys" -}}
+{{- end -}}
+{{- $_ := set .Values "_sluiceGeneratedTaskApiKeys" $keys -}}
+{{- end -}}
+{{- index .Values "_sluiceGeneratedTaskApiKeys" -}}
+{{- end -}}
+
+{{/*
+The schedulers' `checksum/task-api-keys` annotation: a change rolls them out,
+since a replica reads its keys at start. Of the keys themselves when the chart
+makes the Secret; of the Secret's name and key when it is taskApi.existingSecret,
+which the chart does not read (it cannot under Argo CD or `helm template`):
+there taskApi.keysRevision is what changes it.
+*/}}
+{{- define "sluice.taskApiKeysChecksum" -}}
+{{- $revision := toString .Values.taskApi.keysRevision -}}
+{{- if .Values.taskApi.existingSecret -}}
+{{- printf "secret:%s/%s\nrevision:%s" .Values.taskApi.existingSecret .Values.taskApi.existingSecretKey $revision | sha256sum -}}
+{{- else -}}
+{{- printf "keys:%s\nrevision:%s" (include "sluice.generatedTaskApiKeys" .) $revision | sha256sum -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "sluice.taskApiUrl" -}}
@@ -138,12 +172,28 @@ seccompProfile:
   type: RuntimeDefault
 {{- end -}}
 
+{{/*
+How Sluice's pods reach the database. An external one: SLUICE_DATABASE_URL from
+database.existingSecret. The bundled one: a URL without a password, and the
+password in PGPASSWORD, which libpq (psycopg2) reads when the URL has none; so
+the password can come from any Secret, as it is, with no URL to build or escape.
+*/}}
 {{- define "sluice.databaseEnv" -}}
+{{- if include "sluice.bundledPostgres" . -}}
+- name: SLUICE_DATABASE_URL
+  value: {{ printf "postgresql://%s@%s.%s.svc:5432/%s" .Values.postgres.user (include "sluice.postgresName" .) .Release.Namespace .Values.postgres.database | quote }}
+- name: PGPASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "sluice.postgresSecretName" . }}
+      key: {{ include "sluice.postgresSecretKey" . }}
+{{- else -}}
 - name: SLUICE_DATABASE_URL
   valueFrom:
     secretKeyRef:
-      name: {{ include "sluice.databaseSecretName" . }}
-      key: {{ include "sluice.databaseSecretKey" . }}
+      name: {{ .Values.database.existingSecret }}
+      key: {{ .Values.database.existingSecretKey }}
+{{- end -}}
 {{- end -}}
 
 {{/*
