@@ -93,7 +93,12 @@ def object_name(run: RunView) -> str:
     the same on every replica (two creates make one object)."""
     if run.object_name:
         return run.object_name
-    return dns_label(f"{run.dag_id}-{run.run_id}", digest(run.dag_id, run.run_id), fallback="run")
+    return scheduler_object_name(run.dag_id, run.run_id)
+
+
+def scheduler_object_name(dag_id: str, run_id: str) -> str:
+    """The name of the DagRun object the scheduler creates for a run it made."""
+    return dns_label(f"{dag_id}-{run_id}", digest(dag_id, run_id), fallback="run")
 
 
 def timestamp(value: datetime | None) -> str | None:
