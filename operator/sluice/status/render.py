@@ -78,6 +78,7 @@ class RunView:
     tasks_total: int
     tasks_done: int
     object_name: str | None = None  # a user's DagRun object; None: the scheduler names it
+    object_uid: str | None = None  # that object's uid (None: triggered before migration 0013)
     tasks: list[TaskView] = field(default_factory=list)
 
 
@@ -390,6 +391,7 @@ class BackfillView:
     namespace: str
     object_name: str
     runs: dict[str, int]  # run state -> how many of the backfill's runs
+    object_uid: str | None = None  # its Backfill object's: published onto that one only
 
 
 def backfill_status(backfill: BackfillView) -> dict[str, Any]:
