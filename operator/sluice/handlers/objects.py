@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from sluice.k8s_names import digest, dns_label
 from sluice.spec.errors import SpecError, SpecIssue
 from sluice.spec.models import DagManifest
 from sluice.spec.states import Reprocess
@@ -185,6 +186,12 @@ def _reprocess(spec: Mapping[str, Any], issues: list[SpecIssue]) -> Reprocess:
             )
         )
     return reprocess
+
+
+def scheduler_object_name(dag_id: str, run_id: str) -> str:
+    """The name of the DagRun object the scheduler creates for a run it made, the same on
+    every replica (two creates make one object)."""
+    return dns_label(f"{dag_id}-{run_id}", digest(dag_id, run_id), fallback="run")
 
 
 def run_id_for_object(name: str, uid: str) -> str:

@@ -33,6 +33,7 @@ from sluice.handlers.objects import (
     PoolSpec,
     TriggerRequest,
     run_id_for_object,
+    scheduler_object_name,
 )
 from sluice.scheduler.backfill import BackfillError, BackfillPlan, create_backfill
 from sluice.scheduler.endings import end_runs, mark_run
@@ -40,7 +41,6 @@ from sluice.scheduler.triggers import TriggerError, trigger_run
 from sluice.spec.errors import SpecIssue
 from sluice.spec.models import DagManifest
 from sluice.spec.states import ACTIVE_RUN_STATES, TaskState
-from sluice.status import render
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ def _object_runs(session: Session, obj: DagRunObject) -> list[ownership.RunRecor
             published_uid=row[9],
             published_gone=bool(row[10]),
             scheduler_object_name=(
-                None if row[6] is not None else render.scheduler_object_name(row[1], row[2])
+                None if row[6] is not None else scheduler_object_name(row[1], row[2])
             ),
         )
         for row in rows

@@ -22,8 +22,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sluice.handlers.objects import ORIGIN_LABEL, ORIGIN_SCHEDULER, RUN_ID_ANNOTATION
-from sluice.k8s_names import digest, dns_label
+from sluice.handlers.objects import (
+    ORIGIN_LABEL,
+    ORIGIN_SCHEDULER,
+    RUN_ID_ANNOTATION,
+    scheduler_object_name,
+)
 from sluice.spec.states import RunState, TaskState
 
 GROUP = "sluice.io"
@@ -95,11 +99,6 @@ def object_name(run: RunView) -> str:
     if run.object_name:
         return run.object_name
     return scheduler_object_name(run.dag_id, run.run_id)
-
-
-def scheduler_object_name(dag_id: str, run_id: str) -> str:
-    """The name of the DagRun object the scheduler creates for a run it made."""
-    return dns_label(f"{dag_id}-{run_id}", digest(dag_id, run_id), fallback="run")
 
 
 def timestamp(value: datetime | None) -> str | None:
