@@ -15,13 +15,15 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.models import DagRun, SlotPool, TaskInstance, TaskTry
-from sluice.handlers.objects import PoolSpec, RunRef
+from sluice.handlers.objects import DagRunObject, PoolSpec
+from sluice.handlers.ownership import Owned, RunRecord
 from sluice.handlers.store import (
     MarkRefused,
     cancel_run,
     deactivate_dag,
     delete_pool,
     mark_run_as,
+    object_verdict,
     upsert_pool,
 )
 from sluice.spec.states import RunState, TaskState
@@ -39,6 +41,26 @@ from tests.support import (
 )
 
 QUEUED_TIMEOUT = 60.0
+
+
+def _object_run(sessions: sessionmaker[Session], run_id: int, name: str) -> DagRunObject:
+    """Make `run_id` the run a user's DagRun object `ns/name` triggered; the object, as its
+    handlers see it."""
+    uid = f"uid-of-{name}"
+    with sessions.begin() as session:
+        session.execute(
+            update(DagRun)
+            .where(DagRun.id == run_id)
+            .values(object_name=name, object_namespace="ns", object_uid=uid)
+        )
+        dag_id = session.execute(select(DagRun.dag_id).where(DagRun.id == run_id)).scalar_one()
+    return DagRunObject(namespace="ns", name=name, uid=uid, dag_name=dag_id)
+
+
+def _run_of(session: Session, obj: DagRunObject) -> RunRecord:
+    verdict = object_verdict(session, obj)
+    assert isinstance(verdict, Owned), verdict
+    return verdict.run
 
 
 def _pool(sessions: sessionmaker[Session], name: str, slots: int) -> None:
@@ -165,17 +187,17 @@ def test_deleting_a_running_dagrun_object_cancels_its_run_and_stops_its_tries(
     that runs a try of it stops the try at its next heartbeat (the fence)."""
     clock = FakeClock()
     register(sessions, manifest("cancel", chain("a", "b")), clock.now)
-    trigger(sessions, "cancel", clock.now, run_id="manual__mine__1234")
+    run_id = trigger(sessions, "cancel", clock.now, run_id="manual__mine__1234")
     executor = ScriptedExecutor()
     executor.hold = {"a"}
     loop = make_loop(sessions, executor, clock)
     for _ in range(5):
         loop.tick()
     assert list(executor.running), "a should be running"
-    ref = RunRef(dag_id="cancel", run_id="manual__mine__1234", object_name="cancel-mine")
+    obj = _object_run(sessions, run_id, "cancel-mine")
     reason = "cancelled: its DagRun object ns/cancel-mine was deleted"
     with sessions.begin() as session:
-        assert cancel_run(session, ref, reason, clock.now) == "manual__mine__1234"
+        assert cancel_run(session, _run_of(session, obj), reason, clock.now) == "manual__mine__1234"
     with sessions() as session:
         assert [r.state for r in runs(session, "cancel")] == [RunState.FAILED]
         assert task_states(session, "cancel") == {"a": "skipped", "b": "skipped"}
@@ -184,20 +206,7 @@ def test_deleting_a_running_dagrun_object_cancels_its_run_and_stops_its_tries(
     loop.tick()
     assert executor.killed, "the running try was not stopped"
     with sessions.begin() as session:  # an ended run: deleting its object changes nothing
-        assert cancel_run(session, ref, reason, clock.now) is None
-
-
-def test_a_users_dagrun_object_is_found_by_its_name(sessions: sessionmaker[Session]) -> None:
-    clock = FakeClock()
-    register(sessions, manifest("byname", [{"name": "a"}]), clock.now)
-    run_id = trigger(sessions, "byname", clock.now)
-    with sessions.begin() as session:
-        session.execute(update(DagRun).where(DagRun.id == run_id).values(object_name="my-run"))
-    ref = RunRef(dag_id="byname", run_id=None, object_name="my-run")
-    with sessions.begin() as session:
-        assert cancel_run(session, ref, "cancelled", clock.now) is not None
-    with sessions() as session:
-        assert [r.state for r in runs(session, "byname")] == [RunState.FAILED]
+        assert cancel_run(session, _run_of(session, obj), reason, clock.now) is None
 
 
 def test_marking_a_run_failed_or_success_ends_it_as_airflows_mark_run_as(
@@ -211,9 +220,9 @@ def test_marking_a_run_failed_or_success_ends_it_as_airflows_mark_run_as(
     loop = make_loop(sessions, executor, clock)
     for _ in range(5):
         loop.tick()
-    ref = RunRef(dag_id="marked", run_id="manual__fail__1", object_name="x")
+    ref = _object_run(sessions, failing, "x")
     with sessions.begin() as session:
-        message = mark_run_as(session, ref, "failed", clock.now)
+        message = mark_run_as(session, _run_of(session, ref), "failed", clock.now)
     assert message.startswith("run manual__fail__1 marked failed")
     with sessions() as session:
         assert task_states(session, "marked") == {"a": "failed", "b": "skipped"}
@@ -226,12 +235,11 @@ def test_marking_a_run_failed_or_success_ends_it_as_airflows_mark_run_as(
     assert executor.killed, "the running try was not stopped"
     # An ended run is not marked again.
     with sessions.begin() as session, pytest.raises(MarkRefused, match="already ended as failed"):
-        mark_run_as(session, ref, "success", clock.now)
+        mark_run_as(session, _run_of(session, ref), "success", clock.now)
 
-    trigger(sessions, "marked", clock.now, run_id="manual__ok__2")
-    ok = RunRef(dag_id="marked", run_id="manual__ok__2", object_name="y")
+    ok = _object_run(sessions, trigger(sessions, "marked", clock.now, run_id="manual__ok__2"), "y")
     with sessions.begin() as session:
-        mark_run_as(session, ok, "success", clock.now)
+        mark_run_as(session, _run_of(session, ok), "success", clock.now)
     with sessions() as session:
         (done,) = [r for r in runs(session, "marked") if r.run_id == "manual__ok__2"]
         assert done.state == "success"

@@ -508,8 +508,10 @@ def test_deleting_a_backfill_cancels_its_unfinished_runs(sessions: sessionmaker[
     loop = make_loop(sessions, executor, clock)
     for _ in range(5):
         loop.tick()
+    with sessions.begin() as session:  # only the object's own namespace knows it
+        assert cancel_backfill(session, "team-b", "b-2", "cancelled: gone", clock.now) == 0
     with sessions.begin() as session:
-        assert cancel_backfill(session, "b-2", "cancelled: gone", clock.now) == 7
+        assert cancel_backfill(session, NS, "b-2", "cancelled: gone", clock.now) == 7
     with sessions() as session:
         states = (
             session.execute(select(DagRun.state).where(DagRun.backfill_id.is_not(None)))
@@ -518,7 +520,7 @@ def test_deleting_a_backfill_cancels_its_unfinished_runs(sessions: sessionmaker[
         )
     assert sorted(states) == ["failed"] * 7
     with sessions.begin() as session:  # a retried delete finds nothing left to cancel
-        assert cancel_backfill(session, "b-2", "cancelled: gone", clock.now) == 0
+        assert cancel_backfill(session, NS, "b-2", "cancelled: gone", clock.now) == 0
     with sessions.begin() as session:  # and a retried create finds the backfill it made
         again = store_backfill(session, _backfill_request("weekly", "b-2", 7), clock.now)
         assert again.created == []

@@ -167,12 +167,6 @@ def test_backfill_request_reprocess_problems(extra: dict[str, Any], path: str) -
     ]
 
 
-def test_scheduler_made_dagruns_are_not_triggers() -> None:
-    assert objects.is_user_trigger({"metadata": {"labels": {}}})
-    labels = {objects.ORIGIN_LABEL: objects.ORIGIN_SCHEDULER}
-    assert not objects.is_user_trigger({"metadata": {"labels": labels}})
-
-
 def test_pool_spec() -> None:
     body = {"metadata": {"name": "gpu"}, "spec": {"slots": 4}}
     assert objects.pool_spec(body) == objects.PoolSpec("gpu", 4, "")
@@ -181,22 +175,34 @@ def test_pool_spec() -> None:
     assert bad.path == "spec.slots"
 
 
-def test_a_dagrun_object_names_its_run_by_run_id_or_by_its_own_name() -> None:
-    scheduler_made = {
+def test_a_dagrun_object_is_its_namespace_name_and_uid_and_what_it_claims() -> None:
+    body = {
         "metadata": {
             "name": "etl-scheduled-x-abc",
+            "namespace": "team-a",
+            "uid": "u-1",
             "labels": {"sluice.io/origin": "scheduler"},
             "annotations": {"sluice.io/run-id": "scheduled__2026-12-01T00:00:00+00:00"},
         },
         "spec": {"dagName": "etl"},
     }
-    assert objects.run_ref(scheduler_made) == objects.RunRef(
-        "etl", "scheduled__2026-12-01T00:00:00+00:00", "etl-scheduled-x-abc"
+    assert objects.dagrun_object(body) == objects.DagRunObject(
+        namespace="team-a",
+        name="etl-scheduled-x-abc",
+        uid="u-1",
+        dag_name="etl",
+        labelled_scheduler=True,
+        run_id_annotation="scheduled__2026-12-01T00:00:00+00:00",
     )
-    # A user's object is found by its own name, whatever annotations it carries.
-    users = {
-        "metadata": {"name": "mine", "annotations": {"sluice.io/run-id": "forged"}},
+    bare = objects.dagrun_object({"metadata": {"name": "x", "labels": {"a": "b"}}, "spec": {}})
+    assert bare == objects.DagRunObject(namespace="", name="x", uid="", dag_name=None)
+
+
+def test_a_trigger_request_carries_its_objects_name_and_uid() -> None:
+    body = {
+        "metadata": {"name": "mine", "namespace": "team-a", "uid": "0123456789abcdef"},
         "spec": {"dagName": "etl"},
     }
-    assert objects.run_ref(users) == objects.RunRef("etl", None, "mine")
-    assert objects.run_ref({"metadata": {"name": "x"}, "spec": {}}) is None
+    request = objects.trigger_request(body)
+    assert (request.object_name, request.object_uid) == ("mine", "0123456789abcdef")
+    assert request.run_id == "manual__mine__01234567"

@@ -176,8 +176,12 @@ class DagRun(Base):
     tasks_total: Mapped[int] = mapped_column(Integer, default=0)
     tasks_done: Mapped[int] = mapped_column(Integer, default=0)
     # The user's DagRun object this run was triggered by; NULL: the scheduler names the
-    # object it publishes the run to (sluice.status.names).
+    # object it publishes the run to (sluice.status.render.object_name). Its namespace
+    # and uid (0013): the handlers act only on the run of the object with that uid, and
+    # the publisher publishes only onto it (ADR 0031).
     object_name: Mapped[str | None] = mapped_column(Text)
+    object_namespace: Mapped[str | None] = mapped_column(Text)
+    object_uid: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (
         UniqueConstraint("dag_id", "run_id", name="uq_dag_run_run_id"),
@@ -201,6 +205,12 @@ class DagRun(Base):
             "ix_dag_run_deadline",
             "deadline",
             postgresql_where=text("state = 'running' AND deadline IS NOT NULL"),
+        ),
+        Index(
+            "uq_dag_run_object_uid",
+            "object_uid",
+            unique=True,
+            postgresql_where=text("object_uid IS NOT NULL"),
         ),
     )
 
@@ -389,6 +399,11 @@ class RunPublication(Base):
     summary: Mapped[dict[str, Any] | None]
     # The object was deleted by someone else: never created again.
     gone: Mapped[bool] = mapped_column(Boolean, server_default=false())
+
+    # The handlers find the run of a scheduler-made object by its uid (0013).
+    __table_args__ = (
+        Index("ix_run_publication_uid", "uid", postgresql_where=text("uid IS NOT NULL")),
+    )
 
 
 class ObjectPublication(Base):

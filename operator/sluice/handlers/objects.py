@@ -28,15 +28,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from sluice.k8s_names import digest, dns_label
 from sluice.spec.errors import SpecError, SpecIssue
 from sluice.spec.models import DagManifest
 from sluice.spec.states import Reprocess
 from sluice.spec.validation import parse_dag_manifest
 
-# DagRun objects the scheduler creates for its own runs carry this label; the
-# create handler leaves them alone (their status comes from the outbox).
+# DagRun objects the scheduler creates for its own runs carry this label and the run's
+# id in the annotation below (sluice.status.render). Anyone may write both: they say
+# where to look and what a user sees, never which run an object is (that is its uid,
+# as the database recorded it: sluice.handlers.ownership, ADR 0031).
 ORIGIN_LABEL = "sluice.io/origin"
 ORIGIN_SCHEDULER = "scheduler"
+RUN_ID_ANNOTATION = "sluice.io/run-id"
 
 
 def manifest_from_body(body: Mapping[str, Any]) -> DagManifest:
@@ -77,43 +81,38 @@ class TriggerRequest:
     conf: dict[str, Any] | None
     logical_date: datetime | None
     issues: list[SpecIssue] = field(default_factory=list)
-    # The DagRun object's own name: the run's status is published to it.
+    # The DagRun object's own name and uid: the run's status is published to it, and
+    # only this object's handlers act on the run.
     object_name: str | None = None
-
-
-def is_user_trigger(body: Mapping[str, Any]) -> bool:
-    """False for DagRun objects the scheduler created to mirror its own runs."""
-    metadata = body.get("metadata")
-    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
-    return not (isinstance(labels, Mapping) and labels.get(ORIGIN_LABEL) == ORIGIN_SCHEDULER)
-
-
-# Scheduler-made DagRun objects carry their run's id here (sluice.status.render).
-RUN_ID_ANNOTATION = "sluice.io/run-id"
+    object_uid: str | None = None
 
 
 @dataclass(frozen=True)
-class RunRef:
-    """Which run a DagRun object shows: by run id (the scheduler's objects) or by the
-    object's own name (a user's, `dag_run.object_name`)."""
+class DagRunObject:
+    """Who a DagRun object is (namespace, name, uid: the API server's, never the user's),
+    and what it claims (dagName, the scheduler's label and run-id annotation)."""
 
-    dag_id: str
-    run_id: str | None
-    object_name: str
+    namespace: str
+    name: str
+    uid: str
+    dag_name: str | None
+    labelled_scheduler: bool = False
+    run_id_annotation: str | None = None
 
 
-def run_ref(body: Mapping[str, Any]) -> RunRef | None:
-    """The run a DagRun object shows; None if it names no DAG."""
+def dagrun_object(body: Mapping[str, Any]) -> DagRunObject:
     meta, spec = _meta_and_spec(body)
-    dag_id = spec.get("dagName")
-    if not isinstance(dag_id, str) or not dag_id:
-        return None
-    annotations = meta.get("annotations")
+    labels, annotations = meta.get("labels"), meta.get("annotations")
+    origin = labels.get(ORIGIN_LABEL) if isinstance(labels, Mapping) else None
     run_id = annotations.get(RUN_ID_ANNOTATION) if isinstance(annotations, Mapping) else None
-    return RunRef(
-        dag_id=dag_id,
-        run_id=run_id if isinstance(run_id, str) and not is_user_trigger(body) else None,
-        object_name=str(meta.get("name") or ""),
+    dag_name = spec.get("dagName")
+    return DagRunObject(
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+        dag_name=dag_name if isinstance(dag_name, str) and dag_name else None,
+        labelled_scheduler=origin == ORIGIN_SCHEDULER,
+        run_id_annotation=run_id if isinstance(run_id, str) else None,
     )
 
 
@@ -189,6 +188,12 @@ def _reprocess(spec: Mapping[str, Any], issues: list[SpecIssue]) -> Reprocess:
     return reprocess
 
 
+def scheduler_object_name(dag_id: str, run_id: str) -> str:
+    """The name of the DagRun object the scheduler creates for a run it made, the same on
+    every replica (two creates make one object)."""
+    return dns_label(f"{dag_id}-{run_id}", digest(dag_id, run_id), fallback="run")
+
+
 def run_id_for_object(name: str, uid: str) -> str:
     """A run id that is the same on every retry for one object, and new for a re-created one."""
     return f"manual__{name}__{uid[:8]}" if uid else f"manual__{name}"
@@ -225,6 +230,7 @@ def trigger_request(body: Mapping[str, Any]) -> TriggerRequest:
         logical_date=logical_date,
         issues=issues,
         object_name=str(meta.get("name") or "") or None,
+        object_uid=str(meta.get("uid") or "") or None,
     )
 
 

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sluice.config import require_database_url
 from sluice.db.engine import make_engine, session_factory
 from sluice.db.models import DEFAULT_POOL
-from sluice.handlers import objects, status, store
+from sluice.handlers import objects, ownership, status, store
 from sluice.handlers.crds import GROUP, VERSION
 from sluice.scheduler.backfill import BackfillError
 from sluice.scheduler.triggers import TriggerError
@@ -206,20 +206,25 @@ def _store_or_reject(
 def dagrun_created(
     body: kopf.Body, meta: kopf.Meta, patch: kopf.Patch, retry: int, **_: Any
 ) -> None:
-    if not objects.is_user_trigger(body):
-        return
+    """A user's DagRun object triggers a run; the scheduler's own objects (known by the uid
+    the database recorded, ADR 0031) are left alone, and an object that only carries the
+    scheduler's label is refused with the reason."""
     now = _now()
     generation = _generation(meta)
     previous = body.get("status")
+    obj = objects.dagrun_object(body)
     request = objects.trigger_request(body)
+
+    def work(session: Session) -> store.RunSummary | None:
+        match store.object_verdict(session, obj):
+            case ownership.Owned(by_scheduler=True) | ownership.Pending():
+                return None  # the scheduler's; Pending: its uid is being recorded
+            case ownership.Unknown(reason) if obj.labelled_scheduler:
+                raise TriggerError(reason)
+        return store.trigger(session, request, now)
+
     run = _store_or_reject(
-        body,
-        patch,
-        retry,
-        request.issues,
-        lambda session: store.trigger(session, request, now),
-        status.TRIGGER_FAILED,
-        TriggerError,
+        body, patch, retry, request.issues, work, status.TRIGGER_FAILED, TriggerError
     )
     if run is None:
         return
@@ -245,18 +250,38 @@ def dagrun_created(
     )
 
 
+def _wait_for_record(verdict: ownership.Verdict, retry: int) -> None:
+    """The scheduler's object whose uid is not recorded yet: try again in a moment (kopf
+    keeps the object meanwhile); after TRIGGER_RETRIES, go on without acting."""
+    if isinstance(verdict, ownership.Pending) and retry < TRIGGER_RETRIES:
+        raise kopf.TemporaryError(
+            f"run {verdict.run.run_id}: its DagRun object's uid is not recorded yet",
+            delay=RETRY_DELAY,
+        )
+
+
 @kopf.on.field(GROUP, VERSION, "dagruns", field="spec.state")
-def dagrun_marked(body: kopf.Body, meta: kopf.Meta, patch: kopf.Patch, new: Any, **_: Any) -> None:
-    """`spec.state: success|failed` marks the run as Airflow's "mark run as" does; the
-    outcome is the `Marked` condition (the run's own state flows out as usual)."""
-    ref = objects.run_ref(body)
-    if new not in ("success", "failed") or ref is None:
+def dagrun_marked(
+    body: kopf.Body, meta: kopf.Meta, patch: kopf.Patch, new: Any, retry: int, **_: Any
+) -> None:
+    """`spec.state: success|failed` marks the object's own run as Airflow's "mark run as"
+    does; the outcome is the `Marked` condition (the run's own state flows out as usual)."""
+    if new not in ("success", "failed"):
         return
     now = _now()
-    ok = True
+    obj = objects.dagrun_object(body)
     try:
         with transaction() as session:
-            message = store.mark_run_as(session, ref, str(new), now)
+            verdict = store.object_verdict(session, obj)
+            _wait_for_record(verdict, retry)
+            if isinstance(verdict, ownership.Unknown):
+                raise store.MarkRefused(verdict.reason)
+            if isinstance(verdict, ownership.Pending):
+                raise store.MarkRefused(
+                    f"run {verdict.run.run_id}: the scheduler has not recorded this object's"
+                    " uid yet; set spec.state again once the object shows the run's status"
+                )
+            ok, message = True, store.mark_run_as(session, verdict.run, str(new), now)
     except store.MarkRefused as exc:
         ok, message = False, str(exc)
         kopf.warn(body, reason=status.MARK_REFUSED, message=status.event_message(message))
@@ -269,17 +294,27 @@ def dagrun_marked(body: kopf.Body, meta: kopf.Meta, patch: kopf.Patch, new: Any,
 
 
 @kopf.on.delete(GROUP, VERSION, "dagruns")
-def dagrun_deleted(body: kopf.Body, name: str | None, namespace: str | None, **_: Any) -> None:
-    """Deleting the object of a run that has not ended cancels the run (ADR 0018)."""
-    ref = objects.run_ref(body)
-    if ref is None:
-        return
+def dagrun_deleted(
+    body: kopf.Body, name: str | None, namespace: str | None, retry: int, **_: Any
+) -> None:
+    """Deleting the object of a run that has not ended cancels the run (ADR 0018): the run
+    the database ties to this object's uid, nothing else (ADR 0031)."""
+    obj = objects.dagrun_object(body)
     reason = f"cancelled: its DagRun object {namespace}/{name} was deleted"
     with transaction() as session:
-        cancelled = store.cancel_run(session, ref, reason, _now())
+        verdict = store.object_verdict(session, obj)
+        _wait_for_record(verdict, retry)
+        if not isinstance(verdict, ownership.Owned):
+            log.info("DagRun %s/%s deleted: no run of its own to cancel", namespace, name)
+            return
+        cancelled = store.cancel_run(session, verdict.run, reason, _now())
     if cancelled is not None:
         log.info(
-            "DagRun %s/%s deleted: run %s of %s cancelled", namespace, name, cancelled, ref.dag_id
+            "DagRun %s/%s deleted: run %s of %s cancelled",
+            namespace,
+            name,
+            cancelled,
+            verdict.run.dag_id,
         )
 
 
@@ -327,7 +362,8 @@ def backfill_deleted(meta: kopf.Meta, name: str | None, namespace: str | None, *
     """Deleting a Backfill cancels its runs that have not ended (ADR 0018)."""
     reason = f"cancelled: its Backfill object {namespace}/{name} was deleted"
     with transaction() as session:
-        cancelled = store.cancel_backfill(session, str(meta.get("uid") or ""), reason, _now())
+        uid = str(meta.get("uid") or "")
+        cancelled = store.cancel_backfill(session, namespace, uid, reason, _now())
     log.info("Backfill %s/%s deleted: %d runs cancelled", namespace, name, cancelled)
 
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-from sqlalchemy import delete, func, literal, select, update
+from sqlalchemy import delete, func, literal, select, union, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -21,12 +20,21 @@ from sluice.db.models import (
     Dag,
     DagRun,
     DagVersion,
+    RunPublication,
     SlotPool,
     StatusOutbox,
     StatusSink,
     TaskInstance,
 )
-from sluice.handlers.objects import BackfillRequest, PoolSpec, RunRef, TriggerRequest
+from sluice.handlers import ownership
+from sluice.handlers.objects import (
+    BackfillRequest,
+    DagRunObject,
+    PoolSpec,
+    TriggerRequest,
+    run_id_for_object,
+    scheduler_object_name,
+)
 from sluice.scheduler.backfill import BackfillError, BackfillPlan, create_backfill
 from sluice.scheduler.endings import end_runs, mark_run
 from sluice.scheduler.triggers import TriggerError, trigger_run
@@ -83,31 +91,77 @@ def deactivate_dag(session: Session, dag_id: str, namespace: str | None) -> bool
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
-def _locked_run(session: Session, ref: RunRef) -> Any:
-    """(id, run_id, state) of the run a DagRun object shows, its row locked first (one lock
-    order: the run row, then its tasks); None if there is none."""
-    where = (
-        DagRun.run_id == ref.run_id
-        if ref.run_id is not None
-        else DagRun.object_name == ref.object_name
-    )
-    return session.execute(
-        select(DagRun.id, DagRun.run_id, DagRun.state)
-        .where(DagRun.dag_id == ref.dag_id, where)
-        .with_for_update()
-    ).first()
+def object_verdict(session: Session, obj: DagRunObject) -> ownership.Verdict:
+    """Which run this DagRun object is, from what the database recorded (never its labels);
+    the run's row is locked first (one lock order: the run row, then its tasks)."""
+    return ownership.decide(obj, _object_runs(session, obj))
+
+
+def _object_runs(session: Session, obj: DagRunObject) -> list[ownership.RunRecord]:
+    """The runs tied to the object's uid (its trigger's, or the scheduler's publication),
+    and the ones its name and annotation point at (for `ownership.decide` to judge)."""
+    if not obj.uid:
+        return []
+    found = [
+        select(DagRun.id).where(DagRun.object_uid == obj.uid),
+        select(RunPublication.dag_run_id).where(RunPublication.uid == obj.uid),
+    ]
+    if obj.dag_name is not None:
+        legacy_run_id = run_id_for_object(obj.name, obj.uid)
+        found.append(
+            select(DagRun.id).where(
+                DagRun.dag_id == obj.dag_name,
+                DagRun.run_id.in_([legacy_run_id, obj.run_id_annotation or legacy_run_id]),
+            )
+        )
+    rows = session.execute(
+        select(
+            DagRun.id,
+            DagRun.dag_id,
+            DagRun.run_id,
+            DagRun.state,
+            Dag.namespace,
+            DagRun.object_namespace,
+            DagRun.object_name,
+            DagRun.object_uid,
+            RunPublication.namespace,
+            RunPublication.uid,
+            RunPublication.gone,
+        )
+        .join(Dag, Dag.dag_id == DagRun.dag_id)
+        .outerjoin(RunPublication, RunPublication.dag_run_id == DagRun.id)
+        .where(DagRun.id.in_(union(*found).scalar_subquery()))
+        .order_by(DagRun.id)
+        .with_for_update(of=DagRun)
+    ).all()
+    return [
+        ownership.RunRecord(
+            id=row[0],
+            dag_id=row[1],
+            run_id=row[2],
+            state=row[3],
+            dag_namespace=row[4],
+            object_namespace=row[5],
+            object_name=row[6],
+            object_uid=row[7],
+            published_namespace=row[8],
+            published_uid=row[9],
+            published_gone=bool(row[10]),
+            scheduler_object_name=(
+                None if row[6] is not None else scheduler_object_name(row[1], row[2])
+            ),
+        )
+        for row in rows
+    ]
 
 
 class MarkRefused(ValueError):
     """The run cannot be marked (ended already, or not found), with the reason."""
 
 
-def mark_run_as(session: Session, ref: RunRef, target: str, now: datetime) -> str:
-    """Mark the run a DagRun object shows `success` or `failed` (its `spec.state`);
-    returns the message for its condition. Raises MarkRefused."""
-    run = _locked_run(session, ref)
-    if run is None:
-        raise MarkRefused(f"no run of DAG {ref.dag_id!r} for this object")
+def mark_run_as(session: Session, run: ownership.RunRecord, target: str, now: datetime) -> str:
+    """Mark the run a DagRun object is (`object_verdict`) `success` or `failed` (its
+    `spec.state`); returns the message for its condition. Raises MarkRefused."""
     if run.state == target:
         return f"run {run.run_id} is {target}"
     if run.state not in ACTIVE_RUN_STATES:
@@ -117,15 +171,16 @@ def mark_run_as(session: Session, ref: RunRef, target: str, now: datetime) -> st
     return f"run {run.run_id} marked {target}: its unfinished tasks ended with the reason"
 
 
-def cancel_run(session: Session, ref: RunRef, reason: str, now: datetime) -> str | None:
-    """End the run a deleted DagRun object showed, as a run past its timeout ends: failed,
-    its unfinished tasks skipped with `reason` (their tries' Jobs are then stopped by the
-    replicas that run them). The run's id if it was unfinished, else None."""
-    run = _locked_run(session, ref)
-    if run is None or run.state not in ACTIVE_RUN_STATES:
+def cancel_run(
+    session: Session, run: ownership.RunRecord, reason: str, now: datetime
+) -> str | None:
+    """End the run of a deleted DagRun object (`object_verdict`), as a run past its timeout
+    ends: failed, its unfinished tasks skipped with `reason` (their tries' Jobs are then
+    stopped by the replicas that run them). The run's id if it was unfinished, else None."""
+    if run.state not in ACTIVE_RUN_STATES:
         return None
     end_runs(session, {run.id: reason}, now)
-    return str(run.run_id)
+    return run.run_id
 
 
 def start_backfill(session: Session, request: BackfillRequest, now: datetime) -> BackfillPlan:
@@ -172,11 +227,18 @@ def start_backfill(session: Session, request: BackfillRequest, now: datetime) ->
     return plan
 
 
-def cancel_backfill(session: Session, uid: str, reason: str, now: datetime) -> int:
+def cancel_backfill(
+    session: Session, namespace: str | None, uid: str, reason: str, now: datetime
+) -> int:
     """End the unfinished runs of the backfill a deleted Backfill object made (as a deleted
-    DagRun's run ends); returns how many."""
+    DagRun's run ends): the object is known by its uid in its namespace, never its name.
+    Returns how many."""
+    if not uid:
+        return 0
     backfill_id = session.execute(
-        select(Backfill.id).where(Backfill.object_uid == uid)
+        select(Backfill.id).where(
+            Backfill.object_uid == uid, Backfill.object_namespace.is_not_distinct_from(namespace)
+        )
     ).scalar_one_or_none()
     if backfill_id is None:
         return 0
@@ -242,7 +304,11 @@ def trigger(session: Session, request: TriggerRequest, now: datetime) -> RunSumm
         session.execute(
             update(DagRun)
             .where(DagRun.dag_id == request.dag_id, DagRun.run_id == request.run_id)
-            .values(object_name=request.object_name)
+            .values(
+                object_name=request.object_name,
+                object_namespace=request.namespace,
+                object_uid=request.object_uid,
+            )
         )
         existing = _run(session, request.dag_id, request.run_id)
     if existing is None:  # pragma: no cover - trigger_run raised or inserted it

@@ -430,17 +430,19 @@ class StatusPublisher:
     ) -> Outcome:
         """Merge-patch the status of a DAG or Backfill object the operator keeps (never its
         conditions), with the same resourceVersion precondition as a run's."""
+        uid: str | None = None  # a Backfill object is the one with its backfill's uid
         if isinstance(view, render.DagView):
             plural, name, status = "dags", view.dag_id, render.dag_status(view)
         else:
             plural, name, status = "backfills", view.object_name, render.backfill_status(view)
+            uid = view.object_uid
         namespace = view.namespace
         where = {"namespace": namespace, "object_name": name}
         version = publication.resource_version if publication else None
         try:
             if version is None:
                 current = self._get(namespace, name, plural)
-                if current is None:
+                if current is None or not _same_object(current, uid):
                     return Outcome("gone", {})
                 version = current["resource_version"]
             response = self._patch_status(namespace, plural, name, version, status)
@@ -449,7 +451,7 @@ class StatusPublisher:
                 return Outcome("gone", {})
             if exc.status == 409:
                 current = self._get(namespace, name, plural)
-                if current is None:
+                if current is None or not _same_object(current, uid):
                     return Outcome("gone", {})
                 return Outcome(
                     "conflict", {**where, "resource_version": current["resource_version"]}
@@ -512,7 +514,8 @@ class StatusPublisher:
                 return Outcome("gone", {**where, "uid": uid, "gone": True})
             if exc.status == 409:
                 current = self._get(namespace, name)
-                if current is None:
+                if current is None or not _same_object(current, uid):
+                    # Deleted, maybe created again under its name: another object.
                     return Outcome("gone", {**where, "uid": uid, "gone": True})
                 return Outcome("conflict", {**where, **current})
             return Outcome("failed", {}, _api_error(exc))
@@ -572,7 +575,9 @@ class StatusPublisher:
         self, run: render.RunView, namespace: str, name: str
     ) -> tuple[str, str, int | None, bool] | None:
         """(uid, resourceVersion, generation, created here) of the run's object, created if
-        the scheduler made the run; None if a user's object is gone."""
+        the scheduler made the run; None if a user's object is gone (an object under its
+        name with another uid is another object: the one that triggered the run was
+        deleted)."""
         if not run.object_name:
             body = render.new_object(run, self._dag_uid(namespace, run.dag_id))
             try:
@@ -597,7 +602,7 @@ class StatusPublisher:
                 if exc.status != 409:
                     raise
         current = self._get(namespace, name)
-        if current is None:
+        if current is None or not _same_object(current, run.object_uid):
             return None
         return current["uid"], current["resource_version"], current["generation"], False
 
@@ -713,6 +718,11 @@ class StatusPublisher:
                 store.enqueue(session, stale)
         log.info("status resync", enqueued=enqueued + len(stale), objects_behind=len(stale))
         return enqueued + len(stale)
+
+
+def _same_object(current: dict[str, Any], uid: str | None) -> bool:
+    """Is the object read by name the one with `uid`? (None: no uid to hold it to.)"""
+    return uid is None or current["uid"] == uid
 
 
 def _api_error(exc: ApiException) -> str:

@@ -22,8 +22,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sluice.handlers.objects import ORIGIN_LABEL, ORIGIN_SCHEDULER, RUN_ID_ANNOTATION
-from sluice.k8s_names import digest, dns_label
+from sluice.handlers.objects import (
+    ORIGIN_LABEL,
+    ORIGIN_SCHEDULER,
+    RUN_ID_ANNOTATION,
+    scheduler_object_name,
+)
 from sluice.spec.states import RunState, TaskState
 
 GROUP = "sluice.io"
@@ -78,6 +82,7 @@ class RunView:
     tasks_total: int
     tasks_done: int
     object_name: str | None = None  # a user's DagRun object; None: the scheduler names it
+    object_uid: str | None = None  # that object's uid (None: triggered before migration 0013)
     tasks: list[TaskView] = field(default_factory=list)
 
 
@@ -93,7 +98,7 @@ def object_name(run: RunView) -> str:
     the same on every replica (two creates make one object)."""
     if run.object_name:
         return run.object_name
-    return dns_label(f"{run.dag_id}-{run.run_id}", digest(run.dag_id, run.run_id), fallback="run")
+    return scheduler_object_name(run.dag_id, run.run_id)
 
 
 def timestamp(value: datetime | None) -> str | None:
@@ -385,6 +390,7 @@ class BackfillView:
     namespace: str
     object_name: str
     runs: dict[str, int]  # run state -> how many of the backfill's runs
+    object_uid: str | None = None  # its Backfill object's: published onto that one only
 
 
 def backfill_status(backfill: BackfillView) -> dict[str, Any]:

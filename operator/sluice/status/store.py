@@ -168,6 +168,7 @@ def read_runs(
             tasks_total=run.tasks_total,
             tasks_done=run.tasks_done,
             object_name=run.object_name,
+            object_uid=run.object_uid,
             tasks=tasks[run.id],
         )
     return out
@@ -189,6 +190,7 @@ _RUN_COLUMNS = (
     DagRun.tasks_total,
     DagRun.tasks_done,
     DagRun.object_name,
+    DagRun.object_uid,
 )
 # Built once (a run's every change reads them): each call only binds the ids.
 _READ_RUNS = (
@@ -389,6 +391,7 @@ def read_backfills(session: Session, ids: Sequence[str]) -> dict[str, BackfillVi
             namespace=str(b.object_namespace),
             object_name=str(b.object_name),
             runs=counts[b.id],
+            object_uid=b.object_uid,
         )
         for b in rows
     }
