@@ -973,6 +973,12 @@ def test_the_dag_reference_policy_is_bound_with_this_releases_names(helm: str) -
     names = one(docs, "ConfigMap", "sluice-protected-names")["data"]
     assert set(names["secrets"].split(" ")) == {"sluice-postgres", "sluice-task-api"}
     assert set(names["serviceAccounts"].split(" ")) == {"sluice-scheduler", "sluice-operator"}
+    own = render(helm, None, "postgres.existingSecret=pg-pass", "taskApi.existingSecret=keys")
+    names = one(own, "ConfigMap", "sluice-protected-names")["data"]
+    assert set(names["secrets"].split(" ")) == {"pg-pass", "keys", "sluice-postgres"}
+    external = render(helm, None, "database.existingSecret=db-url")
+    names = one(external, "ConfigMap", "sluice-protected-names")["data"]
+    assert set(names["secrets"].split(" ")) == {"db-url", "sluice-task-api"}
     binding = one(docs, "ValidatingAdmissionPolicyBinding", "sluice-protected-names-sluice")
     assert binding["spec"]["policyName"] == "sluice.io-dag-references"
     assert binding["spec"]["paramRef"] == {
@@ -980,6 +986,14 @@ def test_the_dag_reference_policy_is_bound_with_this_releases_names(helm: str) -
         "namespace": "sluice",
         "parameterNotFoundAction": "Deny",
     }
+    # The operator refuses the same names where the policy is not installed.
+    operator = container(docs, "Deployment", "sluice-operator", "operator")
+    env = {e["name"]: e.get("valueFrom") for e in operator["env"]}
+    for variable, key in (
+        ("SLUICE_PROTECTED_SECRETS", "secrets"),
+        ("SLUICE_PROTECTED_SERVICE_ACCOUNTS", "serviceAccounts"),
+    ):
+        assert env[variable] == {"configMapKeyRef": {"name": "sluice-protected-names", "key": key}}
     # Another release binds the policy it does not install, with its own names.
     other = render(helm, ALL_NAMESPACES)
     assert "sluice.io-dag-references" not in {

@@ -206,3 +206,32 @@ def test_a_trigger_request_carries_its_objects_name_and_uid() -> None:
     request = objects.trigger_request(body)
     assert (request.object_name, request.object_uid) == ("mine", "0123456789abcdef")
     assert request.run_id == "manual__mine__01234567"
+
+
+def test_the_operator_refuses_a_template_naming_sluices_own_secrets_and_accounts() -> None:
+    protected = objects.ProtectedNames.from_env(
+        {
+            objects.PROTECTED_SECRETS_ENV: "sluice-postgres sluice-task-api",
+            objects.PROTECTED_SERVICE_ACCOUNTS_ENV: "sluice-scheduler",
+        }
+    )
+    template = {
+        "spec": {
+            "serviceAccountName": "sluice-scheduler",
+            "volumes": [{"name": "db", "secret": {"secretName": "sluice-postgres"}}],
+        }
+    }
+    body = _body(
+        defaults={"podTemplate": template},
+        tasks=[{"name": "a", "image": "busybox"}, {"name": "b", "image": "busybox"}],
+    )
+    with pytest.raises(SpecError) as caught:
+        objects.manifest_from_body(body, protected)
+    assert [issue.path for issue in caught.value.issues] == [
+        f"spec.tasks[{i}].podTemplate.spec.{field}"
+        for i in (0, 1)
+        for field in ("serviceAccountName", "volumes[0].secret.secretName")
+    ]
+    assert "Sluice's own ServiceAccounts cannot run a task" in str(caught.value)
+    # Without the names (no chart, the policy off) the same DAG is a team's own business.
+    assert objects.manifest_from_body(body).metadata.name == "hello"

@@ -23,12 +23,14 @@ DAG identity across namespaces (the decision):
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from sluice.k8s_names import digest, dns_label
+from sluice.spec import podpolicy
 from sluice.spec.errors import SpecError, SpecIssue
 from sluice.spec.models import DagManifest
 from sluice.spec.states import Reprocess
@@ -43,11 +45,49 @@ ORIGIN_SCHEDULER = "scheduler"
 RUN_ID_ANNOTATION = "sluice.io/run-id"
 
 
-def manifest_from_body(body: Mapping[str, Any]) -> DagManifest:
+# Sluice's own Secrets and ServiceAccounts, names separated by spaces: the chart sets them
+# from the ConfigMap its DAG reference policy takes as parameter (ADR 0028).
+PROTECTED_SECRETS_ENV = "SLUICE_PROTECTED_SECRETS"
+PROTECTED_SERVICE_ACCOUNTS_ENV = "SLUICE_PROTECTED_SERVICE_ACCOUNTS"
+
+
+@dataclass(frozen=True)
+class ProtectedNames:
+    """What no DAG's podTemplate may name: an installation's own Secrets and ServiceAccounts."""
+
+    secrets: frozenset[str] = frozenset()
+    service_accounts: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> ProtectedNames:
+        return cls(
+            frozenset(environ.get(PROTECTED_SECRETS_ENV, "").split()),
+            frozenset(environ.get(PROTECTED_SERVICE_ACCOUNTS_ENV, "").split()),
+        )
+
+
+def protected_reference_issues(manifest: DagManifest, names: ProtectedNames) -> list[SpecIssue]:
+    """An issue for each of the DAG's tasks whose pod template names one of `names`."""
+    return [
+        SpecIssue(f"spec.tasks[{index}].podTemplate.{path}", message)
+        for index, task in enumerate(manifest.spec.tasks)
+        if task.pod_template
+        for path, message in podpolicy.protected_references(
+            task.pod_template, names.secrets, names.service_accounts
+        )
+    ]
+
+
+def manifest_from_body(
+    body: Mapping[str, Any], protected: ProtectedNames = ProtectedNames()
+) -> DagManifest:
     """The DagManifest of a DAG object as kopf hands it over; raises SpecError.
 
     Only apiVersion, kind, metadata (name, namespace, labels, annotations) and
-    spec are read: status and the API server's metadata are not spec.
+    spec are read: status and the API server's metadata are not spec. A pod
+    template that names one of the `protected` names is refused too (the
+    admission policy refuses it at apply; this holds where the policy is not
+    installed, and for a DAG applied before it was).
     """
     metadata = body.get("metadata")
     meta = metadata if isinstance(metadata, Mapping) else {}
@@ -59,7 +99,11 @@ def manifest_from_body(body: Mapping[str, Any]) -> DagManifest:
         },
         "spec": body.get("spec"),
     }
-    return parse_dag_manifest(doc)
+    manifest = parse_dag_manifest(doc)
+    issues = protected_reference_issues(manifest, protected)
+    if issues:
+        raise SpecError(issues, dag_name=manifest.metadata.name)
+    return manifest
 
 
 def spec_error_of(body: Mapping[str, Any]) -> SpecError | None:

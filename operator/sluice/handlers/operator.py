@@ -113,7 +113,7 @@ def dag_applied(
     generation = _generation(meta)
     previous = body.get("status")
     try:
-        manifest = objects.manifest_from_body(body)
+        manifest = objects.manifest_from_body(body, objects.ProtectedNames.from_env())
     except SpecError as error:
         with transaction() as session:
             kept = store.owned_version(session, str(name), namespace)
