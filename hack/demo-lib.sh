@@ -49,12 +49,6 @@ demo_run() {
     log "demo: the default Pool's protection is installed already (not by this release): keeping it"
     extra+=(--set defaultPoolProtection.enabled=false)
   fi
-  policy="$(kubectl get validatingadmissionpolicy sluice.io-dag-references \
-    -o jsonpath='{.metadata.annotations.meta\.helm\.sh/release-namespace}/{.metadata.annotations.meta\.helm\.sh/release-name}' 2>/dev/null || echo absent)"
-  if [[ "$policy" != absent && "$policy" != "$NS/$RELEASE" ]]; then
-    log "demo: the DAG reference policy is installed already (not by this release): binding it only"
-    extra+=(--set dagReferenceProtection.installPolicy=false)
-  fi
 
   local t0=$SECONDS
   log "demo: helm upgrade --install $RELEASE charts/sluice -n $NS -f ${values#"$SLUICE_ROOT"/} (waits for every pod)"

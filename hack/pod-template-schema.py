@@ -47,7 +47,7 @@ TIME = {
 }
 KEEP = {"type", "format", "enum", "required", "properties", "items", "additionalProperties"}
 # Bounds for the CEL cost estimate: generous for a pod, small enough to multiply.
-MAX_ITEMS = {"containers": 16, "initContainers": 16, "volumes": 64, "env": 256}
+MAX_ITEMS = {"containers": 16, "initContainers": 16, "volumes": 64, "env": 256, "sources": 16}
 MAX_ITEMS_DEFAULT = 64
 
 

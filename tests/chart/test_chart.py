@@ -12,6 +12,8 @@ The checks of the chart's files (CRD copies, documented values) need no helm.
 
 from __future__ import annotations
 
+import json
+
 import base64
 import functools
 import hashlib
@@ -962,45 +964,47 @@ def test_common_labels_and_name_overrides(helm: str) -> None:
 def test_the_default_pool_policy_is_optional(helm: str) -> None:
     kinds = {d["kind"] for d in render(helm)}
     assert {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} <= kinds
-    kinds = {d["kind"] for d in render(helm, ALL_NAMESPACES)}
-    assert "ValidatingAdmissionPolicy" not in kinds
+    names = {d["metadata"]["name"] for d in render(helm, ALL_NAMESPACES)}
+    assert "sluice.io-default-pool" not in names
 
 
-def test_the_dag_reference_policy_is_bound_with_this_releases_names(helm: str) -> None:
+def _reference_lists(docs: list[Doc], name: str) -> dict[str, str]:
+    policy = one(docs, "ValidatingAdmissionPolicy", name)
+    binding = one(docs, "ValidatingAdmissionPolicyBinding", name)
+    assert binding["spec"] == {"policyName": name, "validationActions": ["Deny"]}
+    return {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+
+
+def test_the_dag_reference_policy_has_this_releases_names(helm: str) -> None:
+    from sluice.handlers import crds
+
     docs = render(helm)
-    policy = one(docs, "ValidatingAdmissionPolicy", "sluice.io-dag-references")
-    assert policy["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
-    names = one(docs, "ConfigMap", "sluice-protected-names")["data"]
-    assert set(names["secrets"].split(" ")) == {"sluice-postgres", "sluice-task-api"}
-    assert set(names["serviceAccounts"].split(" ")) == {"sluice-scheduler", "sluice-operator"}
-    own = render(helm, None, "postgres.existingSecret=pg-pass", "taskApi.existingSecret=keys")
-    names = one(own, "ConfigMap", "sluice-protected-names")["data"]
-    assert set(names["secrets"].split(" ")) == {"pg-pass", "keys", "sluice-postgres"}
-    external = render(helm, None, "database.existingSecret=db-url")
-    names = one(external, "ConfigMap", "sluice-protected-names")["data"]
-    assert set(names["secrets"].split(" ")) == {"db-url", "sluice-task-api"}
-    binding = one(docs, "ValidatingAdmissionPolicyBinding", "sluice-protected-names-sluice")
-    assert binding["spec"]["policyName"] == "sluice.io-dag-references"
-    assert binding["spec"]["paramRef"] == {
-        "name": "sluice-protected-names",
-        "namespace": "sluice",
-        "parameterNotFoundAction": "Deny",
-    }
+    variables = _reference_lists(docs, "sluice.io-dag-references-sluice-sluice")
+    assert variables["secrets"] == "['sluice-task-api', 'sluice-postgres']"
+    assert variables["accounts"] == "['sluice-scheduler', 'sluice-operator']"
+    # The rest is the generated policy's, as crds/ has it.
+    generated = crds.dag_reference_protection()[0]
+    policy = one(docs, "ValidatingAdmissionPolicy", "sluice.io-dag-references-sluice-sluice")
+    assert policy["spec"]["validations"] == generated["spec"]["validations"]
+    assert policy["spec"]["matchConstraints"] == generated["spec"]["matchConstraints"]
     # The operator refuses the same names where the policy is not installed.
     operator = container(docs, "Deployment", "sluice-operator", "operator")
-    env = {e["name"]: e.get("valueFrom") for e in operator["env"]}
-    for variable, key in (
-        ("SLUICE_PROTECTED_SECRETS", "secrets"),
-        ("SLUICE_PROTECTED_SERVICE_ACCOUNTS", "serviceAccounts"),
-    ):
-        assert env[variable] == {"configMapKeyRef": {"name": "sluice-protected-names", "key": key}}
-    # Another release binds the policy it does not install, with its own names.
+    env = {e["name"]: e.get("value") for e in operator["env"]}
+    assert env["SLUICE_PROTECTED_SECRETS"] == "sluice-task-api sluice-postgres"
+    assert env["SLUICE_PROTECTED_SERVICE_ACCOUNTS"] == "sluice-scheduler sluice-operator"
+
+    own = render(helm, None, "postgres.existingSecret=pg-pass", "taskApi.existingSecret=keys")
+    variables = _reference_lists(own, "sluice.io-dag-references-sluice-sluice")
+    assert variables["secrets"] == "['keys', 'pg-pass', 'sluice-postgres']"
+    external = render(helm, None, "database.existingSecret=db-url")
+    variables = _reference_lists(external, "sluice.io-dag-references-sluice-sluice")
+    assert variables["secrets"] == "['sluice-task-api', 'db-url']"
     other = render(helm, ALL_NAMESPACES)
-    assert "sluice.io-dag-references" not in {
-        d["metadata"]["name"] for d in of_kind(other, "ValidatingAdmissionPolicy")
-    }
-    names = one(other, "ConfigMap", "wf-protected-names")["data"]
-    assert set(names["serviceAccounts"].split(" ")) == {"sluice-scheduler", "sluice-operator"}
+    variables = _reference_lists(other, "sluice.io-dag-references-sluice-wf")
+    assert variables["accounts"] == "['sluice-scheduler', 'sluice-operator']"
+    off = render(helm, None, "dagReferenceProtection.enabled=false")
+    assert "SLUICE_PROTECTED_SECRETS" not in json.dumps(off)
+    assert "sluice.io-dag-references-sluice-sluice" not in json.dumps(off)
 
 
 def test_notes_say_what_to_run_next(helm: str) -> None:

@@ -69,9 +69,7 @@ class Release:
     def install(self, *flags: str, command: str = "install") -> None:
         """`helm install` (or `upgrade`) with the local values and more helm `flags`."""
         args = [command, self.name, str(CHART), "-f", str(LOCAL_VALUES)]
-        # apply_crds made both cluster-scoped policies; the release binds the second one
-        args += ["--set", "defaultPoolProtection.enabled=false"]
-        args += ["--set", "dagReferenceProtection.installPolicy=false"]
+        args += ["--set", "defaultPoolProtection.enabled=false"]  # apply_crds made one
         self.run_helm(*args, *flags, "--wait", "--timeout", "8m")
 
     def installed(self) -> bool:

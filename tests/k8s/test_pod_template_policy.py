@@ -2,16 +2,14 @@
 
 Every escape a podTemplate could try is refused at `kubectl apply`, naming the
 field: the restricted pod rules by the DAG CRD's own CEL, Sluice's Secrets and
-ServiceAccounts by the ValidatingAdmissionPolicy the chart binds with its
-release's names (bound here the way the chart binds it:
-tests/chart/test_chart.py checks the chart renders these objects).
+ServiceAccounts by the ValidatingAdmissionPolicy in crds/ (the chart's default
+names; the chart renders one per release with its own names, as
+tests/chart/test_chart.py checks).
 """
 
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -79,48 +77,6 @@ def test_a_template_a_team_needs_is_accepted_and_a_typo_is_not(
     assert 'unknown field "spec.tasks[0].podTemplate.spec.contianers"' in err, err
 
 
-@pytest.fixture
-def bound_names(crds: Cluster, k8s_namespace: str) -> Iterator[str]:
-    """The chart's binding of the DAG reference policy, for a release in `k8s_namespace`."""
-    binding = f"sluice-test-{uuid.uuid4().hex[:8]}"
-    crds.apply(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": "sluice-protected-names"},
-                "data": {
-                    "secrets": "sluice-postgres sluice-task-api",
-                    "serviceAccounts": "sluice-scheduler sluice-operator",
-                },
-            }
-        ),
-        k8s_namespace,
-    )
-    crds.apply(
-        json.dumps(
-            {
-                "apiVersion": "admissionregistration.k8s.io/v1",
-                "kind": "ValidatingAdmissionPolicyBinding",
-                "metadata": {"name": binding},
-                "spec": {
-                    "policyName": "sluice.io-dag-references",
-                    "validationActions": ["Deny"],
-                    "paramRef": {
-                        "name": "sluice-protected-names",
-                        "namespace": k8s_namespace,
-                        "parameterNotFoundAction": "Deny",
-                    },
-                },
-            }
-        )
-    )
-    try:
-        yield k8s_namespace
-    finally:
-        crds.kubectl("delete", "validatingadmissionpolicybinding", binding, check=False)
-
-
 REFERENCES = {
     "secret volume": {"volumes": [{"name": "db", "secret": {"secretName": "sluice-postgres"}}]},
     "projected secret": {
@@ -154,7 +110,7 @@ REFERENCES = {
 
 @pytest.mark.parametrize("case", sorted(REFERENCES))
 def test_sluices_own_secrets_are_refused_at_apply(
-    crds: Cluster, k8s_namespace: str, bound_names: str, case: str
+    crds: Cluster, k8s_namespace: str, case: str
 ) -> None:
     # A second team's namespace: the policy binds cluster-wide.
     other = f"{k8s_namespace}-b"
@@ -169,7 +125,7 @@ def test_sluices_own_secrets_are_refused_at_apply(
 
 
 def test_sluices_own_service_accounts_are_refused_and_a_teams_own_are_not(
-    crds: Cluster, k8s_namespace: str, bound_names: str
+    crds: Cluster, k8s_namespace: str
 ) -> None:
     code, err = _apply(
         crds, _dag({"spec": {"serviceAccountName": "sluice-scheduler"}}), k8s_namespace

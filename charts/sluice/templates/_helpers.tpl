@@ -271,3 +271,24 @@ podAntiAffinity:
 {{- end -}}
 {{- toYaml $items -}}
 {{- end -}}
+
+{{/* The DAG reference policy of this release (cluster-scoped: its name says whose). */}}
+{{- define "sluice.dagReferencePolicyName" -}}
+{{- printf "sluice.io-dag-references-%s-%s" .Release.Namespace (include "sluice.fullname" .) | trunc 253 -}}
+{{- end -}}
+
+{{/* What no DAG's podTemplate may name, separated by spaces: the Secrets with the
+database URL or password and the task API keys, and Sluice's ServiceAccounts. */}}
+{{- define "sluice.protectedSecrets" -}}
+{{- $secrets := list (include "sluice.taskApiSecretName" .) -}}
+{{- if .Values.database.existingSecret -}}
+{{- $secrets = append $secrets .Values.database.existingSecret -}}
+{{- else -}}
+{{- $secrets = concat $secrets (list (include "sluice.postgresSecretName" .) (include "sluice.postgresName" .)) -}}
+{{- end -}}
+{{- $secrets | uniq | join " " -}}
+{{- end -}}
+
+{{- define "sluice.protectedServiceAccounts" -}}
+{{- list (include "sluice.schedulerServiceAccount" .) (include "sluice.operatorServiceAccount" .) | uniq | join " " -}}
+{{- end -}}

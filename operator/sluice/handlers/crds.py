@@ -14,6 +14,7 @@ operator with `parse_dag_manifest` and reported in `status.conditions`.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -626,12 +627,28 @@ def _secret_named(name: str) -> str:
     )
 
 
-def dag_reference_protection() -> dict[str, Any]:
-    """An admission policy that refuses a DAG naming Sluice's own Secrets or ServiceAccounts.
+# The chart's default names; the chart writes its own release's into its copy.
+DEFAULT_PROTECTED_SECRETS = ("sluice-postgres", "sluice-task-api")
+DEFAULT_PROTECTED_SERVICE_ACCOUNTS = ("sluice-scheduler", "sluice-operator")
 
-    Which names are Sluice's only an installation knows, so they come from a
-    ConfigMap parameter (`secrets`, `serviceAccounts`: names separated by spaces)
-    that the chart renders with its binding. The same rule, in the same words, is
+
+def cel_list(names: Iterable[str]) -> str:
+    """A CEL list literal of names (DNS names: nothing in them needs escaping)."""
+    return "[" + ", ".join(f"'{name}'" for name in names) + "]"
+
+
+def dag_reference_protection(
+    secrets: Iterable[str] = DEFAULT_PROTECTED_SECRETS,
+    service_accounts: Iterable[str] = DEFAULT_PROTECTED_SERVICE_ACCOUNTS,
+) -> list[dict[str, Any]]:
+    """An admission policy, and its binding, that refuse a DAG naming Sluice's own Secrets or
+    ServiceAccounts (or a Helm release record) in a podTemplate.
+
+    Which names are Sluice's only an installation knows: they are the policy's
+    `secrets` and `accounts` variables, CEL list literals. The chart renders a
+    policy of its own per release with its names in them (templates/
+    dag-reference-protection.yaml); this one, with the chart's default names, is
+    for `kubectl apply -f crds/`. The same rule, in the same words, is
     `podpolicy.protected_references`, which the operator applies as well.
     """
     templates = (
@@ -665,13 +682,12 @@ def dag_reference_protection() -> dict[str, Any]:
         "(!has(s.serviceAccount) || !(s.serviceAccount in variables.accounts))"
     )
     where = "spec.tasks[*].podTemplate or spec.defaults.podTemplate"
-    return {
+    policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
         "metadata": {"name": DAG_REFERENCE_POLICY_NAME},
         "spec": {
             "failurePolicy": "Fail",
-            "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
             "matchConstraints": {
                 "resourceRules": [
                     {
@@ -684,8 +700,8 @@ def dag_reference_protection() -> dict[str, Any]:
             },
             "variables": [
                 {"name": "specs", "expression": templates},
-                {"name": "secrets", "expression": "params.data.secrets.split(' ')"},
-                {"name": "accounts", "expression": "params.data.serviceAccounts.split(' ')"},
+                {"name": "secrets", "expression": cel_list(secrets)},
+                {"name": "accounts", "expression": cel_list(service_accounts)},
             ],
             "validations": [
                 {
@@ -702,6 +718,13 @@ def dag_reference_protection() -> dict[str, Any]:
             ],
         },
     }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": DAG_REFERENCE_POLICY_NAME},
+        "spec": {"policyName": DAG_REFERENCE_POLICY_NAME, "validationActions": ["Deny"]},
+    }
+    return [policy, binding]
 
 
 KOPF_PEERING = "kopf-peering.yaml"
@@ -762,7 +785,9 @@ def rendered_files() -> dict[str, str]:
     files[DEFAULT_POOL_POLICY] = HEADER + yaml.safe_dump_all(
         default_pool_protection(), sort_keys=False, width=100
     )
-    files[DAG_REFERENCE_POLICY] = render(dag_reference_protection())
+    files[DAG_REFERENCE_POLICY] = HEADER + yaml.safe_dump_all(
+        dag_reference_protection(), sort_keys=False, width=100
+    )
     files[KOPF_PEERING] = HEADER + yaml.safe_dump_all(
         kopf_peering_crds(), sort_keys=False, width=100
     )
