@@ -12,11 +12,10 @@ The checks of the chart's files (CRD copies, documented values) need no helm.
 
 from __future__ import annotations
 
-import json
-
 import base64
 import functools
 import hashlib
+import json
 import os
 import re
 import shutil
