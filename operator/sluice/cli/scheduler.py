@@ -328,7 +328,7 @@ def scheduler(
             log.info(
                 "kubernetes executor stopped",
                 api_requests=chosen.request_counts(),
-                **chosen.cache.stats(),
+                **chosen.watches.stats(),
             )
         if task_api is not None:
             task_api.stop()
