@@ -155,7 +155,7 @@ def make_executor(
 
 def sync(cache: TryCache) -> None:
     """Every watch of the cache synced: a bookmark, as after a first LIST."""
-    for kind in ("jobs", "pods"):
+    for kind in ("jobs", "pods", "events"):
         cache._apply(
             cache._kinds[kind],
             {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "1"}}},

@@ -1,6 +1,6 @@
 """The Job executor across namespaces: a try's Job runs in its DAG's namespace (or the
-pinned one), and is known by (namespace, name) in the cache, the API calls and its
-external id."""
+pinned one), is known by (namespace, name) in the cache, the API calls and its external
+id, and a pod the API server refuses fails its try at once with the refusal's message."""
 
 from __future__ import annotations
 
@@ -15,6 +15,39 @@ from sluice.executors.kubernetes.executor import KubernetesExecutor
 from sluice.spec.states import TaskState
 from tests.unit.test_k8s_executor_poll import Clock, FakeApi, make_executor, sync
 from tests.unit.test_k8s_jobs import launch
+
+PSA_REFUSAL = (
+    'Error creating: pods "hello-extract-2-425b1be9dd-abcde" is forbidden: violates '
+    'PodSecurity "restricted:latest": allowPrivilegeEscalation != false (container "main" '
+    "must set securityContext.allowPrivilegeEscalation=false), runAsNonRoot != true (pod or "
+    'container "main" must set securityContext.runAsNonRoot=true)'
+)
+
+
+def _event(job: dict[str, Any], message: str, *, version: int = 5) -> dict[str, Any]:
+    """The Job controller's Warning Event when its pod create was refused."""
+    meta = job["metadata"]
+    return {
+        "type": "ADDED",
+        "object": {
+            "metadata": {
+                "name": f"{meta['name']}.18a{version}",
+                "namespace": meta["namespace"],
+                "uid": f"event-{version}",
+                "resourceVersion": str(version),
+            },
+            "involvedObject": {
+                "kind": "Job",
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+            },
+            "reason": "FailedCreate",
+            "type": "Warning",
+            "message": message,
+            "lastTimestamp": f"2026-12-01T00:00:0{version % 10}Z",
+        },
+    }
 
 
 def _apply(executor: KubernetesExecutor, namespace: str, kind: str, event: Any) -> None:
@@ -154,3 +187,60 @@ def test_adopt_inspect_and_kill_act_in_the_tries_namespace(
     assert adopter.external_ids() == {(7, 2): ext}
     adopter.kill((7, 2), "fenced")
     assert api.deleted == [("team-b", job["metadata"]["name"])]
+
+
+def test_a_pod_refused_by_admission_fails_the_try_at_once_with_the_refusal(
+    monkeypatch: pytest.MonkeyPatch, api: FakeApi
+) -> None:
+    """Pod Security admission refuses the pod (the namespace enforces `restricted`): the
+    Job controller records FailedCreate on the Job and tries again, forever. The try fails
+    at the next poll with the API server's words, and its Job is deleted; it does not wait
+    out the pod start timeout to fail as "no pod was created"."""
+    clock = Clock()
+    executor = make_executor(monkeypatch, clock, api)
+    executor.start([launch(namespace="team-a")])
+    (job,) = api.created
+    sync(executor.watches.scope("team-a").cache)
+    assert executor.poll() == []
+    clock.now += timedelta(seconds=1)
+    _apply(executor, "team-a", "events", _event(job, PSA_REFUSAL))
+    (event,) = executor.poll()
+    assert event.state == TaskState.FAILED
+    assert event.reason is not None
+    assert event.reason.startswith("the API server refused the try's pod: pods ")
+    assert 'violates PodSecurity "restricted:latest"' in event.reason
+    assert "securityContext.runAsNonRoot=true" in event.reason
+    assert api.deleted == [("team-a", job["metadata"]["name"])]
+
+
+def test_a_refusal_that_may_pass_waits_for_the_pod_start_timeout_and_names_itself(
+    monkeypatch: pytest.MonkeyPatch, api: FakeApi
+) -> None:
+    clock = Clock()
+    executor = make_executor(monkeypatch, clock, api)
+    executor.start([launch()])
+    (job,) = api.created
+    quota = (
+        'Error creating: pods "x" is forbidden: exceeded quota: compute, requested: '
+        "cpu=1, used: cpu=4, limited: cpu=4"
+    )
+    _apply(executor, "work", "events", _event(job, quota))
+    assert executor.poll() == []  # a quota frees up as other pods end
+    clock.now += timedelta(seconds=60)
+    (event,) = executor.poll()
+    assert event.state == TaskState.FAILED
+    assert "refused the try's pod for 60s (pod start timeout 60s)" in (event.reason or "")
+    assert "exceeded quota: compute" in (event.reason or "")
+
+
+def test_a_refusal_of_an_earlier_job_of_the_same_name_is_not_this_ones(
+    monkeypatch: pytest.MonkeyPatch, api: FakeApi
+) -> None:
+    executor = make_executor(monkeypatch, Clock(), api)
+    executor.start([launch()])
+    (job,) = api.created
+    old = json.loads(json.dumps(job))
+    old["metadata"]["uid"] = "uid-of-a-deleted-job"
+    _apply(executor, "work", "events", _event(old, PSA_REFUSAL))
+    assert executor.poll() == []
+    assert executor.alive() == [(7, 2)]

@@ -11,7 +11,9 @@
   between creating it and recording it): it is adopted, never started twice.
   An API error that may pass (5xx, 429, a refused connection) is retried at
   the next poll until the pod start timeout; any other refusal fails the try
-  with the API server's message.
+  with the API server's message. So does a pod the API server refuses once
+  the Job exists (Pod Security admission: the Job controller's `FailedCreate`
+  Event), at once (`outcome.judge`).
 - `poll` judges each try this replica owns from the watch cache
   (`outcome.judge`): ended tries become `TaskEvent`s; tries whose pod could
   not start within the pod start timeout fail with the reason (and their Job
@@ -428,6 +430,7 @@ class KubernetesExecutor:
             started=started,
             pod_start_timeout=self.settings.pod_start_timeout,
             skip_on_exit_code=entry.skip_on_exit_code,
+            failed_create=scope.cache.failed_create(job),
         )
         late_at = (
             started + timedelta(seconds=self.settings.pod_start_timeout)
