@@ -244,3 +244,26 @@ def test_a_refusal_of_an_earlier_job_of_the_same_name_is_not_this_ones(
     _apply(executor, "work", "events", _event(old, PSA_REFUSAL))
     assert executor.poll() == []
     assert executor.alive() == [(7, 2)]
+
+
+def test_a_namespace_no_try_of_this_replica_is_in_is_not_watched_nor_needed_to_inspect(
+    monkeypatch: pytest.MonkeyPatch, api: FakeApi
+) -> None:
+    """The schedulers may have no rights in the default namespace (the release's, when it
+    is not served): nothing watches it until a try runs there, and the zombie sweep's reads
+    of another replica's try do not wait on it."""
+    first = make_executor(monkeypatch, Clock(), api, replica="r0")
+    first.start([launch(namespace="team-b")])
+    (job,) = api.created
+    api.add_pod(job, {"running": {}})
+    monkeypatch.setattr("sluice.executors.kubernetes.watch.TryCache.start", lambda self: None)
+    fresh = KubernetesExecutor(
+        first.settings,
+        api_factory=lambda: None,  # type: ignore[arg-type,return-value]
+        clock=Clock(),
+        sync_timeout=0,
+        replica="r1",
+    )
+    fresh._batch = fresh._custom = fresh._core = api  # type: ignore[assignment]
+    assert fresh.watches.all() == []
+    assert fresh.inspect((7, 2), first.external_ids()[(7, 2)]).state == "alive"

@@ -28,8 +28,9 @@
   events of the tries it reports on, not every replica's.
 - `inspect` answers "alive" while a try's pod starts or runs, "gone" with the
   outcome if it ended, "gone" with the evidence if its Job or pod vanished,
-  and "unreachable" when it cannot look (then no try is a zombie on this
-  replica's word): from the cache for this replica's tries, and for another
+  and "unreachable" when it cannot look (its namespace's watches are not
+  synced, or the reads fail: then no try is a zombie on this replica's
+  word): from the cache for this replica's tries, and for another
   replica's (a dead one's, which the zombie sweep asks about) by reading the
   Job and listing its pods, two requests per try, once.
 - `adopt` moves the try into this replica's watches: it patches the label on
@@ -205,18 +206,19 @@ class KubernetesExecutor:
         self._to_delete: dict[tuple[str, str], str] = {}  # (namespace, Job name) -> why
         self._reads_blocked_until: datetime | None = None
         self.api = ApiCounts()
-        # The default (or pinned) namespace is watched from the start; others from the
-        # first try there.
-        home = self.watches.scope(settings.job_namespace or settings.namespace)
-        if not home.cache.wait_synced(sync_timeout):
-            log.warning(
-                "the Job and pod watches have not synced yet; tries are judged once they do",
-                namespace=home.namespace,
-            )
+        # A pinned namespace is watched from the start; the namespaces of DAGs from the
+        # first try there (this replica may have no rights in the others it could serve).
+        if settings.job_namespace is not None:
+            pinned = self.watches.scope(settings.job_namespace)
+            if not pinned.cache.wait_synced(sync_timeout):
+                log.warning(
+                    "the Job and pod watches have not synced yet; tries are judged once they do",
+                    namespace=pinned.namespace,
+                )
 
     @property
     def cache(self) -> TryCache:
-        """The default (or pinned) namespace's cache."""
+        """The pinned (else the default) namespace's cache, its watches started if not yet."""
         return self.watches.scope(self.settings.job_namespace or self.settings.namespace).cache
 
     def namespace_of(self, launch: TaskLaunch) -> str:
@@ -451,8 +453,6 @@ class KubernetesExecutor:
     # -- other replicas' tries ----------------------------------------------------------
 
     def inspect(self, key: Key, external_id: str | None) -> Inspection:
-        if not self.cache.synced:
-            return Inspection(state="unreachable")
         ours = self._tries.get(key)
         if external_id is not None:
             namespace, name = self.locate(external_id)
