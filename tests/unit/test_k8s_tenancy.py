@@ -267,3 +267,17 @@ def test_a_namespace_no_try_of_this_replica_is_in_is_not_watched_nor_needed_to_i
     fresh._batch = fresh._custom = fresh._core = api  # type: ignore[assignment]
     assert fresh.watches.all() == []
     assert fresh.inspect((7, 2), first.external_ids()[(7, 2)]).state == "alive"
+
+
+def test_a_namespace_that_refuses_the_job_is_not_watched(
+    monkeypatch: pytest.MonkeyPatch, api: FakeApi
+) -> None:
+    """The schedulers have no rights in a DAG's namespace (it is not served): the try fails
+    at once with the API server's 403, and no watch is started there to fail forever."""
+    executor = make_executor(monkeypatch, Clock(), api)
+    api.fail_next["create_job"] = [403]
+    executor.start([launch(namespace="elsewhere")])
+    (event,) = executor.poll()
+    assert event.state == TaskState.FAILED
+    assert (event.reason or "").startswith("the API server refused Job elsewhere/hello-")
+    assert executor.watches.get("elsewhere") is None

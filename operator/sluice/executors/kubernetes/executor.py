@@ -265,7 +265,7 @@ class KubernetesExecutor:
                 namespace=namespace,
                 job_name=body["metadata"]["name"],
                 started=self._clock(),
-                blind_at_start=self.watches.scope(namespace).blind_total,
+                blind_at_start=self._blind_total(namespace),
                 skip_on_exit_code=launch.skip_on_exit_code,
                 pending_body=body,
             )
@@ -345,6 +345,12 @@ class KubernetesExecutor:
 
     def _cache(self, entry: _Try) -> TryCache:
         return self.watches.scope(entry.namespace).cache
+
+    def _blind_total(self, namespace: str) -> float:
+        """The namespace's blind seconds so far; its watches start with its first Job (a
+        namespace whose Jobs this replica may not create is never watched)."""
+        scope = self.watches.get(namespace)
+        return 0.0 if scope is None else scope.blind_total
 
     def _fail(self, key: Key, reason: str) -> None:
         log.warning("try failed to start", ti=key[0], try_number=key[1], reason=reason)
