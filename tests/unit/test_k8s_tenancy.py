@@ -281,3 +281,26 @@ def test_a_namespace_that_refuses_the_job_is_not_watched(
     assert event.state == TaskState.FAILED
     assert (event.reason or "").startswith("the API server refused Job elsewhere/hello-")
     assert executor.watches.get("elsewhere") is None
+
+
+def test_one_namespaces_outage_does_not_stretch_anothers_pod_start_timeout(
+    monkeypatch: pytest.MonkeyPatch, api: FakeApi
+) -> None:
+    clock = Clock()
+    executor = make_executor(monkeypatch, clock, api)
+    executor.start([launch(ti_id=1, namespace="team-a"), launch(ti_id=2, namespace="team-b")])
+    sync(executor.watches.scope("team-a").cache)
+    clock.now += timedelta(seconds=1)
+    assert executor.poll() == []  # team-b's watches cannot see it yet
+    clock.now += timedelta(seconds=49)
+    sync(executor.watches.scope("team-b").cache)  # 49 s blind, plus 30 s to settle
+    assert executor.poll() == []
+    clock.now += timedelta(seconds=10)  # 60 s: team-a's pod start timeout, not stretched
+    (event,) = executor.poll()
+    assert event.key == (1, 2)
+    clock.now += timedelta(seconds=78)  # team-b's: 60 s it could see, plus 79 s it could not
+    assert executor.poll() == []
+    clock.now += timedelta(seconds=1)
+    (event,) = executor.poll()
+    assert event.key == (2, 2)
+    assert "did not start within the pod start timeout" in (event.reason or "")
