@@ -102,9 +102,11 @@ def test_jobs_run_in_each_dags_namespace_unless_job_namespace_pins_them(
     keys = {"SLUICE_TASK_API_KEYS": "k" * 48}
     pinned = ("--job-namespace", "work", "--task-api-url", "http://api:1")
     assert run(*base, *pinned, env=keys)[0] == 3
+    assert run(*base, "--task-api-url", "http://[fd00::1]:1", env=keys)[0] == 3
     assert [(s.namespace, s.job_namespace) for s in made] == [
         ("work", None),
         ("work", "jobs"),
         ("work", "batch"),
         ("work", "work"),
+        ("work", None),
     ]

@@ -135,8 +135,9 @@ def kubernetes_settings(
     if task_api_url is not None and not task_api_url.startswith(("http://", "https://")):
         fail(f"--task-api-url {task_api_url!r} must start with http:// or https://")
     host = urlsplit(task_api_url or "").hostname
-    if job_namespace is None and host is not None and "." not in host:
-        # A bare Service name resolves only in the Service's own namespace.
+    if job_namespace is None and host is not None and not {".", ":"} & set(host):
+        # A bare Service name resolves only in the Service's own namespace (an IPv4 or
+        # IPv6 address, or a name with a dot, is the same everywhere).
         fail(
             f"--task-api-url {task_api_url!r}: task pods run in their DAG's namespace, where "
             f"{host!r} does not resolve; name the Service's namespace "

@@ -5,10 +5,10 @@ many namespaces. Each gets its own `TryCache` (its Job, pod and `FailedCreate`
 Event watches), started when the replica first creates (or finds) a Job there
 or adopts a try there: a replica watches the namespaces its own tries are in,
 and needs no list of them (its rights decide where it may create Jobs; a
-refusal fails the try with the API server's message, and starts no watch). Each namespace also keeps the time its
-watches could not see it, so an outage of one namespace's watches (its
-RoleBinding removed) does not stretch the pod start timeout of another's
-tries, nor stop them being judged.
+refusal fails the try with the API server's message, and starts no watch).
+Each namespace also keeps the time its watches could not see it, so an outage
+of one namespace's watches (its RoleBinding removed) does not stretch the pod
+start timeout of another's tries, nor stop them being judged.
 """
 
 from __future__ import annotations
