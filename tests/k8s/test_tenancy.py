@@ -6,7 +6,12 @@ release's; the team's is labelled here). A DAG applied in the team's namespace
 runs its Job there, as the task ServiceAccount the chart made there (no rights,
 no token); a DAG whose podTemplate the CRD accepts but the team namespace's Pod
 Security admission refuses fails its try at once with the admission's message,
-long before the pod start timeout (600 s here).
+long before the pod start timeout (600 s here); so does a pod over the
+namespace's LimitRange (an admission refusal no spec validation can foresee).
+
+The schedulers run the image on the node (`localhost/sluice:dev`): it must be
+built from this code (`hack/build-images.sh`), or the Jobs run where an older
+executor puts them.
 """
 
 from __future__ import annotations
@@ -164,3 +169,34 @@ def test_a_pod_the_namespaces_admission_refuses_fails_its_try_at_once(
         lambda: not rel.cluster.get_json("jobs", "-n", team, "-l", f"sluice.io/dag={dag}")["items"],
         timeout=60,
     )
+
+
+def test_a_pod_over_the_namespaces_limit_range_fails_its_try_at_once(
+    rel: Release, team: str
+) -> None:
+    """The LimitRange admission plugin refuses the pod (its main container asks for more
+    memory than the namespace allows): the try fails with its words, at once."""
+    limits = json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "LimitRange",
+            "metadata": {"name": "small"},
+            "spec": {"limits": [{"type": "Container", "max": {"memory": "256Mi"}}]},
+        }
+    )
+    rel.cluster.apply(limits, team)
+    try:
+        dag = f"limited-{rel.name}"
+        task = {"name": "t", "args": ["echo never"], "resources": {"limits": {"memory": "1Gi"}}}
+        began = time.monotonic()
+        _apply(rel, team, dag_manifest(dag, [task]))
+        run = _ended_run(rel, team, dag, timeout=240)
+        took = time.monotonic() - began
+        assert run["status"]["state"] == "failed", f"{run['status']}\n{rel.dump()}"
+        assert took < POD_START_TIMEOUT / 2, f"{took:.0f}s: not at once"
+        ((state, _, reason),) = _tries(rel, dag)
+        assert state == "failed"
+        assert reason.startswith("the API server refused the try's pod: "), reason
+        assert "maximum memory usage per Container is 256Mi" in reason, reason
+    finally:
+        rel.cluster.kubectl("-n", team, "delete", "limitrange", "small", check=False)
