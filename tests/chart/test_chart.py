@@ -705,6 +705,8 @@ SCHEDULER_TASKS = {
     "/pods list",
     "/pods watch",
     "/pods patch",
+    "/events list",
+    "/events watch",
 }
 SCHEDULER_OBJECTS = {
     "sluice.io/dagruns create",
@@ -783,7 +785,9 @@ def test_rbac_in_served_and_task_namespaces(helm: str) -> None:
     # The release namespace not served: kopf still posts Pool Events there.
     elsewhere = render(helm, None, "watch.namespaces={team-a}")
     assert rules_of(elsewhere, "Role", "sluice-operator-events", NAMESPACE) == {"/events create"}
-    assert [r["metadata"]["namespace"] for r in of_kind(elsewhere, "Role")].count(NAMESPACE) == 2
+    # ... and nothing else: Jobs run in their DAG's namespace, a served one (ADR 0032).
+    assert [r["metadata"]["namespace"] for r in of_kind(elsewhere, "Role")].count(NAMESPACE) == 1
+    assert rules_of(elsewhere, "Role", "sluice-scheduler-tasks", "team-a") == SCHEDULER_TASKS
 
 
 def test_rbac_for_every_namespace(helm: str) -> None:
@@ -854,7 +858,8 @@ def test_task_pods_get_an_account_without_rights_or_token(helm: str) -> None:
         for binding in of_kind(docs, "RoleBinding") + of_kind(docs, "ClusterRoleBinding"):
             assert all(s["name"] != "sluice-task" for s in binding["subjects"])
         scheduler = container(docs, "Deployment", "sluice-scheduler", "scheduler")
-        assert flag(scheduler["args"], "--namespace") == namespace
+        assert flag(scheduler["args"], "--namespace") == NAMESPACE
+        assert (namespace == NAMESPACE) == ("--job-namespace" not in scheduler["args"])
 
 
 # ---- the non-default values file -----------------------------------------------------
@@ -866,7 +871,7 @@ def test_non_default_values(helm: str) -> None:
     assert one(docs, "Deployment", "sluice-operator")["spec"]["replicas"] == 3
     scheduler = container(docs, "Deployment", "sluice-scheduler", "scheduler")
     args = scheduler["args"]
-    assert flag(args, "--namespace") == "sluice-tasks"
+    assert flag(args, "--job-namespace") == "sluice-tasks"
     assert flag(args, "--task-image-pull-policy") == "Always"
     assert flag(args, "--pod-start-timeout") == "600"
     assert flag(args, "--zombie-threshold") == "120"
@@ -900,9 +905,9 @@ def test_network_policies(helm: str) -> None:
     task_api, metrics = scheduler["ingress"]
     assert task_api["ports"] == [{"port": 8080, "protocol": "TCP"}]
     (task_pods,) = task_api["from"]
-    assert task_pods["namespaceSelector"]["matchLabels"] == {
-        "kubernetes.io/metadata.name": "sluice-tasks"
-    }
+    assert task_pods["namespaceSelector"]["matchExpressions"] == [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["sluice-tasks"]}
+    ]
     assert task_pods["podSelector"]["matchExpressions"] == [
         {"key": "sluice.io/ti", "operator": "Exists"}
     ]

@@ -255,6 +255,25 @@ def test_manual_run_carries_its_conf_to_the_task(sessions: sessionmaker[Session]
     assert launch.context_env()["SLUICE_RUN_ID"].startswith("manual__")
 
 
+def test_a_launch_carries_its_dags_namespace(sessions: sessionmaker[Session]) -> None:
+    """The Job executor runs a try in its DAG's namespace: the claim reads it with the run
+    (None for a DAG registered without one, from the CLI)."""
+    clock = FakeClock()
+    register(sessions, manifest("tenant", chain("a")), clock.now)
+    register(sessions, manifest("cli", chain("a")), clock.now)
+    with sessions() as session:
+        session.execute(text("UPDATE dag SET namespace = 'team-a' WHERE dag_id = 'tenant'"))
+        session.commit()
+    trigger(sessions, "tenant", clock.now)
+    trigger(sessions, "cli", clock.now)
+    executor = ScriptedExecutor()
+    run_until_idle(make_loop(sessions, executor, clock))
+    assert {launch.dag_id: launch.namespace for launch in executor.started} == {
+        "tenant": "team-a",
+        "cli": None,
+    }
+
+
 def test_running_tries_are_heartbeated_once_per_interval_and_new_ones_at_once(
     sessions: sessionmaker[Session],
 ) -> None:

@@ -74,8 +74,8 @@ def test_example_dags_run_as_one_job_per_try(fleet: Fleet) -> None:
                 assert meta["annotations"]["sluice.io/run-id"] == _run_id(fleet, ti)
                 assert job["spec"]["backoffLimit"] == 0
                 ran += 1
-            if ti.try_number:
-                assert ti.external_id == names.job_name(
+            if ti.try_number:  # the try's namespace (the default: its DAG has none) and Job
+                assert ti.external_id == fleet.namespace + "/" + names.job_name(
                     dag_id, _run_id(fleet, ti), task, ti.try_number
                 )
     assert ran == len(jobs), "a Job that belongs to no try"
@@ -251,10 +251,11 @@ def test_a_killed_replicas_job_is_adopted_not_started_again(fleet: Fleet) -> Non
     survivor.stop()  # its log ends with what it asked of the API server
     jobs = [j["metadata"]["name"] for j in fleet.jobs(f"{names.TI_LABEL}={ti.id}")]
     logs = fleet.logs()
-    assert set(jobs) <= {ti.external_id}, f"started twice: {jobs}\n{logs}"
+    job_name = str(ti.external_id).rpartition("/")[2]  # <namespace>/<Job name>
+    assert set(jobs) <= {job_name}, f"started twice: {jobs}\n{logs}"
     assert "'create': " not in survivor.output(), f"the survivor created a Job\n{logs}"
     # Sluice never deletes a Job that succeeded (its logs are what a user reads next).
-    assert not re.search(rf"deleted Job\s+job={re.escape(str(ti.external_id))}\b", logs), logs
+    assert not re.search(rf"deleted Job\s+job={re.escape(job_name)}\b", logs), logs
     # Adopting moved the try into the survivor's watches: its label on the Job and the pod.
     for obj in (
         fleet.jobs(f"{names.TI_LABEL}={ti.id}")

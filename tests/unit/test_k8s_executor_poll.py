@@ -28,22 +28,24 @@ class _Created:
 
 
 class FakeApi:
-    """Jobs and pods as the API server keeps them: a create gets a uid, a version and a
-    creation time; reads, label selectors (`a,b=c` form), merge patches of labels,
-    deletes; `fail_next[name] = [503, ...]` makes the next calls of that name raise an
-    ApiException with those statuses."""
+    """Jobs and pods as the API server keeps them, by namespace: a create gets a uid, a
+    version and a creation time; reads, label selectors (`a,b=c` form), merge patches of
+    labels, deletes; `fail_next[name] = [503, ...]` makes the next calls of that name raise
+    an ApiException with those statuses. `where` records each call's namespace."""
 
     def __init__(self) -> None:
         self.created: list[dict[str, Any]] = []
-        self.deleted: list[str] = []
-        self.jobs: dict[str, dict[str, Any]] = {}
-        self.pods: dict[str, dict[str, Any]] = {}
+        self.deleted: list[tuple[str, str]] = []  # (namespace, Job name)
+        self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.calls: list[str] = []
+        self.where: list[tuple[str, str]] = []  # (call, namespace)
         self.fail_next: dict[str, list[int]] = {}
         self._version = 1
 
-    def _call(self, name: str) -> None:
+    def _call(self, name: str, namespace: str = "") -> None:
         self.calls.append(name)
+        self.where.append((name, namespace))
         if self.fail_next.get(name):
             raise ApiException(status=self.fail_next[name].pop(0), reason="test")
 
@@ -55,7 +57,8 @@ class FakeApi:
         self, group: str, version: str, namespace: str, plural: str, body: Any, **_: Any
     ) -> _Created:
         assert (group, version, plural) == ("batch", "v1", "jobs")
-        self._call("create_job")
+        assert body["metadata"]["namespace"] == namespace  # else the API server refuses it
+        self._call("create_job", namespace)
         job = json.loads(json.dumps(body))
         job["metadata"].update(
             uid=f"uid-{len(self.created)}",
@@ -63,26 +66,26 @@ class FakeApi:
         )
         self._bump(job)
         self.created.append(job)
-        self.jobs[job["metadata"]["name"]] = job
+        self.jobs[(namespace, job["metadata"]["name"])] = job
         return _Created(json.dumps(job).encode())
 
     def read_namespaced_job(self, name: str, namespace: str, **_: Any) -> _Created:
-        self._call("read_job")
-        if name not in self.jobs:
+        self._call("read_job", namespace)
+        if (namespace, name) not in self.jobs:
             raise ApiException(status=404, reason="Not Found")
-        return _Created(json.dumps(self.jobs[name]).encode())
+        return _Created(json.dumps(self.jobs[(namespace, name)]).encode())
 
     def patch_namespaced_job(self, name: str, namespace: str, body: Any, **kw: Any) -> _Created:
         assert kw["_content_type"] == "application/merge-patch+json"
-        self._call("patch_job")
-        if name not in self.jobs:
+        self._call("patch_job", namespace)
+        if (namespace, name) not in self.jobs:
             raise ApiException(status=404, reason="Not Found")
-        return _Created(json.dumps(self._patch(self.jobs[name], body)).encode())
+        return _Created(json.dumps(self._patch(self.jobs[(namespace, name)], body)).encode())
 
     def patch_namespaced_pod(self, name: str, namespace: str, body: Any, **kw: Any) -> _Created:
         assert kw["_content_type"] == "application/merge-patch+json"
-        self._call("patch_pod")
-        return _Created(json.dumps(self._patch(self.pods[name], body)).encode())
+        self._call("patch_pod", namespace)
+        return _Created(json.dumps(self._patch(self.pods[(namespace, name)], body)).encode())
 
     def _patch(self, obj: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
         obj["metadata"].setdefault("labels", {}).update(body["metadata"]["labels"])
@@ -90,17 +93,19 @@ class FakeApi:
         return obj
 
     def list_namespaced_pod(self, namespace: str, *, label_selector: str, **_: Any) -> _Created:
-        self._call("list_pods")
+        self._call("list_pods", namespace)
         wanted = dict(part.split("=") for part in label_selector.split(","))
         items = [
             pod
-            for pod in self.pods.values()
-            if all(pod["metadata"]["labels"].get(k) == v for k, v in wanted.items())
+            for (where, _), pod in self.pods.items()
+            if where == namespace
+            and all(pod["metadata"]["labels"].get(k) == v for k, v in wanted.items())
         ]
         return _Created(json.dumps({"items": items}).encode())
 
     def delete_namespaced_job(self, name: str, namespace: str, **_: Any) -> None:
-        self.deleted.append(name)
+        self._call("delete_job", namespace)
+        self.deleted.append((namespace, name))
 
     def add_pod(self, job: dict[str, Any], main_state: dict[str, Any]) -> dict[str, Any]:
         """The pod the Job controller makes, with the template's labels."""
@@ -110,7 +115,7 @@ class FakeApi:
             "batch.kubernetes.io/job-name": job["metadata"]["name"],
         }
         self._bump(pod)
-        self.pods[pod["metadata"]["name"]] = pod
+        self.pods[(job["metadata"]["namespace"], pod["metadata"]["name"])] = pod
         return pod
 
 
@@ -123,23 +128,38 @@ class Clock:
 
 
 def make_executor(
-    monkeypatch: pytest.MonkeyPatch, clock: Clock, api: FakeApi, replica: str = "r1"
+    monkeypatch: pytest.MonkeyPatch,
+    clock: Clock,
+    api: FakeApi,
+    replica: str = "r1",
+    *,
+    job_namespace: str | None = None,
 ) -> KubernetesExecutor:
     monkeypatch.setattr(TryCache, "start", lambda self: None)  # no watches: events by hand
     executor = KubernetesExecutor(
-        KubernetesSettings(namespace="work", sluice_image="img", pod_start_timeout=60),
+        KubernetesSettings(
+            namespace="work",
+            sluice_image="img",
+            pod_start_timeout=60,
+            job_namespace=job_namespace,
+        ),
         api_factory=lambda: None,  # type: ignore[arg-type,return-value]
         clock=clock,
         sync_timeout=0,
         replica=replica,
     )
     executor._batch = executor._custom = executor._core = api  # type: ignore[assignment]
-    for kind in ("jobs", "pods"):  # synced: a bookmark, as after a first LIST
-        executor.cache._apply(
-            executor.cache._kinds[kind],
+    sync(executor.cache)
+    return executor
+
+
+def sync(cache: TryCache) -> None:
+    """Every watch of the cache synced: a bookmark, as after a first LIST."""
+    for kind in ("jobs", "pods", "events"):
+        cache._apply(
+            cache._kinds[kind],
             {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "1"}}},
         )
-    return executor
 
 
 @pytest.fixture
@@ -213,7 +233,7 @@ def test_a_starting_try_still_fails_when_its_pod_start_timeout_runs_out_unwatche
     (event,) = executor.poll()
     assert event.state == TaskState.FAILED
     assert "did not start within the pod start timeout" in (event.reason or "")
-    assert executor._batch.deleted == [executor._batch.created[0]["metadata"]["name"]]  # type: ignore[attr-defined]
+    assert executor._batch.deleted == [("work", executor._batch.created[0]["metadata"]["name"])]  # type: ignore[attr-defined]
 
 
 def test_a_relist_judges_every_try_again(
@@ -241,7 +261,7 @@ def test_inspect_proves_a_try_never_started_only_when_neither_job_nor_pod_exists
     assert seen.state == "gone"
     assert seen.restartable_within == executor.settings.ttl_seconds_after_finished
     assert seen.evidence["started"] is False
-    assert seen.evidence["job_name"] == name
+    assert f"{seen.evidence['namespace']}/{seen.evidence['job_name']}" == name
 
     executor.start([launch()])  # the Job exists now (in the cache, as the create returned it)
     other = executor.inspect((99, 1), name)

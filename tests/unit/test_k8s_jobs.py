@@ -218,7 +218,13 @@ def pod_obj(main_state: dict[str, Any] | None, **status: Any) -> dict[str, Any]:
     }
 
 
-def verdict(job: Any, pod: Any, waited: float = 1.0, timeout: float = 300.0) -> Any:
+def verdict(
+    job: Any,
+    pod: Any,
+    waited: float = 1.0,
+    timeout: float = 300.0,
+    failed_create: str | None = None,
+) -> Any:
     return judge(
         job,
         pod,
@@ -226,6 +232,7 @@ def verdict(job: Any, pod: Any, waited: float = 1.0, timeout: float = 300.0) -> 
         started=T0,
         pod_start_timeout=timeout,
         skip_on_exit_code=frozenset({99}),
+        failed_create=failed_create,
     )
 
 
@@ -295,6 +302,43 @@ def test_maybe_transient_start_failures_wait_for_the_pod_start_timeout(reason: s
     assert late.state == TaskState.FAILED
     assert late.reason is not None
     assert late.reason.startswith(f"{reason} for 301s")
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        'pods "p" is forbidden: violates PodSecurity "restricted:latest": host namespaces',
+        'pods "p" is forbidden: error looking up service account a/sluice-task: not found',
+        'pods "p" is forbidden: maximum memory usage per Container is 1Gi, but limit is 2Gi',
+        'admission webhook "policy.example.com" denied the request: no latest tags',
+    ],
+)
+def test_a_refused_pod_fails_at_once_with_the_api_servers_words(message: str) -> None:
+    v = verdict(job_obj(), None, failed_create=f"Error creating: {message}")
+    assert v.phase == "ended"
+    assert v.state == TaskState.FAILED
+    assert v.delete  # the Job controller would try again with the same pod, forever
+    assert v.reason == f"the API server refused the try's pod: {message}"
+    assert v.evidence["failed_create"] == f"Error creating: {message}"
+    # A pod that exists says the refusal was an earlier attempt's: judged as a pod.
+    assert verdict(job_obj(), pod_obj({"running": {}}), failed_create=message).phase == "running"
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        'pods "p" is forbidden: exceeded quota: q, requested: cpu=1, used: cpu=4',
+        'Internal error occurred: failed calling webhook "w.example.com": connection refused',
+    ],
+)
+def test_a_refusal_that_may_pass_waits_for_the_pod_start_timeout(message: str) -> None:
+    assert verdict(job_obj(), None, waited=10, failed_create=message).phase == "starting"
+    late = verdict(job_obj(), None, waited=301, failed_create=message)
+    assert late.phase == "ended"
+    assert late.delete
+    assert late.reason == (
+        f"the API server refused the try's pod for 301s (pod start timeout 300s): {message}"
+    )
 
 
 def test_unschedulable_fails_with_the_schedulers_message_after_the_timeout() -> None:

@@ -1,4 +1,5 @@
-"""The watch cache's pods by Job: a try's pod is found without scanning every cached pod."""
+"""The watch cache's pods and FailedCreate Events by Job: a try's pod, or the refusal of
+its pod, is found without scanning every cached object."""
 
 from __future__ import annotations
 
@@ -80,3 +81,59 @@ def test_a_try_leaving_the_selection_with_another_replicas_label_is_handed_over(
     cache._apply(pods, event("ADDED", gone))
     cache._apply(pods, event("DELETED", gone))  # deleted for real: its own label
     assert cache.take_handed_over() == set()
+
+
+def failed_create(job: str, uid: str, message: str, at: str, version: int) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": f"{job}.{version}",
+            "uid": f"e{version}",
+            "resourceVersion": str(version),
+        },
+        "involvedObject": {"kind": "Job", "name": job, "uid": uid},
+        "reason": "FailedCreate",
+        "message": message,
+        "lastTimestamp": at,
+    }
+
+
+def test_a_jobs_newest_failed_create_event_of_its_own_uid_is_its_refusal() -> None:
+    cache = TryCache(lambda: None, "ns")  # type: ignore[arg-type,return-value]
+    events = cache._kinds["events"]
+    job = {"metadata": {"name": "a", "uid": "uid-a"}}
+    assert cache.failed_create(job) is None
+    cache._apply(
+        events, event("ADDED", failed_create("a", "uid-a", "first", "2026-12-03T10:00:01Z", 1))
+    )
+    cache._apply(
+        events, event("ADDED", failed_create("a", "uid-a", "second", "2026-12-03T10:00:09Z", 2))
+    )
+    cache._apply(
+        events,
+        event("ADDED", failed_create("a", "uid-old", "older Job", "2026-12-03T10:00:30Z", 3)),
+    )
+    cache._apply(
+        events, event("ADDED", failed_create("b", "uid-b", "other Job", "2026-12-03T10:00:40Z", 4))
+    )
+    assert cache.failed_create(job) == "second"
+    assert cache.take_touched() is None  # nothing taken yet: everything
+    cache._apply(
+        events, event("DELETED", failed_create("a", "uid-a", "second", "2026-12-03T10:00:09Z", 2))
+    )
+    assert cache.take_touched() == {"a"}  # the try is judged again
+    assert cache.failed_create(job) == "first"
+    assert cache.failed_create(None) is None
+
+
+def test_the_events_watch_does_not_decide_whether_the_cache_is_synced() -> None:
+    """A replica without the right to list Events still judges its tries."""
+    cache = TryCache(lambda: None, "ns")  # type: ignore[arg-type,return-value]
+    bookmark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "1"}}}
+    cache._apply(cache._kinds["jobs"], bookmark)
+    assert not cache.synced
+    cache._apply(cache._kinds["pods"], bookmark)
+    assert cache.synced
+    assert cache._selection("events") == {
+        "field_selector": "involvedObject.kind=Job,reason=FailedCreate"
+    }
+    assert cache._selection("pods") == {"label_selector": "sluice.io/ti"}

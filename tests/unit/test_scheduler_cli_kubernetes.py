@@ -6,9 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from sluice.cli import app
+from sluice.cli import kubernetes as k8s
+from sluice.executors.kubernetes import KubernetesSettings
 
 URL = "postgresql://nobody@127.0.0.1:1/none"
 
@@ -17,7 +20,12 @@ def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     result = CliRunner().invoke(
         app,
         ["scheduler", "--database-url", URL, "--executor", "kubernetes", *args],
-        env={"SLUICE_TASK_API_KEYS": "", "SLUICE_TASK_API_KEYS_FILE": "", **(env or {})},
+        env={
+            "SLUICE_TASK_API_KEYS": "",
+            "SLUICE_TASK_API_KEYS_FILE": "",
+            "SLUICE_JOB_NAMESPACE": "",
+            **(env or {}),
+        },
     )
     return result.exit_code, result.stderr
 
@@ -47,6 +55,13 @@ def test_the_namespace_is_required(monkeypatch: pytest.MonkeyPatch) -> None:
             "--kubeconfig /nonexistent/kubeconfig does not exist",
         ),
         (["--heartbeat-kill-threshold", "1"], "--heartbeat-kill-threshold (1.0s) must be longer"),
+        (["--job-namespace", "Team_A"], "--job-namespace 'Team_A' is not a namespace name"),
+        (
+            ["--task-api-url", "http://sluice-task-api:8080"],
+            "task pods run in their DAG's namespace, where 'sluice-task-api' does not resolve;"
+            " name the Service's namespace (http://sluice-task-api.NAMESPACE.svc:PORT), or pin"
+            " every Job with --job-namespace",
+        ),
     ],
 )
 def test_bad_settings_name_the_option(args: list[str], message: str, kubeconfig: Path) -> None:
@@ -56,7 +71,10 @@ def test_bad_settings_name_the_option(args: list[str], message: str, kubeconfig:
 
 
 def test_a_bad_listen_address_and_missing_keys_are_named(kubeconfig: Path) -> None:
-    base = ["--namespace", "work", "--kubeconfig", str(kubeconfig), "--task-api-url", "http://a:1"]
+    base = [
+        *("--namespace", "work", "--kubeconfig", str(kubeconfig)),
+        *("--task-api-url", "http://a.work.svc:1"),
+    ]
     code, err = run(*base, "--task-api-listen", "nowhere")
     assert code == 2
     assert "--task-api-listen 'nowhere' must be HOST:PORT" in err
@@ -64,3 +82,31 @@ def test_a_bad_listen_address_and_missing_keys_are_named(kubeconfig: Path) -> No
     assert code == 2
     assert err.startswith("error: --task-api-keys-file: ")
     assert "SLUICE_TASK_API_KEYS" in err
+
+
+def test_jobs_run_in_each_dags_namespace_unless_job_namespace_pins_them(
+    monkeypatch: pytest.MonkeyPatch, kubeconfig: Path
+) -> None:
+    made: list[KubernetesSettings] = []
+
+    def make_executor(settings: KubernetesSettings, signer: object) -> None:
+        made.append(settings)
+        raise typer.Exit(3)  # no cluster: what the executor would be made with is enough
+
+    monkeypatch.setattr(k8s, "make_executor", make_executor)
+    base = ["--namespace", "work", "--kubeconfig", str(kubeconfig)]
+    assert run(*base)[0] == 3
+    assert run(*base, "--job-namespace", "jobs")[0] == 3
+    assert run(*base, env={"SLUICE_JOB_NAMESPACE": "batch"})[0] == 3
+    # A bare Service name is fine when every Job runs in one namespace (the Service's).
+    keys = {"SLUICE_TASK_API_KEYS": "k" * 48}
+    pinned = ("--job-namespace", "work", "--task-api-url", "http://api:1")
+    assert run(*base, *pinned, env=keys)[0] == 3
+    assert run(*base, "--task-api-url", "http://[fd00::1]:1", env=keys)[0] == 3
+    assert [(s.namespace, s.job_namespace) for s in made] == [
+        ("work", None),
+        ("work", "jobs"),
+        ("work", "batch"),
+        ("work", "work"),
+        ("work", None),
+    ]

@@ -52,9 +52,28 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
-{{/* Where task Jobs run: tasks.namespace, else the release's namespace. */}}
-{{- define "sluice.tasksNamespace" -}}
-{{- default .Release.Namespace .Values.tasks.namespace -}}
+{{/*
+Where task Jobs run, one namespace per line (ADR 0032): tasks.namespace when it pins
+every Job there; else each DAG's own, so every served namespace. With
+watch.allNamespaces (and no tasks.namespace) Jobs may run anywhere: these are then
+the namespaces the task ServiceAccount is made in, the release's and
+tasks.serviceAccount.namespaces.
+*/}}
+{{- define "sluice.taskNamespaces" -}}
+{{- if .Values.tasks.namespace }}
+{{ .Values.tasks.namespace }}
+{{- else if .Values.watch.allNamespaces }}
+{{- range (prepend .Values.tasks.serviceAccount.namespaces .Release.Namespace) | uniq }}
+{{ . }}
+{{- end }}
+{{- else }}
+{{- include "sluice.watchNamespaces" . }}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when Jobs may run in any namespace: the schedulers' Job rights are a ClusterRole. */}}
+{{- define "sluice.jobsAnywhere" -}}
+{{- if and .Values.watch.allNamespaces (not .Values.tasks.namespace) -}}true{{- end -}}
 {{- end -}}
 
 {{/* The namespaces whose DAG, DagRun and Backfill objects Sluice serves (one per

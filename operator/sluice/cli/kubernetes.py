@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit
 
 import typer
 from sqlalchemy import Engine
@@ -20,7 +22,19 @@ Namespace = Annotated[
     typer.Option(
         "--namespace",
         envvar="SLUICE_NAMESPACE",
-        help="kubernetes executor: the namespace task Jobs run in",
+        help="kubernetes executor: the default namespace: the Jobs (and DagRun objects) of "
+        "DAGs registered without one (--dags, `sluice dags`); a DAG applied as an object "
+        "runs its Jobs in its own namespace",
+        show_envvar=True,
+    ),
+]
+JobNamespace = Annotated[
+    str | None,
+    typer.Option(
+        "--job-namespace",
+        envvar="SLUICE_JOB_NAMESPACE",
+        help="kubernetes executor: run every task Job in this namespace, whatever its DAG's "
+        "(a single-namespace install); default: each DAG's own namespace",
         show_envvar=True,
     ),
 ]
@@ -56,7 +70,10 @@ PodStartTimeout = Annotated[
 ]
 TaskServiceAccount = Annotated[
     str | None,
-    typer.Option(help="kubernetes executor: the ServiceAccount task pods run as"),
+    typer.Option(
+        help="kubernetes executor: the ServiceAccount task pods run as, in their Job's "
+        "namespace (the chart makes one with no rights in each namespace it serves)"
+    ),
 ]
 TaskImagePullPolicy = Annotated[
     str | None,
@@ -81,6 +98,7 @@ TaskApiKeysFile = Annotated[
     ),
 ]
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+NAMESPACE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 def kubernetes_settings(
@@ -93,10 +111,20 @@ def kubernetes_settings(
     heartbeat_interval: float,
     service_account: str | None,
     image_pull_policy: str | None,
+    job_namespace: str | None = None,
 ) -> KubernetesSettings:
     """Checked settings; every bad value exits naming the option and the fix."""
     if not namespace:
-        fail("--executor kubernetes needs --namespace (or SLUICE_NAMESPACE): where task Jobs run")
+        fail(
+            "--executor kubernetes needs --namespace (or SLUICE_NAMESPACE): where the Jobs of "
+            "DAGs registered without a namespace run"
+        )
+    for option, value in (("--namespace", namespace), ("--job-namespace", job_namespace)):
+        if value is not None and not NAMESPACE_NAME.match(value):
+            fail(
+                f"{option} {value!r} is not a namespace name (lowercase letters, digits and "
+                "'-', at most 63, starting and ending with a letter or digit)"
+            )
     if pod_start_timeout <= 0:
         fail(f"--pod-start-timeout must be more than 0 seconds (got {pod_start_timeout})")
     if image_pull_policy is not None and image_pull_policy not in PULL_POLICIES:
@@ -106,6 +134,15 @@ def kubernetes_settings(
         )
     if task_api_url is not None and not task_api_url.startswith(("http://", "https://")):
         fail(f"--task-api-url {task_api_url!r} must start with http:// or https://")
+    host = urlsplit(task_api_url or "").hostname
+    if job_namespace is None and host is not None and not {".", ":"} & set(host):
+        # A bare Service name resolves only in the Service's own namespace (an IPv4 or
+        # IPv6 address, or a name with a dot, is the same everywhere).
+        fail(
+            f"--task-api-url {task_api_url!r}: task pods run in their DAG's namespace, where "
+            f"{host!r} does not resolve; name the Service's namespace "
+            f"(http://{host}.NAMESPACE.svc:PORT), or pin every Job with --job-namespace"
+        )
     if kubeconfig is not None and not kubeconfig.is_file():
         fail(f"--kubeconfig {kubeconfig} does not exist")
     return KubernetesSettings(
@@ -117,6 +154,7 @@ def kubernetes_settings(
         heartbeat_interval=heartbeat_interval,
         image_pull_policy=image_pull_policy,
         kubeconfig=str(kubeconfig) if kubeconfig else None,
+        job_namespace=job_namespace,
     )
 
 

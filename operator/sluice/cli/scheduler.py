@@ -119,6 +119,7 @@ def scheduler(
         ),
     ] = True,
     namespace: k8s.Namespace = None,
+    job_namespace: k8s.JobNamespace = None,
     kubeconfig: k8s.Kubeconfig = None,
     sluice_image: k8s.SluiceImage = "localhost/sluice:dev",
     task_api_url: k8s.TaskApiUrl = None,
@@ -220,6 +221,7 @@ def scheduler(
             heartbeat_interval=heartbeat_interval,
             service_account=task_service_account,
             image_pull_policy=task_image_pull_policy,
+            job_namespace=job_namespace,
         )
         listen = k8s.listen_address(task_api_listen)
         signer = k8s.task_signer(task_api_keys_file) if task_api_url else None
@@ -328,7 +330,7 @@ def scheduler(
             log.info(
                 "kubernetes executor stopped",
                 api_requests=chosen.request_counts(),
-                **chosen.cache.stats(),
+                **chosen.watches.stats(),
             )
         if task_api is not None:
             task_api.stop()

@@ -37,6 +37,9 @@ class TaskLaunch:
     skip_on_exit_code: frozenset[int]
     resources: dict[str, dict[str, str]] = field(default_factory=dict)
     pod_template: dict[str, Any] | None = None
+    # The DAG's namespace (None: a DAG registered without one, from the CLI or standalone).
+    # The Job executor runs the try there unless it pins every Job to one namespace.
+    namespace: str | None = None
     # This machine's time.monotonic() just before the claim's transaction: a local try's
     # lease starts then, so one started long after its claim does not run (ADR 0015).
     claimed_at: float | None = None

@@ -41,7 +41,7 @@ _TAKE_OUTBOX = """
 """
 
 # One round trip: take the outbox rows, compare-and-set each try `queued -> running`,
-# record the try, and read what the launch needs from the run.
+# record the try, and read what the launch needs from the run and its DAG (its namespace).
 _CLAIM = Prepared(
     f"""
     WITH taken AS ({_TAKE_OUTBOX}
@@ -62,8 +62,8 @@ _CLAIM = Prepared(
         WHERE tt.task_instance_id = claimed.id AND tt.try_number = claimed.try_number
     )
     SELECT c.id, c.try_number, c.task_id, r.dag_id, r.run_id, r.dag_version_id,
-           r.logical_date, r.data_interval_start, r.data_interval_end, r.conf
-    FROM claimed c JOIN dag_run r ON r.id = c.dag_run_id
+           r.logical_date, r.data_interval_start, r.data_interval_end, r.conf, d.namespace
+    FROM claimed c JOIN dag_run r ON r.id = c.dag_run_id JOIN dag d ON d.dag_id = r.dag_id
     ORDER BY c.id
     """
 )
@@ -161,6 +161,7 @@ def _launch(specs: SpecCache, session: Session, c: Row[Any]) -> TaskLaunch:
         skip_on_exit_code=frozenset(task.skip_on_exit_code),
         resources={k: dict(v) for k, v in task.resources.items()},
         pod_template=task.pod_template,
+        namespace=c.namespace,
     )
 
 

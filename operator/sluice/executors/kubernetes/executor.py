@@ -1,11 +1,19 @@
-"""The Job executor: the `Executor` protocol on Kubernetes Jobs (ADR 0013).
+"""The Job executor: the `Executor` protocol on Kubernetes Jobs (ADR 0013, 0032).
 
+- Where: a try's Job runs in its DAG's namespace (`TaskLaunch.namespace`), a
+  DAG without one in the default namespace (`KubernetesSettings.namespace`),
+  and every Job in `job_namespace` when that pins them. A try is known by
+  (namespace, Job name) everywhere: its external id is `<namespace>/<name>`
+  (an id without a namespace, recorded before namespaces, means the pinned or
+  default namespace), and each namespace has its own watches (`namespaces`).
 - `start` creates one Job per try (`manifest.build_job`). A Job that already
   exists under the try's deterministic name is the same try (a replica died
   between creating it and recording it): it is adopted, never started twice.
   An API error that may pass (5xx, 429, a refused connection) is retried at
   the next poll until the pod start timeout; any other refusal fails the try
-  with the API server's message.
+  with the API server's message. So does a pod the API server refuses once
+  the Job exists (Pod Security admission: the Job controller's `FailedCreate`
+  Event), at once (`outcome.judge`).
 - `poll` judges each try this replica owns from the watch cache
   (`outcome.judge`): ended tries become `TaskEvent`s; tries whose pod could
   not start within the pod start timeout fail with the reason (and their Job
@@ -16,12 +24,13 @@
   poll.
 - Each replica watches only its own tries: every Job it creates, and its
   pod, carries `sluice.io/replica` with the replica's watch identity (new at
-  every start), and its two watches select on it. So a replica parses the
+  every start), and its watches of each namespace select on it. So a replica parses the
   events of the tries it reports on, not every replica's.
 - `inspect` answers "alive" while a try's pod starts or runs, "gone" with the
   outcome if it ended, "gone" with the evidence if its Job or pod vanished,
-  and "unreachable" when it cannot look (then no try is a zombie on this
-  replica's word): from the cache for this replica's tries, and for another
+  and "unreachable" when it cannot look (its namespace's watches are not
+  synced, or the reads fail: then no try is a zombie on this replica's
+  word): from the cache for this replica's tries, and for another
   replica's (a dead one's, which the zombie sweep asks about) by reading the
   Job and listing its pods, two requests per try, once.
 - `adopt` moves the try into this replica's watches: it patches the label on
@@ -51,14 +60,12 @@ from kubernetes.client.exceptions import ApiException
 from sluice.executors.base import Inspection, TaskEvent, TaskLaunch
 from sluice.executors.kubernetes import names
 from sluice.executors.kubernetes.manifest import JobSettings, PodTemplateError, build_job
+from sluice.executors.kubernetes.namespaces import Scope, Watches
 from sluice.executors.kubernetes.outcome import Verdict, judge, k8s_time
 from sluice.executors.kubernetes.watch import TryCache
 from sluice.spec.states import TaskState
 
 log = structlog.get_logger("sluice.executors.kubernetes")
-# After the watches resync, how long kubelets get to report what happened meanwhile before
-# a pod that still looks Pending counts against its try's start timeout again.
-RESYNC_SETTLE = 30.0
 # After a read of another replica's try failed, the sweep's next reads answer "unreachable"
 # at once for this long: a blackholed API server costs one timeout per sweep, not one per try
 # (the sweep reads inside a database transaction).
@@ -70,6 +77,8 @@ TokenIssuer = Callable[[int, int, float], str]
 
 @dataclass(frozen=True)
 class KubernetesSettings:
+    # The default namespace: Jobs of DAGs registered without one (the CLI, standalone),
+    # and their DagRun objects.
     namespace: str
     # The Sluice image: the heartbeat sidecar of every task pod runs it.
     sluice_image: str
@@ -82,6 +91,9 @@ class KubernetesSettings:
     image_pull_policy: str | None = None
     kubeconfig: str | None = None
     context: str | None = None
+    # Every Job in this namespace, whatever its DAG's (a single-namespace install); None:
+    # each in its DAG's namespace.
+    job_namespace: str | None = None
 
     def job_settings(self) -> JobSettings:
         return JobSettings(
@@ -98,12 +110,13 @@ class KubernetesSettings:
 @dataclass
 class _Try:
     key: Key
+    namespace: str
     job_name: str
     started: datetime  # when this replica created or adopted it (pod start timeout)
     skip_on_exit_code: frozenset[int]
     pending_body: dict[str, Any] | None = None  # a create to retry
     last_error: str | None = None
-    blind_at_start: float = 0.0  # the executor's blind seconds when it took the try
+    blind_at_start: float = 0.0  # its namespace's blind seconds when this replica took it
     # Judged since its Job and pod last changed; and if it was starting then, when its pod
     # start timeout runs out (its verdict can change with time only then).
     judged: bool = False
@@ -187,28 +200,45 @@ class KubernetesExecutor:
         self._batch = client.BatchV1Api(api)
         self._core = client.CoreV1Api(api)
         self._custom = client.CustomObjectsApi(api)
-        self.cache = TryCache(factory, settings.namespace, replica=self.replica)
+        self.watches = Watches(factory, self.replica)
         self._tries: dict[Key, _Try] = {}
         self._events: list[TaskEvent] = []
-        self._to_delete: dict[str, str] = {}  # Job name -> why
-        # Seconds the watches could not see the cluster (API server down), plus a settle
-        # time after each resync: the pod start timeout counts only time it could see.
-        self._blind_total = 0.0
-        self._blind_since: datetime | None = None
+        self._to_delete: dict[tuple[str, str], str] = {}  # (namespace, Job name) -> why
         self._reads_blocked_until: datetime | None = None
         self.api = ApiCounts()
-        self.cache.start()
-        if not self.cache.wait_synced(sync_timeout):
-            log.warning(
-                "the Job and pod watches have not synced yet; tries are judged once they do",
-                namespace=settings.namespace,
-            )
+        # A pinned namespace is watched from the start; the namespaces of DAGs from the
+        # first try there (this replica may have no rights in the others it could serve).
+        if settings.job_namespace is not None:
+            pinned = self.watches.scope(settings.job_namespace)
+            if not pinned.cache.wait_synced(sync_timeout):
+                log.warning(
+                    "the Job and pod watches have not synced yet; tries are judged once they do",
+                    namespace=pinned.namespace,
+                )
+
+    @property
+    def cache(self) -> TryCache:
+        """The pinned (else the default) namespace's cache, its watches started if not yet."""
+        return self.watches.scope(self.settings.job_namespace or self.settings.namespace).cache
+
+    def namespace_of(self, launch: TaskLaunch) -> str:
+        """Where a try's Job runs: the pinned namespace, else its DAG's, else the default."""
+        return self.settings.job_namespace or launch.namespace or self.settings.namespace
+
+    def locate(self, external_id: str) -> tuple[str, str]:
+        """(namespace, Job name) of a try from its external id (`<namespace>/<name>`; an id
+        without a namespace, recorded before Jobs ran in their DAG's, is the pinned or
+        default namespace's)."""
+        namespace, _, name = external_id.rpartition("/")
+        return namespace or self.settings.job_namespace or self.settings.namespace, name
 
     # -- starting -----------------------------------------------------------------------
 
     def planned_external_id(self, launch: TaskLaunch) -> str:
-        """The try's Job name, known before it is created (recorded when the try is claimed)."""
-        return names.job_name(launch.dag_id, launch.run_id, launch.task_id, launch.try_number)
+        """The try's namespace and Job name, known before it is created (recorded when the
+        try is claimed)."""
+        name = names.job_name(launch.dag_id, launch.run_id, launch.task_id, launch.try_number)
+        return job_external_id(self.namespace_of(launch), name)
 
     def start(self, launches: Sequence[TaskLaunch]) -> None:
         for launch in launches:
@@ -223,15 +253,19 @@ class KubernetesExecutor:
                     if self._tokens is not None and self.settings.task_api_url is not None
                     else None
                 )
-                body = build_job(launch, self._job_settings, token=token)
+                namespace = self.namespace_of(launch)
+                body = build_job(
+                    launch, replace(self._job_settings, namespace=namespace), token=token
+                )
             except PodTemplateError as exc:
                 self._fail(launch.key, f"the Job cannot be built: {exc}")
                 continue
             entry = _Try(
                 key=launch.key,
+                namespace=namespace,
                 job_name=body["metadata"]["name"],
                 started=self._clock(),
-                blind_at_start=self._blind_total,
+                blind_at_start=self._blind_total(namespace),
                 skip_on_exit_code=launch.skip_on_exit_code,
                 pending_body=body,
             )
@@ -249,13 +283,13 @@ class KubernetesExecutor:
             created: Any = self._custom.create_namespaced_custom_object(
                 "batch",
                 "v1",
-                self.settings.namespace,
+                entry.namespace,
                 "jobs",
                 body,
                 _preload_content=False,
                 _request_timeout=(10, 30),
             )
-            self.cache.put_job(json.loads(created.data))
+            self._cache(entry).put_job(json.loads(created.data))
             entry.pending_body = None
             return
         except ApiException as exc:
@@ -267,7 +301,10 @@ class KubernetesExecutor:
                 return  # retried at the next poll, until the pod start timeout
             entry.pending_body = None
             self._tries.pop(entry.key, None)
-            self._fail(entry.key, f"the API server refused Job {entry.job_name}: {_api_error(exc)}")
+            self._fail(
+                entry.key,
+                f"the API server refused Job {entry.namespace}/{entry.job_name}: {_api_error(exc)}",
+            )
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             entry.last_error = f"{type(exc).__name__}: {str(exc)[:200]}"
 
@@ -276,7 +313,7 @@ class KubernetesExecutor:
         self.api.add("get")
         try:
             response: Any = self._batch.read_namespaced_job(
-                entry.job_name, self.settings.namespace, _preload_content=False
+                entry.job_name, entry.namespace, _preload_content=False
             )
             found = json.loads(response.data)
         except ApiException as exc:
@@ -286,8 +323,13 @@ class KubernetesExecutor:
         if annotations.get(names.LABEL_PREFIX + "ti") == str(entry.key[0]) and annotations.get(
             names.LABEL_PREFIX + "try"
         ) == str(entry.key[1]):
-            log.info("job already exists: adopting it", job=entry.job_name, ti=entry.key[0])
-            self.cache.put_job(found)
+            log.info(
+                "job already exists: adopting it",
+                namespace=entry.namespace,
+                job=entry.job_name,
+                ti=entry.key[0],
+            )
+            self._cache(entry).put_job(found)
             entry.pending_body = None
             if not self._ours(found):
                 entry.adopted = entry.relabel = True
@@ -301,6 +343,15 @@ class KubernetesExecutor:
             f"try {annotations.get(names.LABEL_PREFIX + 'try')}); delete it and clear the task",
         )
 
+    def _cache(self, entry: _Try) -> TryCache:
+        return self.watches.scope(entry.namespace).cache
+
+    def _blind_total(self, namespace: str) -> float:
+        """The namespace's blind seconds so far; its watches start with its first Job (a
+        namespace whose Jobs this replica may not create is never watched)."""
+        scope = self.watches.get(namespace)
+        return 0.0 if scope is None else scope.blind_total
+
     def _fail(self, key: Key, reason: str) -> None:
         log.warning("try failed to start", ti=key[0], try_number=key[1], reason=reason)
         self._events.append(TaskEvent(key[0], key[1], TaskState.FAILED, reason=reason))
@@ -309,14 +360,22 @@ class KubernetesExecutor:
 
     def poll(self) -> list[TaskEvent]:
         now = self._clock()
-        for name, why in list(self._to_delete.items()):
-            if self._delete(name, why):
-                del self._to_delete[name]
-        handed = self.cache.take_handed_over()
+        for (namespace, name), why in list(self._to_delete.items()):
+            if self._delete(namespace, name, why):
+                del self._to_delete[(namespace, name)]
+        handed = {
+            (scope.namespace, name)
+            for scope in self.watches.all()
+            for name in scope.cache.take_handed_over()
+        }
         for entry in list(self._tries.values()):
-            if entry.job_name in handed:
+            if (entry.namespace, entry.job_name) in handed:
                 # Another replica adopted it (this one was taken for dead): it reports now.
-                log.info("try handed over to another replica", job=entry.job_name)
+                log.info(
+                    "try handed over to another replica",
+                    namespace=entry.namespace,
+                    job=entry.job_name,
+                )
                 del self._tries[entry.key]
                 continue
             if entry.relabel:
@@ -326,35 +385,32 @@ class KubernetesExecutor:
                     self._tries.pop(entry.key, None)
                     self._fail(
                         entry.key,
-                        f"could not create Job {entry.job_name} within the pod start timeout "
-                        f"({self.settings.pod_start_timeout:g}s): {entry.last_error}",
+                        f"could not create Job {entry.namespace}/{entry.job_name} within the "
+                        f"pod start timeout ({self.settings.pod_start_timeout:g}s): "
+                        f"{entry.last_error}",
                     )
                 else:
                     self._create(entry)
         events, self._events = self._events, []
-        if not self.cache.synced:
-            if self._blind_since is None:
-                self._blind_since = now
-            return events
-        if self._blind_since is not None:
-            # Right after a resync the cache shows what kubelets reported before the
-            # outage: a pod that started meanwhile still looks Pending until its kubelet
-            # reports again. Neither the outage nor that settle time counts as starting.
-            blind = (now - self._blind_since).total_seconds() + RESYNC_SETTLE
-            self._blind_total += blind
-            self._blind_since = None
-            log.info("the watches see the cluster again", blind_seconds=round(blind, 1))
-        touched = self.cache.take_touched()  # before the reads below: later changes come next
+        # Each namespace whose watches see it: the Jobs that changed since the last poll
+        # (taken before the reads below: later changes come next), None for all of them.
+        touched = {
+            scope.namespace: scope.cache.take_touched()
+            for scope in self.watches.all()
+            if scope.look(now)
+        }
         for key, entry in list(self._tries.items()):
-            if entry.pending_body is not None or entry.relabel:
+            if entry.pending_body is not None or entry.relabel or entry.namespace not in touched:
                 continue
-            unchanged = touched is not None and entry.job_name not in touched
-            if entry.adopted and not unchanged and self.cache.newest_pod(entry.job_name) is None:
+            changed = touched[entry.namespace]
+            scope = self.watches.scope(entry.namespace)
+            unchanged = changed is not None and entry.job_name not in changed
+            if entry.adopted and not unchanged and scope.cache.newest_pod(entry.job_name) is None:
                 # A pod its Job made after the move still carries the old label.
                 self._relabel_pods(entry)
             if entry.judged and unchanged and (entry.late_at is None or now < entry.late_at):
                 continue  # the same objects, and not yet late: the same verdict
-            verdict, entry.late_at = self._judge(entry, now)
+            verdict, entry.late_at = self._judge(entry, scope, now)
             entry.judged = True
             if verdict.phase != "ended":
                 continue
@@ -363,23 +419,26 @@ class KubernetesExecutor:
             events.append(
                 TaskEvent(key[0], key[1], verdict.state, verdict.exit_code, verdict.reason)
             )
-            if verdict.delete and not self._delete(entry.job_name, verdict.reason or ""):
-                self._to_delete[entry.job_name] = verdict.reason or ""
+            if verdict.delete and not self._delete(
+                entry.namespace, entry.job_name, verdict.reason or ""
+            ):
+                self._to_delete[(entry.namespace, entry.job_name)] = verdict.reason or ""
         return events
 
-    def _judge(self, entry: _Try, now: datetime) -> tuple[Verdict, datetime | None]:
+    def _judge(self, entry: _Try, scope: Scope, now: datetime) -> tuple[Verdict, datetime | None]:
         """The try's verdict, and for a try still starting, when its pod start timeout
         runs out (it only moves later, as the time the watches could not see is added)."""
-        job = self.cache.job(entry.job_name)
-        unseen = timedelta(seconds=self._blind_total - entry.blind_at_start)
+        job = scope.cache.job(entry.job_name)
+        unseen = timedelta(seconds=scope.blind_total - entry.blind_at_start)
         started = _created(job, entry.started) + unseen
         verdict = judge(
             job,
-            self.cache.newest_pod(entry.job_name),
+            scope.cache.newest_pod(entry.job_name),
             now=now,
             started=started,
             pod_start_timeout=self.settings.pod_start_timeout,
             skip_on_exit_code=entry.skip_on_exit_code,
+            failed_create=scope.cache.failed_create(job),
         )
         late_at = (
             started + timedelta(seconds=self.settings.pod_start_timeout)
@@ -392,23 +451,38 @@ class KubernetesExecutor:
         return list(self._tries)
 
     def external_ids(self) -> dict[Key, str]:
-        return {key: entry.job_name for key, entry in self._tries.items()}
+        return {
+            key: job_external_id(entry.namespace, entry.job_name)
+            for key, entry in self._tries.items()
+        }
 
     # -- other replicas' tries ----------------------------------------------------------
 
     def inspect(self, key: Key, external_id: str | None) -> Inspection:
-        if not self.cache.synced:
-            return Inspection(state="unreachable")
         ours = self._tries.get(key)
-        name = external_id or (ours.job_name if ours is not None else None)
-        if name is None:
+        if external_id is not None:
+            namespace, name = self.locate(external_id)
+        elif ours is not None:
+            namespace, name = ours.namespace, ours.job_name
+        else:
             return Inspection(state="unknown")
-        if ours is not None and not ours.relabel:
-            job = self.cache.job(name)
-            pod = self.cache.newest_pod(name)
+        if (
+            ours is not None
+            and not ours.relabel
+            and (namespace, name)
+            == (
+                ours.namespace,
+                ours.job_name,
+            )
+        ):
+            cache = self.watches.scope(namespace).cache
+            if not cache.synced:
+                return Inspection(state="unreachable")
+            job = cache.job(name)
+            pod = cache.newest_pod(name)
         else:
             # Another replica's try: not in this replica's watches, so read it.
-            seen = self._read_try(key, name)
+            seen = self._read_try(key, namespace, name)
             if seen is None:
                 return Inspection(state="unreachable")
             job, pod = seen
@@ -443,7 +517,12 @@ class KubernetesExecutor:
             # person deleted it. The owner's replica died between the claim and the create.
             return Inspection(
                 state="gone",
-                evidence={**verdict.evidence, "job_name": name, "started": False},
+                evidence={
+                    **verdict.evidence,
+                    "namespace": namespace,
+                    "job_name": name,
+                    "started": False,
+                },
                 restartable_within=float(self.settings.ttl_seconds_after_finished),
             )
         return Inspection(state="gone", evidence=verdict.evidence)
@@ -459,11 +538,13 @@ class KubernetesExecutor:
     ) -> None:
         if key in self._tries:
             return
+        namespace, name = self.locate(external_id)
         entry = _Try(
             key=key,
-            job_name=external_id,
+            namespace=namespace,
+            job_name=name,
             started=self._clock() - timedelta(seconds=elapsed),
-            blind_at_start=self._blind_total,
+            blind_at_start=self.watches.scope(namespace).blind_total,
             skip_on_exit_code=skip_on_exit_code,
             adopted=True,
             relabel=True,
@@ -475,10 +556,14 @@ class KubernetesExecutor:
         """Move an adopted try's Job and pods into this replica's watches (its label on
         them); until that succeeds the try is not judged, and the next poll tries again."""
         # A Job moved at an earlier attempt (its pods were not) is not patched again.
-        moved = self._ours(self.cache.job(entry.job_name)) or self._relabel_job(entry)
+        moved = self._ours(self._cache(entry).job(entry.job_name)) or self._relabel_job(entry)
         if moved and self._relabel_pods(entry):
             entry.relabel = False
-            log.info("adopted try moved into this replica's watches", job=entry.job_name)
+            log.info(
+                "adopted try moved into this replica's watches",
+                namespace=entry.namespace,
+                job=entry.job_name,
+            )
 
     def _ours(self, obj: dict[str, Any] | None) -> bool:
         labels = (obj or {}).get("metadata", {}).get("labels") or {}
@@ -489,13 +574,13 @@ class KubernetesExecutor:
             self.api.add("patch")
             response: Any = self._batch.patch_namespaced_job(
                 entry.job_name,
-                self.settings.namespace,
+                entry.namespace,
                 self._label_patch,
                 _content_type="application/merge-patch+json",
                 _preload_content=False,
                 _request_timeout=(10, 30),
             )
-            self.cache.put_job(json.loads(response.data))
+            self._cache(entry).put_job(json.loads(response.data))
         except ApiException as exc:
             if exc.status == 404:
                 return True  # no Job: its pods may still be there (being deleted)
@@ -509,7 +594,7 @@ class KubernetesExecutor:
     def _relabel_pods(self, entry: _Try) -> bool:
         """Put this replica's label on the try's pods; False if it could not (retried)."""
         try:
-            pods = self._list_pods(entry.key)
+            pods = self._list_pods(entry.namespace, entry.key)
             for pod in pods:
                 if self._ours(pod):
                     continue
@@ -517,7 +602,7 @@ class KubernetesExecutor:
                 try:
                     response: Any = self._core.patch_namespaced_pod(
                         pod["metadata"]["name"],
-                        self.settings.namespace,
+                        entry.namespace,
                         self._label_patch,
                         _content_type="application/merge-patch+json",
                         _preload_content=False,
@@ -527,7 +612,7 @@ class KubernetesExecutor:
                     if exc.status == 404:
                         continue  # deleted meanwhile: nothing to move
                     raise
-                self.cache.put_pod(json.loads(response.data))
+                self._cache(entry).put_pod(json.loads(response.data))
         except ApiException as exc:
             entry.last_error = _api_error(exc)
             return False
@@ -536,10 +621,10 @@ class KubernetesExecutor:
             return False
         return True
 
-    def _list_pods(self, key: Key) -> list[dict[str, Any]]:
+    def _list_pods(self, namespace: str, key: Key) -> list[dict[str, Any]]:
         self.api.add("list")
         response: Any = self._core.list_namespaced_pod(
-            self.settings.namespace,
+            namespace,
             label_selector=names.try_selector(*key),
             _preload_content=False,
             _request_timeout=(10, 30),
@@ -547,7 +632,7 @@ class KubernetesExecutor:
         return list(json.loads(response.data).get("items") or [])
 
     def _read_try(
-        self, key: Key, name: str
+        self, key: Key, namespace: str, name: str
     ) -> tuple[dict[str, Any] | None, dict[str, Any] | None] | None:
         """Another replica's try as the API server has it now: its Job (None if there is
         none) and newest pod; None when the API server cannot be asked."""
@@ -559,7 +644,7 @@ class KubernetesExecutor:
             try:
                 response: Any = self._batch.read_namespaced_job(
                     name,
-                    self.settings.namespace,
+                    namespace,
                     _preload_content=False,
                     _request_timeout=(5, 10),
                 )
@@ -568,9 +653,14 @@ class KubernetesExecutor:
                 if exc.status != 404:
                     raise
                 job = None
-            pods = self._list_pods(key)
+            pods = self._list_pods(namespace, key)
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
-            log.warning("cannot read another replica's try", job=name, error=str(exc)[:200])
+            log.warning(
+                "cannot read another replica's try",
+                namespace=namespace,
+                job=name,
+                error=str(exc)[:200],
+            )
             self._reads_blocked_until = now + timedelta(seconds=READ_BACKOFF)
             return None
         pod = max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), default=None)
@@ -588,43 +678,51 @@ class KubernetesExecutor:
         entry = self._tries.pop(key, None)
         if entry is None:
             return
-        if not self._delete(entry.job_name, reason):
-            self._to_delete[entry.job_name] = reason
+        if not self._delete(entry.namespace, entry.job_name, reason):
+            self._to_delete[(entry.namespace, entry.job_name)] = reason
 
-    def _delete(self, name: str, why: str) -> bool:
+    def _delete(self, namespace: str, name: str, why: str) -> bool:
         """Delete a Job and (foreground) its pods; True when done or already gone."""
         self.api.add("delete")
         try:
             self._batch.delete_namespaced_job(
                 name,
-                self.settings.namespace,
+                namespace,
                 propagation_policy="Foreground",
                 _request_timeout=(10, 30),
             )
         except ApiException as exc:
             if exc.status == 404:
                 return True
-            log.warning("could not delete Job", job=name, error=_api_error(exc))
+            log.warning(
+                "could not delete Job", namespace=namespace, job=name, error=_api_error(exc)
+            )
             return False
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            log.warning("could not delete Job", job=name, error=str(exc)[:200])
+            log.warning("could not delete Job", namespace=namespace, job=name, error=str(exc)[:200])
             return False
-        log.info("deleted Job", job=name, why=why)
+        log.info("deleted Job", namespace=namespace, job=name, why=why)
         return True
 
     def shutdown(self) -> None:
-        self.cache.stop()
+        self.watches.stop()
 
     def request_counts(self) -> dict[str, int]:
         """The API requests this executor made, by verb, watches excluded: its own
         creates, gets, patches, lists and deletes, and the watches' LISTs (the first and
         every relist)."""
         counts = dict(self.api.by_verb)
-        stats = self.cache.stats()
-        lists = stats["jobs_relists"] + stats["pods_relists"]
+        stats = self.watches.stats()
+        lists = stats.get("jobs_relists", 0) + stats.get("pods_relists", 0)
+        lists += stats.get("events_relists", 0)
         if lists:
             counts["list"] = counts.get("list", 0) + lists
         return counts
+
+
+def job_external_id(namespace: str, job_name: str) -> str:
+    """A try's external id: where its Job is, `<namespace>/<name>`."""
+    return f"{namespace}/{job_name}"
 
 
 def _created(job: dict[str, Any] | None, fallback: datetime) -> datetime:

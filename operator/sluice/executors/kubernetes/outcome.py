@@ -12,6 +12,13 @@ wait makes them work); `ErrImagePull`, `ImagePullBackOff`,
 transient (a registry hiccup, a Secret applied late, an autoscaler adding a
 node), so they fail only once the try has waited `pod_start_timeout`.
 
+A pod the API server refused to create (the Job controller's `FailedCreate`
+Event: Pod Security admission, a missing ServiceAccount, a LimitRange, an
+admission webhook's denial) fails its try at once with the API server's
+message: the Job controller would only try again with the same pod. Only a
+full ResourceQuota and an admission webhook that could not be called may pass;
+they fail the try once it has waited `pod_start_timeout`, with the message.
+
 A try whose Job failed without its main container ending (the pod was
 deleted, the node vanished), or whose main container was stopped because its
 pod was being deleted, is not judged here: the zombie sweep decides it from
@@ -20,7 +27,7 @@ both signals, a stale heartbeat and the pod gone (invariant 7).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -28,6 +35,10 @@ from sluice.executors.kubernetes.manifest import MAIN
 from sluice.spec.states import TaskState
 
 FAIL_AT_ONCE = frozenset({"InvalidImageName", "ErrImageNeverPull"})
+# A refused pod whose message says one of these may be created at a later attempt.
+CREATE_MAY_PASS = ("exceeded quota", "failed calling webhook", "Internal error occurred")
+# How much of a refusal's message a reason keeps (Pod Security lists every violation).
+MESSAGE_CHARS = 1000
 FAIL_AFTER_GRACE = frozenset(
     {
         "ErrImagePull",
@@ -62,8 +73,10 @@ def judge(
     started: datetime,
     pod_start_timeout: float,
     skip_on_exit_code: frozenset[int],
+    failed_create: str | None = None,
 ) -> Verdict:
-    """The verdict on one try from its Job and newest pod (None: not in the cache)."""
+    """The verdict on one try from its Job and newest pod (None: not in the cache), and the
+    message of its Job's newest `FailedCreate` Event, if any (its pod was refused)."""
     evidence = describe(job, pod)
     job_failed = _condition(job, "Failed")
     if job_failed is not None and job_failed.get("reason") == "DeadlineExceeded":
@@ -101,8 +114,34 @@ def judge(
     if main is not None and "running" in main.get("state", {}):
         since = (main["state"]["running"] or {}).get("startedAt")
         return Verdict("running", evidence=evidence, running_since=k8s_time(since))
+    if pod is None and failed_create is not None:
+        refused = _refused(failed_create, now=now, started=started, timeout=pod_start_timeout)
+        if refused is not None:
+            return replace(refused, evidence={**evidence, "failed_create": failed_create})
     return _starting(
         pod, main, now=now, started=started, timeout=pod_start_timeout, evidence=evidence
+    )
+
+
+def _refused(message: str, *, now: datetime, started: datetime, timeout: float) -> Verdict | None:
+    """The verdict on a try whose pod the API server refused, None while it may pass."""
+    text = message.removeprefix("Error creating: ").strip()[:MESSAGE_CHARS]
+    if not any(words in text for words in CREATE_MAY_PASS):
+        return Verdict(
+            "ended",
+            TaskState.FAILED,
+            reason=f"the API server refused the try's pod: {text}",
+            delete=True,
+        )
+    waited = (now - started).total_seconds()
+    if waited < timeout:
+        return None
+    return Verdict(
+        "ended",
+        TaskState.FAILED,
+        reason=f"the API server refused the try's pod for {waited:.0f}s "
+        f"(pod start timeout {timeout:g}s): {text}",
+        delete=True,
     )
 
 

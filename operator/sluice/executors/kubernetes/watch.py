@@ -19,7 +19,17 @@ because another replica adopted it (moved the label onto itself) arrives as a
 DELETED event carrying the new label: the cache forgets it and notes its Job
 as handed over (`take_handed_over`), which is not the Job being deleted.
 
-No per-task polling: the only steady API traffic is the two watches.
+A third watch, on the namespace's `FailedCreate` Events of Jobs, sees a
+Job whose pod the API server refused (Pod Security admission, a missing
+ServiceAccount, a LimitRange): the Job controller keeps no condition for that,
+only the Event it records at each attempt. Events carry no labels to select
+on, so every replica sees every such Event of the namespace (they are rare,
+and the API server drops them after an hour). This watch is best-effort: the
+cache counts as synced on the Job and pod watches alone, so a replica without
+the right to list Events still judges its tries (a refused pod then fails its
+try at the pod start timeout).
+
+No per-task polling: the only steady API traffic is the watches.
 """
 
 from __future__ import annotations
@@ -43,6 +53,10 @@ Key = tuple[int, int]
 WATCH_SECONDS = 60  # the server ends each watch after this; we resume from the last version
 READ_TIMEOUT = 90  # a silent connection (no event, no bookmark) for this long is dead
 MAX_BACKOFF = 10.0
+# The Events the third watch selects: a Job's pod that could not be created.
+FAILED_CREATE_SELECTOR = "involvedObject.kind=Job,reason=FailedCreate"
+# The kinds whose watches decide whether the cache is synced (Events are best-effort).
+ESSENTIAL = ("jobs", "pods")
 
 
 def try_key(obj: dict[str, Any]) -> Key | None:
@@ -54,12 +68,12 @@ def try_key(obj: dict[str, Any]) -> Key | None:
 
 
 class _Kind:
-    """One watched kind: its objects by name, and by try."""
+    """One watched kind: its objects by name, and (pods, Events) by Job."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self.by_name: dict[str, dict[str, Any]] = {}
-        # Pods only: the names of each Job's pods, so a try's pod is found without a scan
+        # Pods and Events: the names of each Job's, so a try's pod is found without a scan
         # (a namespace keeps every finished try's pod for ttlSecondsAfterFinished).
         self.by_job: dict[str, set[str]] = {}
         self.synced = False
@@ -70,7 +84,8 @@ class _Kind:
 
 
 class TryCache:
-    """The Jobs and pods labelled `sluice.io/ti` in one namespace, from two watches."""
+    """The Jobs and pods labelled `sluice.io/ti` in one namespace, and its Jobs'
+    `FailedCreate` Events, from three watches."""
 
     def __init__(
         self,
@@ -86,7 +101,7 @@ class TryCache:
         self.selector = names.SELECTOR if replica is None else names.replica_selector(replica)
         self._on_change = on_change
         self._lock = threading.Lock()
-        self._kinds = {"jobs": _Kind("jobs"), "pods": _Kind("pods")}
+        self._kinds = {kind: _Kind(kind) for kind in ("jobs", "pods", "events")}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         # The Jobs whose Job or pods changed since the last `take_touched`; `_everything`
@@ -101,7 +116,7 @@ class TryCache:
     @property
     def synced(self) -> bool:
         with self._lock:
-            return all(k.synced for k in self._kinds.values())
+            return all(self._kinds[kind].synced for kind in ESSENTIAL)
 
     def job(self, name: str) -> dict[str, Any] | None:
         with self._lock:
@@ -112,6 +127,19 @@ class TryCache:
             state = self._kinds["pods"]
             pods = [state.by_name[name] for name in state.by_job.get(job_name, ())]
         return max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), default=None)
+
+    def failed_create(self, job: dict[str, Any] | None) -> str | None:
+        """The message of the newest `FailedCreate` Event of this Job (the API server
+        refused its pod), or None."""
+        if job is None:
+            return None
+        name, uid = job["metadata"]["name"], job["metadata"].get("uid")
+        with self._lock:
+            state = self._kinds["events"]
+            events = [state.by_name[n] for n in state.by_job.get(name, ())]
+        mine = [e for e in events if uid is None or e["involvedObject"].get("uid") in (None, uid)]
+        newest = max(mine, key=_event_time, default=None)
+        return None if newest is None else str(newest.get("message") or "")
 
     def take_touched(self) -> set[str] | None:
         """The names of the Jobs whose Job or pods changed since the last call; None when
@@ -211,12 +239,19 @@ class TryCache:
     def _list_fn(self, api: client.ApiClient, kind: str) -> Callable[..., Any]:
         if kind == "jobs":
             return client.BatchV1Api(api).list_namespaced_job
+        if kind == "events":
+            return client.CoreV1Api(api).list_namespaced_event
         return client.CoreV1Api(api).list_namespaced_pod
+
+    def _selection(self, kind: str) -> dict[str, str]:
+        if kind == "events":
+            return {"field_selector": FAILED_CREATE_SELECTOR}
+        return {"label_selector": self.selector}
 
     def _relist(self, api: client.ApiClient, state: _Kind) -> None:
         response = self._list_fn(api, state.kind)(
             self.namespace,
-            label_selector=self.selector,
+            **self._selection(state.kind),
             _preload_content=False,
             _request_timeout=(10, READ_TIMEOUT),
         )
@@ -240,7 +275,7 @@ class TryCache:
         classes costs more than judging it.)"""
         response: Any = self._list_fn(api, state.kind)(
             self.namespace,
-            label_selector=self.selector,
+            **self._selection(state.kind),
             resource_version=state.resource_version,
             allow_watch_bookmarks=True,
             watch=True,
@@ -289,17 +324,17 @@ class TryCache:
         if old is not None:
             self._forget(state, name)
         state.by_name[name] = obj
-        job = _job_of(obj) if state.kind == "pods" else name
+        job = name if state.kind == "jobs" else _job_of(obj)
         if job is not None:
             self._touched.add(job)
-            if state.kind == "pods":
+            if state.kind != "jobs":
                 state.by_job.setdefault(job, set()).add(name)
 
     def _forget(self, state: _Kind, name: str) -> None:
         old = state.by_name.pop(name, None)
         if old is not None and state.kind == "jobs":
             self._touched.add(name)
-        job = _job_of(old) if old is not None and state.kind == "pods" else None
+        job = _job_of(old) if old is not None and state.kind != "jobs" else None
         if job is not None:
             self._touched.add(job)
             names = state.by_job.get(job)
@@ -325,7 +360,9 @@ class TryCache:
 
     def _failed(self, state: _Kind, exc: Exception) -> None:
         with self._lock:
-            first = state.synced
+            # The first failure after a sync, or ever (a watch the replica has no right
+            # to: the Events of a namespace whose Role predates them).
+            first = state.synced or state.errors == 0
             state.synced = False
             state.resource_version = None  # relist on reconnect: nothing missed is lost
             state.errors += 1
@@ -337,11 +374,25 @@ class TryCache:
             self._on_change()
 
 
-def _job_of(pod: dict[str, Any]) -> str | None:
-    """The name of the Job a pod belongs to, from the Job controller's labels."""
-    labels = pod.get("metadata", {}).get("labels") or {}
+def _job_of(obj: dict[str, Any]) -> str | None:
+    """The name of the Job a pod belongs to (the Job controller's labels), or an Event is
+    about."""
+    regarding = obj.get("involvedObject")
+    if regarding is not None:
+        return str(regarding["name"]) if regarding.get("kind") == "Job" else None
+    labels = obj.get("metadata", {}).get("labels") or {}
     job = labels.get("batch.kubernetes.io/job-name") or labels.get("job-name")
     return str(job) if job else None
+
+
+def _event_time(event: dict[str, Any]) -> str:
+    """When an Event last happened, as a sortable string (RFC 3339 times sort as text)."""
+    return str(
+        event.get("lastTimestamp")
+        or event.get("eventTime")
+        or event.get("metadata", {}).get("creationTimestamp")
+        or ""
+    )
 
 
 def _newer(a: dict[str, Any], b: dict[str, Any]) -> bool:
