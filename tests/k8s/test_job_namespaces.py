@@ -5,7 +5,8 @@ enforcing the restricted Pod Security Standard (`chart.installed` labels the
 release's; the team's is labelled here). A DAG applied in the team's namespace
 runs its Job there, as the task ServiceAccount the chart made there (no rights,
 no token); a DAG whose podTemplate the CRD accepts but the team namespace's Pod
-Security admission refuses fails its try at once with the admission's message,
+Security admission refuses (a second container without the restricted profile's
+settings) fails its try at once with the admission's message,
 long before the pod start timeout (600 s here); so does a pod over the
 namespace's LimitRange (an admission refusal no spec validation can foresee).
 
@@ -141,13 +142,17 @@ def test_a_dag_in_a_served_namespace_runs_its_job_there_as_the_task_account(
 def test_a_pod_the_namespaces_admission_refuses_fails_its_try_at_once(
     rel: Release, team: str
 ) -> None:
-    """A podTemplate the CRD and Sluice accept, but `restricted` refuses (privilege
-    escalation allowed): the Job is created, its pod never is. The try fails with the
-    admission's words within seconds, not after the pod start timeout."""
+    """A podTemplate the CRD and Sluice accept, but `restricted` refuses (a second
+    container that does not set `allowPrivilegeEscalation: false` and drop every
+    capability, as the restricted profile requires of every container; Sluice sets them
+    on `main` and its sidecar only): the Job is created, its pod never is. The try fails
+    with the admission's words within seconds, not after the pod start timeout."""
     dag = f"refused-{rel.name}"
     template = {
         "spec": {
-            "containers": [{"name": "main", "securityContext": {"allowPrivilegeEscalation": True}}]
+            "containers": [
+                {"name": "helper", "image": rel.cluster.image, "command": ["sleep", "1"]}
+            ]
         }
     }
     manifest = json.loads(dag_manifest(dag, [{"name": "t", "args": ["echo never"]}]))
