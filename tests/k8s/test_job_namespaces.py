@@ -90,9 +90,10 @@ def _ended_run(rel: Release, team: str, dag: str, timeout: float) -> dict[str, A
 
 
 def _tries(rel: Release, dag: str) -> list[list[str]]:
-    """(state, external id, reason) of every try of `dag`, from the database."""
+    """(state, the task's external id, reason) of every try of `dag`, from the database
+    (a try row records its executor; the task instance, its latest try's Job)."""
     return rel.sql(
-        "SELECT tt.state, coalesce(tt.external_id, ''), coalesce(tt.reason, '')"
+        "SELECT tt.state, coalesce(ti.external_id, ''), coalesce(tt.reason, '')"
         " FROM task_try tt JOIN task_instance ti ON ti.id = tt.task_instance_id"
         f" WHERE ti.dag_id = '{dag}' ORDER BY tt.try_number"
     )
