@@ -41,11 +41,15 @@ class FakeApi:
         self.calls: list[str] = []
         self.where: list[tuple[str, str]] = []  # (call, namespace)
         self.fail_next: dict[str, list[int]] = {}
+        # Calls made without a `_request_timeout` (a dead connection would hang the loop).
+        self.untimed: list[str] = []
         self._version = 1
 
-    def _call(self, name: str, namespace: str = "") -> None:
+    def _call(self, name: str, namespace: str = "", **kwargs: Any) -> None:
         self.calls.append(name)
         self.where.append((name, namespace))
+        if kwargs.get("_request_timeout") is None:
+            self.untimed.append(name)
         if self.fail_next.get(name):
             raise ApiException(status=self.fail_next[name].pop(0), reason="test")
 
@@ -54,11 +58,13 @@ class FakeApi:
         obj["metadata"]["resourceVersion"] = str(self._version)
 
     def create_namespaced_custom_object(
-        self, group: str, version: str, namespace: str, plural: str, body: Any, **_: Any
+        self, group: str, version: str, namespace: str, plural: str, body: Any, **kw: Any
     ) -> _Created:
         assert (group, version, plural) == ("batch", "v1", "jobs")
         assert body["metadata"]["namespace"] == namespace  # else the API server refuses it
-        self._call("create_job", namespace)
+        self._call("create_job", namespace, **kw)
+        if (namespace, body["metadata"]["name"]) in self.jobs:
+            raise ApiException(status=409, reason="AlreadyExists")
         job = json.loads(json.dumps(body))
         job["metadata"].update(
             uid=f"uid-{len(self.created)}",
@@ -69,31 +75,36 @@ class FakeApi:
         self.jobs[(namespace, job["metadata"]["name"])] = job
         return _Created(json.dumps(job).encode())
 
-    def read_namespaced_job(self, name: str, namespace: str, **_: Any) -> _Created:
-        self._call("read_job", namespace)
+    def read_namespaced_job(self, name: str, namespace: str, **kw: Any) -> _Created:
+        self._call("read_job", namespace, **kw)
         if (namespace, name) not in self.jobs:
             raise ApiException(status=404, reason="Not Found")
         return _Created(json.dumps(self.jobs[(namespace, name)]).encode())
 
     def patch_namespaced_job(self, name: str, namespace: str, body: Any, **kw: Any) -> _Created:
         assert kw["_content_type"] == "application/merge-patch+json"
-        self._call("patch_job", namespace)
+        self._call("patch_job", namespace, **kw)
         if (namespace, name) not in self.jobs:
             raise ApiException(status=404, reason="Not Found")
         return _Created(json.dumps(self._patch(self.jobs[(namespace, name)], body)).encode())
 
     def patch_namespaced_pod(self, name: str, namespace: str, body: Any, **kw: Any) -> _Created:
         assert kw["_content_type"] == "application/merge-patch+json"
-        self._call("patch_pod", namespace)
+        self._call("patch_pod", namespace, **kw)
+        if (namespace, name) not in self.pods:
+            raise ApiException(status=404, reason="Not Found")
         return _Created(json.dumps(self._patch(self.pods[(namespace, name)], body)).encode())
 
     def _patch(self, obj: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+        expected = body["metadata"].get("resourceVersion")
+        if expected is not None and expected != obj["metadata"]["resourceVersion"]:
+            raise ApiException(status=409, reason="Conflict: the object has been modified")
         obj["metadata"].setdefault("labels", {}).update(body["metadata"]["labels"])
         self._bump(obj)
         return obj
 
-    def list_namespaced_pod(self, namespace: str, *, label_selector: str, **_: Any) -> _Created:
-        self._call("list_pods", namespace)
+    def list_namespaced_pod(self, namespace: str, *, label_selector: str, **kw: Any) -> _Created:
+        self._call("list_pods", namespace, **kw)
         wanted = dict(part.split("=") for part in label_selector.split(","))
         items = [
             pod
@@ -103,8 +114,8 @@ class FakeApi:
         ]
         return _Created(json.dumps({"items": items}).encode())
 
-    def delete_namespaced_job(self, name: str, namespace: str, **_: Any) -> None:
-        self._call("delete_job", namespace)
+    def delete_namespaced_job(self, name: str, namespace: str, **kw: Any) -> None:
+        self._call("delete_job", namespace, **kw)
         self.deleted.append((namespace, name))
 
     def add_pod(self, job: dict[str, Any], main_state: dict[str, Any]) -> dict[str, Any]:
@@ -240,7 +251,7 @@ def test_a_relist_judges_every_try_again(
     setup: tuple[KubernetesExecutor, Clock, list[str]],
 ) -> None:
     executor, _, judged = setup
-    executor.start([launch(ti_id=1), launch(ti_id=2)])
+    executor.start([launch(ti_id=1), launch(ti_id=2, task_id="load")])
     executor.poll()
     assert len(judged) == 2
     executor.cache._everything = True  # what a relist (after a 410 or an outage) sets

@@ -313,7 +313,7 @@ class KubernetesExecutor:
         self.api.add("get")
         try:
             response: Any = self._batch.read_namespaced_job(
-                entry.job_name, entry.namespace, _preload_content=False
+                entry.job_name, entry.namespace, _preload_content=False, _request_timeout=(5, 10)
             )
             found = json.loads(response.data)
         except ApiException as exc:
