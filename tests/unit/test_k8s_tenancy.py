@@ -304,3 +304,15 @@ def test_one_namespaces_outage_does_not_stretch_anothers_pod_start_timeout(
     (event,) = executor.poll()
     assert event.key == (2, 2)
     assert "did not start within the pod start timeout" in (event.reason or "")
+
+
+def test_kill_deletes_an_untracked_tries_job_where_its_external_id_says(
+    monkeypatch: pytest.MonkeyPatch, api: FakeApi
+) -> None:
+    """A try this replica never had or dropped (a restart, a hand-over): killing it still
+    deletes its Job, by the namespace and name its external id gives."""
+    executor = make_executor(monkeypatch, Clock(), api)
+    executor.kill((5, 1), "the database no longer has this try running", "team-a/etl-load-1-abc")
+    assert api.deleted == [("team-a", "etl-load-1-abc")]
+    executor.kill((6, 1), "no id: nothing to find it by")
+    assert api.deleted == [("team-a", "etl-load-1-abc")]

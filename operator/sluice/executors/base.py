@@ -162,8 +162,10 @@ class Executor(Protocol):
     def release(self, key: tuple[int, int]) -> None:
         """Stop watching a try another replica adopted, without stopping it."""
 
-    def kill(self, key: tuple[int, int], reason: str) -> None:
-        """Stop a try that the database says must not run any more (fenced)."""
+    def kill(self, key: tuple[int, int], reason: str, external_id: str | None = None) -> None:
+        """Stop a try that the database says must not run any more (fenced), whether this
+        executor tracks it or not (a try it dropped, a replica's before a restart):
+        `external_id` (the database's) says where it runs when the executor does not."""
 
     def shutdown(self) -> None:
         """Stop watching, and leave the running tries running: a replica that stops

@@ -674,12 +674,18 @@ class KubernetesExecutor:
 
     # -- stopping -----------------------------------------------------------------------
 
-    def kill(self, key: Key, reason: str) -> None:
+    def kill(self, key: Key, reason: str, external_id: str | None = None) -> None:
+        """Delete the try's Job: the one this replica tracks, else the one its external id
+        names (a try this replica dropped or never had: after a restart, a hand-over)."""
         entry = self._tries.pop(key, None)
-        if entry is None:
+        if entry is not None:
+            where = (entry.namespace, entry.job_name)
+        elif external_id is not None:
+            where = self.locate(external_id)
+        else:
             return
-        if not self._delete(entry.namespace, entry.job_name, reason):
-            self._to_delete[(entry.namespace, entry.job_name)] = reason
+        if not self._delete(*where, reason):
+            self._to_delete[where] = reason
 
     def _delete(self, namespace: str, name: str, why: str) -> bool:
         """Delete a Job and (foreground) its pods; True when done or already gone."""
