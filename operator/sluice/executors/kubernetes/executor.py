@@ -104,6 +104,7 @@ class KubernetesSettings:
             service_account=self.service_account,
             ttl_seconds_after_finished=self.ttl_seconds_after_finished,
             image_pull_policy=self.image_pull_policy,
+            pod_start_timeout=self.pod_start_timeout,
         )
 
 
@@ -114,11 +115,13 @@ class _Try:
     job_name: str
     started: datetime  # when this replica created or adopted it (pod start timeout)
     skip_on_exit_code: frozenset[int]
+    # The task's execution timeout in seconds, counted from its main container's start.
+    timeout: float | None = None
     pending_body: dict[str, Any] | None = None  # a create to retry
     last_error: str | None = None
     blind_at_start: float = 0.0  # its namespace's blind seconds when this replica took it
-    # Judged since its Job and pod last changed; and if it was starting then, when its pod
-    # start timeout runs out (its verdict can change with time only then).
+    # Judged since its Job and pod last changed; and when its verdict can next change with
+    # time alone (its pod start timeout, or its execution timeout once it runs).
     judged: bool = False
     late_at: datetime | None = None
     # Adopted: its Job and pods carried another replica's label. `relabel` while they
@@ -267,6 +270,7 @@ class KubernetesExecutor:
                 started=self._clock(),
                 blind_at_start=self._blind_total(namespace),
                 skip_on_exit_code=launch.skip_on_exit_code,
+                timeout=None if timeout is None else timeout.total_seconds(),
                 pending_body=body,
             )
             self._tries[launch.key] = entry
@@ -426,8 +430,9 @@ class KubernetesExecutor:
         return events
 
     def _judge(self, entry: _Try, scope: Scope, now: datetime) -> tuple[Verdict, datetime | None]:
-        """The try's verdict, and for a try still starting, when its pod start timeout
-        runs out (it only moves later, as the time the watches could not see is added)."""
+        """The try's verdict, and when time alone may change it: for a try still starting,
+        when its pod start timeout runs out (it only moves later, as the time the watches
+        could not see is added); for one running, when its execution timeout does."""
         job = scope.cache.job(entry.job_name)
         unseen = timedelta(seconds=scope.blind_total - entry.blind_at_start)
         started = _created(job, entry.started) + unseen
@@ -439,12 +444,17 @@ class KubernetesExecutor:
             pod_start_timeout=self.settings.pod_start_timeout,
             skip_on_exit_code=entry.skip_on_exit_code,
             failed_create=scope.cache.failed_create(job),
+            execution_timeout=entry.timeout,
         )
-        late_at = (
-            started + timedelta(seconds=self.settings.pod_start_timeout)
-            if verdict.phase == "starting"
-            else None
-        )
+        late_at = None
+        if verdict.phase == "starting":
+            late_at = started + timedelta(seconds=self.settings.pod_start_timeout)
+        elif (
+            verdict.phase == "running"
+            and verdict.running_since is not None
+            and entry.timeout is not None
+        ):
+            late_at = verdict.running_since + timedelta(seconds=entry.timeout)
         return verdict, late_at
 
     def alive(self) -> list[Key]:
@@ -546,6 +556,7 @@ class KubernetesExecutor:
             started=self._clock() - timedelta(seconds=elapsed),
             blind_at_start=self.watches.scope(namespace).blind_total,
             skip_on_exit_code=skip_on_exit_code,
+            timeout=timeout,
             adopted=True,
             relabel=True,
         )
