@@ -5,6 +5,7 @@ started, their events are applied by hand)."""
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -320,8 +321,13 @@ def test_an_adopted_try_is_moved_into_the_adopters_watches_before_it_is_judged(
     assert (seen.state, seen.running) == ("alive", True)
     assert api.calls[-2:] == ["read_job", "list_pods"]
 
-    api.fail_next["patch_pod"] = [503]  # the API server hiccups: moved at a later poll
     adopter.adopt(launch().key, name, elapsed=5.0, timeout=None, skip_on_exit_code=frozenset())
+    assert api.calls[-2:] == ["read_job", "list_pods"]  # read, not moved: not known to own it
+    assert adopter.poll() == []
+    assert "patch_job" not in api.calls
+    adopter.heartbeats_recorded([launch().key], time.monotonic())  # the database: r1 owns it
+    api.fail_next["patch_pod"] = [503]  # the API server hiccups: moved at a later poll
+    assert adopter.poll() == []
     assert adopter.cache.job(name) is not None  # the Job moved, its pod not yet
     clock.now += timedelta(seconds=120)  # past the pod start timeout (60 s)
     api.fail_next["patch_pod"] = [503, 503]  # two more polls fail to move its pod
@@ -362,13 +368,17 @@ def test_a_pod_made_after_the_move_is_moved_when_its_job_changes(
         timeout=None,
         skip_on_exit_code=frozenset(),
     )
+    adopter.heartbeats_recorded([launch().key], time.monotonic())
     assert adopter.poll() == []
+    assert job["metadata"]["labels"][names.REPLICA_LABEL] == "r1"
     assert api.calls.count("patch_pod") == 0  # no pod yet
     pod = api.add_pod(job, {"running": {}})  # made from the template: r0's label
     assert pod["metadata"]["labels"][names.REPLICA_LABEL] == "r0"
     job["status"] = {"active": 1}
     api._bump(job)
     adopter.cache._apply(adopter.cache._kinds["jobs"], {"type": "MODIFIED", "object": job})
+    assert adopter.poll() == []  # read again; moved once the database confirms again
+    adopter.heartbeats_recorded([launch().key], time.monotonic())
     assert adopter.poll() == []
     assert pod["metadata"]["labels"][names.REPLICA_LABEL] == "r1"
 

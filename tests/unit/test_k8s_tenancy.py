@@ -5,6 +5,7 @@ id, and a pod the API server refuses fails its try at once with the refusal's me
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -181,6 +182,8 @@ def test_adopt_inspect_and_kill_act_in_the_tries_namespace(
     assert adopter.inspect((7, 2), ext).state == "alive"
     assert api.where == [("read_job", "team-b"), ("list_pods", "team-b")]
     adopter.adopt((7, 2), ext, elapsed=5.0, timeout=None, skip_on_exit_code=frozenset())
+    adopter.heartbeats_recorded([(7, 2)], time.monotonic())  # the database: r1 owns it
+    adopter.poll()
     assert {where for _, where in api.where} == {"team-b"}
     assert job["metadata"]["labels"][names.REPLICA_LABEL] == "r1"
     assert adopter.watches.scope("team-b").cache.job(job["metadata"]["name"]) is not None

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -118,6 +119,9 @@ class _Try:
     # The task's execution timeout in seconds, counted from its main container's start.
     timeout: float | None = None
     pending_body: dict[str, Any] | None = None  # a create to retry
+    # A create that got no clear answer (a timeout, a 5xx): the Job may exist all the same,
+    # so it is looked for before the try fails.
+    unanswered: bool = False
     last_error: str | None = None
     blind_at_start: float = 0.0  # its namespace's blind seconds when this replica took it
     # Judged since its Job and pod last changed; and when its verdict can next change with
@@ -128,6 +132,22 @@ class _Try:
     # still may (not in this replica's watches yet: not judged until they are moved).
     adopted: bool = False
     relabel: bool = False
+    # The move under way (`_relabel`): the objects as read, and when.
+    move: _Move | None = None
+    # The latest time.monotonic() at or after which the database confirmed that this
+    # replica owns the try (`heartbeats_recorded`).
+    owned_at: float | None = None
+
+
+@dataclass
+class _Move:
+    """A try's Job and pods as read for a move into this replica's watches: each is patched
+    only if it has not changed since (its resourceVersion a precondition), and only once the
+    database has confirmed after `read_at` (time.monotonic()) that this replica owns the try."""
+
+    job: dict[str, Any] | None
+    pods: list[dict[str, Any]]
+    read_at: float
 
 
 @dataclass
@@ -192,7 +212,6 @@ class KubernetesExecutor:
         # This replica's watch identity: on every Job it creates or adopts, and its pods.
         self.replica = replica or names.new_replica_id()
         self._job_settings = replace(settings.job_settings(), replica=self.replica)
-        self._label_patch = {"metadata": {"labels": {names.REPLICA_LABEL: self.replica}}}
         # With a task API, heartbeats come from the task pods' sidecars, never from this
         # process; without one (no sidecar), the scheduler heartbeats the tries it watches.
         self.pods_heartbeat = settings.task_api_url is not None
@@ -302,6 +321,8 @@ class KubernetesExecutor:
                 return
             if _worth_retrying(exc):
                 entry.last_error = _api_error(exc)
+                # A 5xx may come after the API server stored the Job (a timeout behind it).
+                entry.unanswered = entry.unanswered or (exc.status or 0) >= 500
                 return  # retried at the next poll, until the pod start timeout
             entry.pending_body = None
             self._tries.pop(entry.key, None)
@@ -310,10 +331,16 @@ class KubernetesExecutor:
                 f"the API server refused Job {entry.namespace}/{entry.job_name}: {_api_error(exc)}",
             )
         except (urllib3.exceptions.HTTPError, OSError) as exc:
+            # A timed-out or broken request may have been carried out all the same.
             entry.last_error = f"{type(exc).__name__}: {str(exc)[:200]}"
+            entry.unanswered = True
 
-    def _adopt_existing(self, entry: _Try) -> None:
-        """The name exists: the same try if its identity matches, else a clear failure."""
+    def _adopt_existing(self, entry: _Try) -> bool | None:
+        """Read the try's Job by its name (a create found it there, or never got a clear
+        answer). If it is this try's, it is watched from now on (moved into this replica's
+        watches first, as its owner only, if another replica's label is on it); another
+        try's fails this one. True: there was a Job; False: there is none; None: the API
+        server could not say (asked again at the next poll)."""
         self.api.add("get")
         try:
             response: Any = self._batch.read_namespaced_job(
@@ -321,8 +348,13 @@ class KubernetesExecutor:
             )
             found = json.loads(response.data)
         except ApiException as exc:
+            if exc.status == 404:
+                return False  # not (or no longer) there
             entry.last_error = _api_error(exc)
-            return  # deleted in between: created again at the next poll
+            return None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            entry.last_error = f"{type(exc).__name__}: {str(exc)[:200]}"
+            return None
         annotations = found["metadata"].get("annotations") or {}
         if annotations.get(names.LABEL_PREFIX + "ti") == str(entry.key[0]) and annotations.get(
             names.LABEL_PREFIX + "try"
@@ -333,12 +365,16 @@ class KubernetesExecutor:
                 job=entry.job_name,
                 ti=entry.key[0],
             )
-            self._cache(entry).put_job(found)
             entry.pending_body = None
-            if not self._ours(found):
+            if self._ours(found):
+                self._cache(entry).put_job(found)
+            else:
+                # Another replica's label: it adopted the try while this one was taken for
+                # dead (then this replica's fence releases it), or this replica claimed it
+                # again after another's late create. Only the database can tell which.
                 entry.adopted = entry.relabel = True
                 self._relabel(entry)
-            return
+            return True
         self._tries.pop(entry.key, None)
         self._fail(
             entry.key,
@@ -346,6 +382,7 @@ class KubernetesExecutor:
             f"(ti {annotations.get(names.LABEL_PREFIX + 'ti')}, "
             f"try {annotations.get(names.LABEL_PREFIX + 'try')}); delete it and clear the task",
         )
+        return True
 
     def _cache(self, entry: _Try) -> TryCache:
         return self.watches.scope(entry.namespace).cache
@@ -386,6 +423,10 @@ class KubernetesExecutor:
                 self._relabel(entry)
             elif entry.pending_body is not None:
                 if (now - entry.started).total_seconds() >= self.settings.pod_start_timeout:
+                    # A create that got no clear answer may have made the Job: look first,
+                    # and take it as this try's (invariant 1: never a retry beside it).
+                    if entry.unanswered and self._adopt_existing(entry) is not False:
+                        continue  # found (taken, or failed as another try's), or cannot say
                     self._tries.pop(entry.key, None)
                     self._fail(
                         entry.key,
@@ -409,9 +450,17 @@ class KubernetesExecutor:
             changed = touched[entry.namespace]
             scope = self.watches.scope(entry.namespace)
             unchanged = changed is not None and entry.job_name not in changed
-            if entry.adopted and not unchanged and scope.cache.newest_pod(entry.job_name) is None:
-                # A pod its Job made after the move still carries the old label.
-                self._relabel_pods(entry)
+            if (
+                entry.adopted
+                and not unchanged
+                and scope.cache.newest_pod(entry.job_name) is None
+                and _made_a_pod(scope.cache.job(entry.job_name))
+            ):
+                # A pod its Job made after the move still carries the old label: moved
+                # like the rest (as the owner only), and judged once it is.
+                entry.relabel = True
+                self._relabel(entry)
+                continue
             if entry.judged and unchanged and (entry.late_at is None or now < entry.late_at):
                 continue  # the same objects, and not yet late: the same verdict
             verdict, entry.late_at = self._judge(entry, scope, now)
@@ -564,73 +613,105 @@ class KubernetesExecutor:
         self._relabel(entry)
 
     def _relabel(self, entry: _Try) -> None:
-        """Move an adopted try's Job and pods into this replica's watches (its label on
-        them); until that succeeds the try is not judged, and the next poll tries again."""
-        # A Job moved at an earlier attempt (its pods were not) is not patched again.
-        moved = self._ours(self._cache(entry).job(entry.job_name)) or self._relabel_job(entry)
-        if moved and self._relabel_pods(entry):
-            entry.relabel = False
-            log.info(
-                "adopted try moved into this replica's watches",
-                namespace=entry.namespace,
-                job=entry.job_name,
+        """Move a try's Job and pods into this replica's watches (its label on them), as
+        the try's owner only (ADR 0033): read them; wait until the database confirms, in
+        a transaction begun after that read, that this replica owns the try; then patch
+        each with the version read as a precondition. A replica that lost the try before
+        the confirmation never patches (its fence releases the try); one that lost it
+        after finds the objects moved by the new owner, whose move follows its own
+        compare-and-set, and its patch refused: it reads again and waits again. Until the
+        move is done the try is not judged; a failed step is retried at the next poll."""
+        try:
+            if entry.move is None:
+                entry.move = self._read_move(entry)
+                return
+            if entry.owned_at is None or entry.owned_at < entry.move.read_at:
+                return  # not confirmed yet: the next heartbeat of this replica's tries says
+            self._apply_move(entry, entry.move)
+        except ApiException as exc:
+            if exc.status == 409:
+                entry.move = None  # changed since it was read: read again, confirm again
+            entry.last_error = _api_error(exc)
+            return
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            entry.last_error = f"{type(exc).__name__}: {str(exc)[:200]}"
+            return
+        entry.relabel = False
+        entry.move = None
+        log.info(
+            "adopted try moved into this replica's watches",
+            namespace=entry.namespace,
+            job=entry.job_name,
+        )
+
+    def _read_move(self, entry: _Try) -> _Move:
+        self.api.add("get")
+        try:
+            response: Any = self._batch.read_namespaced_job(
+                entry.job_name, entry.namespace, _preload_content=False, _request_timeout=(5, 10)
             )
+            job = json.loads(response.data)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            job = None  # no Job: its pods may still be there (being deleted)
+        pods = self._list_pods(entry.namespace, entry.key)
+        return _Move(job, pods, read_at=time.monotonic())
+
+    def _apply_move(self, entry: _Try, move: _Move) -> None:
+        """Patch what is not yet this replica's, each on the version read; what moved is
+        noted in `move`, so a retry after an error patches only the rest."""
+        cache = self._cache(entry)
+        if move.job is not None and not self._ours(move.job):
+            self.api.add("patch")
+            try:
+                response: Any = self._batch.patch_namespaced_job(
+                    entry.job_name,
+                    entry.namespace,
+                    self._conditional_label_patch(move.job),
+                    _content_type="application/merge-patch+json",
+                    _preload_content=False,
+                    _request_timeout=(10, 30),
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                move.job = None  # deleted since: its pods may still be there
+            else:
+                move.job = json.loads(response.data)
+                cache.put_job(move.job)
+        for index, pod in enumerate(move.pods):
+            if self._ours(pod):
+                continue
+            self.api.add("patch")
+            try:
+                response = self._core.patch_namespaced_pod(
+                    pod["metadata"]["name"],
+                    entry.namespace,
+                    self._conditional_label_patch(pod),
+                    _content_type="application/merge-patch+json",
+                    _preload_content=False,
+                    _request_timeout=(10, 30),
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                continue  # deleted meanwhile: nothing to move
+            move.pods[index] = json.loads(response.data)
+            cache.put_pod(move.pods[index])
+
+    def _conditional_label_patch(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """This replica's label, only onto the version of `obj` read (else 409 Conflict)."""
+        return {
+            "metadata": {
+                "resourceVersion": obj["metadata"]["resourceVersion"],
+                "labels": {names.REPLICA_LABEL: self.replica},
+            }
+        }
 
     def _ours(self, obj: dict[str, Any] | None) -> bool:
         labels = (obj or {}).get("metadata", {}).get("labels") or {}
         return bool(labels.get(names.REPLICA_LABEL) == self.replica)
-
-    def _relabel_job(self, entry: _Try) -> bool:
-        try:
-            self.api.add("patch")
-            response: Any = self._batch.patch_namespaced_job(
-                entry.job_name,
-                entry.namespace,
-                self._label_patch,
-                _content_type="application/merge-patch+json",
-                _preload_content=False,
-                _request_timeout=(10, 30),
-            )
-            self._cache(entry).put_job(json.loads(response.data))
-        except ApiException as exc:
-            if exc.status == 404:
-                return True  # no Job: its pods may still be there (being deleted)
-            entry.last_error = _api_error(exc)
-            return False
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            entry.last_error = f"{type(exc).__name__}: {str(exc)[:200]}"
-            return False
-        return True
-
-    def _relabel_pods(self, entry: _Try) -> bool:
-        """Put this replica's label on the try's pods; False if it could not (retried)."""
-        try:
-            pods = self._list_pods(entry.namespace, entry.key)
-            for pod in pods:
-                if self._ours(pod):
-                    continue
-                self.api.add("patch")
-                try:
-                    response: Any = self._core.patch_namespaced_pod(
-                        pod["metadata"]["name"],
-                        entry.namespace,
-                        self._label_patch,
-                        _content_type="application/merge-patch+json",
-                        _preload_content=False,
-                        _request_timeout=(10, 30),
-                    )
-                except ApiException as exc:
-                    if exc.status == 404:
-                        continue  # deleted meanwhile: nothing to move
-                    raise
-                self._cache(entry).put_pod(json.loads(response.data))
-        except ApiException as exc:
-            entry.last_error = _api_error(exc)
-            return False
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            entry.last_error = f"{type(exc).__name__}: {str(exc)[:200]}"
-            return False
-        return True
 
     def _list_pods(self, namespace: str, key: Key) -> list[dict[str, Any]]:
         self.api.add("list")
@@ -678,7 +759,12 @@ class KubernetesExecutor:
         return job, pod
 
     def heartbeats_recorded(self, keys: Sequence[tuple[int, int]], at: float) -> None:
-        """Nothing to renew: pods heartbeat themselves."""
+        """The database confirmed at or after `at` that this replica owns these tries: a
+        move read before then may go ahead (`_relabel`). (No lease: pods heartbeat.)"""
+        for key in keys:
+            entry = self._tries.get(key)
+            if entry is not None and (entry.owned_at is None or entry.owned_at < at):
+                entry.owned_at = at
 
     def release(self, key: Key) -> None:
         self._tries.pop(key, None)
@@ -740,6 +826,12 @@ class KubernetesExecutor:
 def job_external_id(namespace: str, job_name: str) -> str:
     """A try's external id: where its Job is, `<namespace>/<name>`."""
     return f"{namespace}/{job_name}"
+
+
+def _made_a_pod(job: dict[str, Any] | None) -> bool:
+    """Does the Job's status count a pod of its own (one this replica may not see yet)?"""
+    status = (job or {}).get("status") or {}
+    return any((status.get(k) or 0) > 0 for k in ("active", "succeeded", "failed", "terminating"))
 
 
 def _created(job: dict[str, Any] | None, fallback: datetime) -> datetime:
