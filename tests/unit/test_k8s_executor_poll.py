@@ -117,6 +117,10 @@ class FakeApi:
 
     def delete_namespaced_job(self, name: str, namespace: str, **kw: Any) -> None:
         self._call("delete_job", namespace, **kw)
+        expected = (kw.get("body") or {}).get("preconditions", {}).get("resourceVersion")
+        job = self.jobs.get((namespace, name))
+        if job is not None and expected not in (None, job["metadata"]["resourceVersion"]):
+            raise ApiException(status=409, reason="Conflict: precondition failed")
         self.deleted.append((namespace, name))
 
     def add_pod(self, job: dict[str, Any], main_state: dict[str, Any]) -> dict[str, Any]:

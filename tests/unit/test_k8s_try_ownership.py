@@ -142,6 +142,30 @@ def test_a_move_onto_a_job_that_changed_since_it_was_read_is_refused(
     assert _label(api) == "r2"
 
 
+def test_a_replica_taken_for_dead_does_not_end_a_job_moved_since_it_looked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """r0 wakes from a pause past its try's pod start timeout, before its watch delivers the
+    move r1 made: judged on its old copy, the try would fail and its Job (r1's now) be
+    deleted. The delete names the version judged; refused, r0 reports nothing."""
+    clock, api = Clock(), FakeApi()
+    stale = make_executor(monkeypatch, clock, api, replica="r0")
+    stale.start([launch()])
+    assert stale.poll() == []
+    (job,) = api.jobs.values()
+    job["metadata"]["labels"][names.REPLICA_LABEL] = "r1"  # r1 adopted it and moved it
+    api._bump(job)
+    clock.now += timedelta(seconds=120)  # past the pod start timeout (60 s)
+    assert stale.poll() == []
+    assert api.deleted == []
+    assert stale.alive() == [KEY]
+    jobs = stale.cache._kinds["jobs"]
+    stale.cache._apply(jobs, {"type": "DELETED", "object": job})  # the watch catches up
+    assert stale.poll() == []
+    assert stale.alive() == []  # handed over
+    assert api.deleted == []
+
+
 # -- finding 2: a create with no clear answer ------------------------------------------
 
 

@@ -468,14 +468,20 @@ class KubernetesExecutor:
             if verdict.phase != "ended":
                 continue
             assert verdict.state is not None
+            why = verdict.reason or ""
+            if verdict.delete:
+                # Only on the Job as judged: one moved since by the replica that now owns
+                # the try (this one was taken for dead) is not this replica's to end.
+                deleted = self._delete(
+                    entry.namespace, entry.job_name, why, version=_version(scope, entry)
+                )
+                if deleted is None:
+                    entry.judged = False  # judged again at the next poll, on newer objects
+                    continue
+                if not deleted:
+                    self._to_delete[(entry.namespace, entry.job_name)] = why
             del self._tries[key]
-            events.append(
-                TaskEvent(key[0], key[1], verdict.state, verdict.exit_code, verdict.reason)
-            )
-            if verdict.delete and not self._delete(
-                entry.namespace, entry.job_name, verdict.reason or ""
-            ):
-                self._to_delete[(entry.namespace, entry.job_name)] = verdict.reason or ""
+            events.append(TaskEvent(key[0], key[1], verdict.state, verdict.exit_code, why or None))
         return events
 
     def _judge(self, entry: _Try, scope: Scope, now: datetime) -> tuple[Verdict, datetime | None]:
@@ -784,19 +790,27 @@ class KubernetesExecutor:
         if not self._delete(*where, reason):
             self._to_delete[where] = reason
 
-    def _delete(self, namespace: str, name: str, why: str) -> bool:
-        """Delete a Job and (foreground) its pods; True when done or already gone."""
+    def _delete(
+        self, namespace: str, name: str, why: str, *, version: str | None = None
+    ) -> bool | None:
+        """Delete a Job and (foreground) its pods; True when done or already gone, False
+        when it could not be (asked again later). With a `version`, only that version of
+        the Job: None when it has changed since (409)."""
         self.api.add("delete")
         try:
             self._batch.delete_namespaced_job(
                 name,
                 namespace,
                 propagation_policy="Foreground",
+                **({"body": {"preconditions": {"resourceVersion": version}}} if version else {}),
                 _request_timeout=(10, 30),
             )
         except ApiException as exc:
             if exc.status == 404:
                 return True
+            if exc.status == 409 and version is not None:
+                log.info("Job changed since it was judged", namespace=namespace, job=name)
+                return None
             log.warning(
                 "could not delete Job", namespace=namespace, job=name, error=_api_error(exc)
             )
@@ -826,6 +840,12 @@ class KubernetesExecutor:
 def job_external_id(namespace: str, job_name: str) -> str:
     """A try's external id: where its Job is, `<namespace>/<name>`."""
     return f"{namespace}/{job_name}"
+
+
+def _version(scope: Scope, entry: _Try) -> str | None:
+    """The resourceVersion of the try's Job as this replica's cache has it."""
+    job = scope.cache.job(entry.job_name)
+    return None if job is None else job["metadata"].get("resourceVersion")
 
 
 def _made_a_pod(job: dict[str, Any] | None) -> bool:
