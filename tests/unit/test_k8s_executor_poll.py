@@ -117,7 +117,8 @@ class FakeApi:
 
     def delete_namespaced_job(self, name: str, namespace: str, **kw: Any) -> None:
         self._call("delete_job", namespace, **kw)
-        expected = (kw.get("body") or {}).get("preconditions", {}).get("resourceVersion")
+        options = kw.get("body")
+        expected = None if options is None else options.preconditions.resource_version
         job = self.jobs.get((namespace, name))
         if job is not None and expected not in (None, job["metadata"]["resourceVersion"]):
             raise ApiException(status=409, reason="Conflict: precondition failed")

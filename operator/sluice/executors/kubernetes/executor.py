@@ -802,7 +802,11 @@ class KubernetesExecutor:
                 name,
                 namespace,
                 propagation_policy="Foreground",
-                **({"body": {"preconditions": {"resourceVersion": version}}} if version else {}),
+                body=None
+                if version is None
+                else client.V1DeleteOptions(
+                    preconditions=client.V1Preconditions(resource_version=version)
+                ),
                 _request_timeout=(10, 30),
             )
         except ApiException as exc:
