@@ -213,3 +213,16 @@ def test_a_create_with_no_clear_answer_and_no_job_fails_the_try(
     assert event.state == TaskState.FAILED
     assert "could not create Job" in (event.reason or "")
     assert api.jobs == {}
+
+
+def test_a_try_whose_create_is_still_tried_is_alive_to_the_zombie_sweep(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not "never started" (a zombie verdict, and a retry, while a create may still land):
+    its own pod start timeout decides, after looking for its Job."""
+    clock, api = Clock(), FakeApi()
+    executor = make_executor(monkeypatch, clock, api)
+    _creates_time_out(api, stored=[False, False])
+    executor.start([launch()])
+    seen = executor.inspect(KEY, executor.planned_external_id(launch()))
+    assert (seen.state, seen.running, seen.restartable_within) == ("alive", False, None)

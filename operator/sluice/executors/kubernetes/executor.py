@@ -531,6 +531,14 @@ class KubernetesExecutor:
             namespace, name = ours.namespace, ours.job_name
         else:
             return Inspection(state="unknown")
+        if ours is not None and ours.pending_body is not None:
+            # Its create is still being tried (and one may have landed unheard): it starts
+            # or fails by its pod start timeout, on this replica's word, never as a zombie.
+            return Inspection(
+                state="alive",
+                running=False,
+                evidence={"job": "being created", "last_error": ours.last_error},
+            )
         if (
             ours is not None
             and not ours.relabel
