@@ -10,8 +10,9 @@
   exists under the try's deterministic name is the same try (a replica died
   between creating it and recording it): it is adopted, never started twice.
   An API error that may pass (5xx, 429, a refused connection) is retried at
-  the next poll until the pod start timeout; any other refusal fails the try
-  with the API server's message. So does a pod the API server refuses once
+  the next poll until the pod start timeout, when a create that never got a
+  clear answer looks for its Job before the try fails (it may exist: ADR
+  0033); any other refusal fails the try with the API server's message. So does a pod the API server refuses once
   the Job exists (Pod Security admission: the Job controller's `FailedCreate`
   Event), at once (`outcome.judge`).
 - `poll` judges each try this replica owns from the watch cache
@@ -19,9 +20,11 @@
   not start within the pod start timeout fail with the reason (and their Job
   is deleted); nothing is read from the API server per task. A verdict
   depends only on the Job, its pod and, for a try still starting, whether its
-  pod start timeout has passed; so a try is judged again only when its Job or
-  pod changed (`TryCache.take_touched`) or that timeout comes, not on every
-  poll.
+  pod start timeout has passed (or, once it runs, whether its execution
+  timeout, counted from its main container's start, has); so a try is judged
+  again only when its Job or pod changed (`TryCache.take_touched`) or one of
+  those timeouts comes, not on every poll. A verdict that deletes the Job
+  deletes only the version judged (ADR 0033).
 - Each replica watches only its own tries: every Job it creates, and its
   pod, carries `sluice.io/replica` with the replica's watch identity (new at
   every start), and its watches of each namespace select on it. So a replica parses the
@@ -34,13 +37,15 @@
   replica's (a dead one's, which the zombie sweep asks about) by reading the
   Job and listing its pods, two requests per try, once.
 - `adopt` moves the try into this replica's watches: it patches the label on
-  the Job and on its pods (a dead replica's tries only; rare), and judges the
-  try only once they are moved. The old owner, if it still runs, sees them
-  leave its selection with another replica's label and drops them: handed
-  over, not deleted. `release` only changes what this replica reports on;
-  ownership lives in the database. `kill` deletes the Job (foreground: its
-  pod goes first). `shutdown` stops the watches and deletes nothing: tries
-  outlive replicas.
+  the Job and on its pods (a dead replica's tries only; rare), only once the
+  database has confirmed after reading them that this replica owns the try,
+  and each on the version read (ADR 0033); it judges the try only once they
+  are moved. The old owner, if it still runs, sees them leave its selection
+  with another replica's label and drops them: handed over, not deleted.
+  `release` only changes what this replica reports on; ownership lives in
+  the database. `kill` deletes the Job (foreground: its pod goes first), by
+  the external id it is given when the try is not in this replica's table.
+  `shutdown` stops the watches and deletes nothing: tries outlive replicas.
 """
 
 from __future__ import annotations
