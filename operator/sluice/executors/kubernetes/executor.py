@@ -12,9 +12,10 @@
   An API error that may pass (5xx, 429, a refused connection) is retried at
   the next poll until the pod start timeout, when a create that never got a
   clear answer looks for its Job before the try fails (it may exist: ADR
-  0033); any other refusal fails the try with the API server's message. So does a pod the API server refuses once
-  the Job exists (Pod Security admission: the Job controller's `FailedCreate`
-  Event), at once (`outcome.judge`).
+  0033); any other refusal fails the try with the API server's message. So
+  does a pod the API server refuses once the Job exists (Pod Security
+  admission: the Job controller's `FailedCreate` Event), at once
+  (`outcome.judge`).
 - `poll` judges each try this replica owns from the watch cache
   (`outcome.judge`): ended tries become `TaskEvent`s; tries whose pod could
   not start within the pod start timeout fail with the reason (and their Job
