@@ -142,8 +142,11 @@ class Executor(Protocol):
         """How to find each running try again from another replica (pid, pod name...)."""
 
     def heartbeats_recorded(self, keys: Sequence[tuple[int, int]], at: float) -> None:
-        """The database took these tries' heartbeats, stamped no earlier than `at` (this
-        machine's time.monotonic()), and this replica still owns them (local leases)."""
+        """The database took these tries' heartbeats (or, for tries that heartbeat
+        themselves, confirmed them), stamped no earlier than `at` (this machine's
+        time.monotonic()), and this replica still owned them then: local leases are
+        renewed from it, and the Job executor moves a try into its watches only on such
+        a word given after it read the try's objects (ADR 0033)."""
 
     def inspect(self, key: tuple[int, int], external_id: str | None) -> Inspection:
         """Whether a try, maybe started by another replica, still runs ("unknown" if unsure)."""
