@@ -136,3 +136,13 @@ HEARTBEAT_FLUSH_SIZE = Histogram(
     "Distinct tries one heartbeat flush wrote (one statement each)",
     buckets=(1, 2, 5, 10, 25, 50, 100, 250, 500),
 )
+
+# -- the status publisher (status/publisher.py) --------------------------------------------
+
+STATUS_DROPPED = Counter(
+    "sluice_status_dropped",
+    "Status publications this replica dropped because the API server refused them for good,"
+    " by object kind (run, dag, backfill) and outcome: invalid (400, 413, 422: at once),"
+    " forbidden (403), namespace_gone (404), refused (other 4xx): after 10 failures in a row",
+    ["kind", "outcome"],
+)

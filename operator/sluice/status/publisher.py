@@ -52,7 +52,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.models import ObjectPublication
 from sluice.logs import first_line
-from sluice.status import render, store
+from sluice.metrics import families
+from sluice.status import refusals, render, store
 
 log = structlog.get_logger("sluice.status")
 
@@ -64,6 +65,7 @@ TIMEOUT = (5, 10)
 MAX_BACKOFF = 30.0
 DAG_UID_TTL = 60.0
 COMPONENT = "sluice-scheduler"
+DROPPED = "StatusNotPublished"  # the Event's reason when a publication is dropped
 
 
 Publication = store.Publication | None
@@ -72,6 +74,10 @@ Publication = store.Publication | None
 class MissingResource(Exception):
     """The DagRun kind or the namespace is not there: say how to fix it."""
 
+    def __init__(self, message: str, refusal: refusals.Refusal) -> None:
+        super().__init__(message)
+        self.refusal = refusal
+
 
 class ApiDown(Exception):
     """The API server cannot be reached: the rest of the cycle waits."""
@@ -79,9 +85,13 @@ class ApiDown(Exception):
 
 @dataclass
 class Outcome:
-    kind: str  # published, conflict, gone, failed, skipped
+    kind: str  # published, conflict, gone, failed, dropped
     values: dict[str, Any]
     error: str = ""
+    # failed: the API server's refusal (None: no answer, or one that always passes)...
+    refusal: refusals.Refusal | None = None
+    # ...and the object it refused, when it exists: a dropped publication's Event goes there.
+    involved: dict[str, Any] | None = None
 
 
 @dataclass
@@ -94,6 +104,7 @@ class Counts:
     failures: int = 0
     deferred: int = 0
     held: int = 0  # objects whose rows waited out the object's backoff, by cycle
+    dropped: int = 0  # publications refused for good (refusals.py): rows deleted
 
 
 class StatusPublisher:
@@ -290,7 +301,7 @@ class StatusPublisher:
                 outcomes.append((item, Outcome("failed", {}, down), publication))
                 continue
             try:
-                outcome = job()
+                outcome = self._drop_if_refused_for_good(item, job())
             except ApiDown as exc:
                 down = str(exc)
                 outcome = Outcome("failed", {}, down)
@@ -320,7 +331,7 @@ class StatusPublisher:
                             session, item.kind, item.key, expected_version=expected, values=values
                         )
 
-                if outcome.kind != "failed":
+                if outcome.kind not in ("failed", "dropped"):
                     self._failing.pop((item.kind, item.key), None)
                 if outcome.kind in ("published", "gone"):
                     record(outcome.values)
@@ -333,11 +344,21 @@ class StatusPublisher:
                         record(outcome.values)
                     released.append((item.row_ids, now))
                 else:
-                    self.counts.failures += 1
-                    key = (item.kind, item.key)
-                    failures = max(item.attempts, self._failing.get(key, (0, now))[0] + 1)
+                    failures = self._failures(item)
                     delay = min(2.0 ** min(failures, 5), MAX_BACKOFF)
-                    self._failing[key] = (failures, now + timedelta(seconds=delay))
+                    # A dropped object's next rows wait out its backoff too, and are
+                    # dropped at their first refusal.
+                    self._failing[(item.kind, item.key)] = (
+                        failures,
+                        now + timedelta(seconds=delay),
+                    )
+                    if outcome.kind == "dropped":
+                        self.counts.dropped += 1
+                        cause = refusals.cause(outcome.refusal) if outcome.refusal else None
+                        families.STATUS_DROPPED.labels(item.kind, cause or "refused").inc()
+                        finished.extend(item.row_ids)
+                        continue
+                    self.counts.failures += 1
                     log.warning(
                         "could not publish a status; trying again",
                         kind=item.kind,
@@ -354,6 +375,41 @@ class StatusPublisher:
         forget = now - timedelta(seconds=10 * MAX_BACKOFF)
         for key in [k for k, (_, at) in self._failing.items() if at < forget]:
             del self._failing[key]
+
+    def _failures(self, item: store.Taken) -> int:
+        """Failures in a row of the object's publication, this one included: its rows'
+        takes (another replica's failures count), or this replica's count for the object
+        (its new rows, taken for the first time, carry the object's failures on)."""
+        return max(item.attempts, self._failing.get((item.kind, item.key), (0, None))[0] + 1)
+
+    def _drop_if_refused_for_good(self, item: store.Taken, outcome: Outcome) -> Outcome:
+        """A publication the API server refused in a way that cannot pass (refusals.py)
+        is `dropped`: its rows are deleted rather than retried for ever. Said by a Warning
+        Event on the object when it exists, and in the log."""
+        if outcome.kind != "failed" or outcome.refusal is None:
+            return outcome
+        failures = self._failures(item)
+        if not refusals.drops(outcome.refusal, failures):
+            return outcome
+        log.warning(
+            "a status publication was refused for good; dropped",
+            kind=item.kind,
+            key=item.key,
+            failures=failures,
+            cause=refusals.cause(outcome.refusal),
+            error=outcome.error,
+        )
+        if outcome.involved is not None:
+            message = (
+                f"Sluice could not publish this object's status and stopped trying after"
+                f" {failures} attempt(s): {outcome.error}. The database has the state (sluice"
+                " dags runs); the next change is published again"
+            )
+            try:
+                self._post_event(outcome.involved, render.EventSpec("Warning", DROPPED, message))
+            except ApiDown as exc:
+                log.warning("could not post an Event", reason=DROPPED, error=str(exc))
+        return Outcome("dropped", {}, outcome.error, outcome.refusal, outcome.involved)
 
     def _due_at(self, now: datetime, times: list[datetime]) -> None:
         """Rows this publisher gave back come due then: an idle wait ends by the first."""
@@ -456,7 +512,16 @@ class StatusPublisher:
                 return Outcome(
                     "conflict", {**where, "resource_version": current["resource_version"]}
                 )
-            return Outcome("failed", {}, _api_error(exc))
+            kind = "DAG" if isinstance(view, render.DagView) else "Backfill"
+            involved = {
+                "apiVersion": render.API_VERSION,
+                "kind": kind,
+                "name": name,
+                "namespace": namespace,
+            }
+            if uid is not None:
+                involved["uid"] = uid
+            return Outcome("failed", {}, _api_error(exc), refusals.Refusal.of(exc), involved)
         return Outcome(
             "published",
             {
@@ -473,9 +538,9 @@ class StatusPublisher:
         try:
             return self._publish_one(run, publication)
         except ApiException as exc:  # refused (RBAC, validation): this run only
-            return Outcome("failed", {}, _api_error(exc))
+            return Outcome("failed", {}, _api_error(exc), refusals.Refusal.of(exc))
         except MissingResource as exc:
-            return Outcome("failed", {}, str(exc))
+            return Outcome("failed", {}, str(exc), exc.refusal)
 
     def _publish_one(self, run: render.RunView, publication: store.Publication | None) -> Outcome:
         namespace = publication.namespace if publication else run.namespace
@@ -507,6 +572,13 @@ class StatusPublisher:
                 **({"observedGeneration": generation} if generation is not None else {}),
             },
         )
+        involved = {
+            "apiVersion": render.API_VERSION,
+            "kind": "DagRun",
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+        }
         try:
             response = self._patch_status(namespace, PLURAL, name, version, status)
         except ApiException as exc:
@@ -518,16 +590,9 @@ class StatusPublisher:
                     # Deleted, maybe created again under its name: another object.
                     return Outcome("gone", {**where, "uid": uid, "gone": True})
                 return Outcome("conflict", {**where, **current})
-            return Outcome("failed", {}, _api_error(exc))
+            return Outcome("failed", {}, _api_error(exc), refusals.Refusal.of(exc), involved)
         metadata = response.get("metadata", {})
         previous = publication.summary if publication else None
-        involved = {
-            "apiVersion": render.API_VERSION,
-            "kind": "DagRun",
-            "name": name,
-            "namespace": namespace,
-            "uid": uid,
-        }
         for event in render.events_between(previous, run):
             self._post_event(involved, event)
         return Outcome(
@@ -597,7 +662,8 @@ class StatusPublisher:
                     raise MissingResource(
                         f"cannot create DagRun {namespace}/{name}: {_api_error(exc)}; is the"
                         " DagRun CRD installed (kubectl apply -f crds/) and the namespace there?"
-                        " (--no-publish-status turns publishing off)"
+                        " (--no-publish-status turns publishing off)",
+                        refusals.Refusal.of(exc),
                     ) from exc
                 if exc.status != 409:
                     raise
