@@ -154,6 +154,34 @@ class FakeKube:
             found["metadata"]["resourceVersion"] = str(next(self._versions))
             return _ok(found)
 
+    def delete_namespaced_custom_object(
+        self,
+        group: str,
+        version: str,
+        namespace: str,
+        plural: str,
+        name: str,
+        body: Any = None,
+        **_: Any,
+    ) -> _Response:
+        """A delete; with `body.preconditions.uid` (a V1DeleteOptions) refused with 409
+        unless the object has that uid, as the API server does."""
+        self._check("delete", name)
+        with self._lock:
+            found = self.objects.get((plural, namespace, name))
+            if found is None:
+                raise _error(404, f"{plural} {name!r} not found", reason="NotFound")
+            uid = getattr(getattr(body, "preconditions", None), "uid", None)
+            if uid is not None and uid != found["metadata"]["uid"]:
+                raise _error(
+                    409,
+                    f"Precondition failed: UID in precondition: {uid}, UID in object meta:"
+                    f" {found['metadata']['uid']}",
+                    reason="Conflict",
+                )
+            del self.objects[(plural, namespace, name)]
+            return _ok({"kind": "Status", "status": "Success"})
+
     def delete(self, namespace: str, name: str) -> None:
         del self.objects[("dagruns", namespace, name)]
 

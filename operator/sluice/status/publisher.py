@@ -16,7 +16,10 @@ once per `idle_interval`: see `wake`):
    publication as a precondition, and post the Events of what changed.
 3. In a second short transaction, record each publication (compare-and-set on
    that resourceVersion) and delete the rows it covered; give back the rows of
-   runs that failed, with a growing delay.
+   runs that failed, with a growing delay, or drop them if the API server
+   refused them for good (refusals.py); and enqueue the deletion of the DagRun
+   objects of ended runs beyond their DAG's history limit (history.py), which
+   a later cycle's step 2 makes, at most `prunes_per_cycle` per cycle.
 
 Order per object holds with any number of replicas: a patch applies only if
 the object is still at the resourceVersion recorded with the last publication,
@@ -53,7 +56,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from sluice.db.models import ObjectPublication
 from sluice.logs import first_line
 from sluice.metrics import families
-from sluice.status import refusals, render, store
+from sluice.spec.states import ACTIVE_RUN_STATES
+from sluice.status import history, refusals, render, store
 
 log = structlog.get_logger("sluice.status")
 
@@ -66,6 +70,8 @@ MAX_BACKOFF = 30.0
 DAG_UID_TTL = 60.0
 COMPONENT = "sluice-scheduler"
 DROPPED = "StatusNotPublished"  # the Event's reason when a publication is dropped
+DEFAULT_HISTORY_LIMIT = 100  # DagRun objects of ended runs kept per DAG (ADR 0034)
+PRUNES_PER_CYCLE = 50  # DagRun objects a cycle deletes at most, and enqueues per DAG
 
 
 Publication = store.Publication | None
@@ -85,7 +91,7 @@ class ApiDown(Exception):
 
 @dataclass
 class Outcome:
-    kind: str  # published, conflict, gone, failed, dropped
+    kind: str  # published, conflict, gone, failed, dropped; pruned (an object deleted)
     values: dict[str, Any]
     error: str = ""
     # failed: the API server's refusal (None: no answer, or one that always passes)...
@@ -105,6 +111,7 @@ class Counts:
     deferred: int = 0
     held: int = 0  # objects whose rows waited out the object's backoff, by cycle
     dropped: int = 0  # publications refused for good (refusals.py): rows deleted
+    pruned: int = 0  # DagRun objects of ended runs deleted beyond the history limit
 
 
 class StatusPublisher:
@@ -122,8 +129,14 @@ class StatusPublisher:
         horizon: timedelta = timedelta(hours=24),
         pool_interval: float = 5.0,
         idle_interval: float | None = None,
+        history_limit: int = DEFAULT_HISTORY_LIMIT,
+        prunes_per_cycle: int = PRUNES_PER_CYCLE,
     ) -> None:
         self.sessions = sessions
+        # Each DAG keeps the DagRun objects of its newest `history_limit` ended runs (0:
+        # all); a cycle deletes at most `prunes_per_cycle` older ones (history.py).
+        self.history_limit = history_limit
+        self.prunes_per_cycle = prunes_per_cycle
         self.clock = clock
         self.default_namespace = default_namespace
         self.interval = interval
@@ -241,8 +254,10 @@ class StatusPublisher:
             runs_taken = [t for t in taken if t.kind == store.RUN]
             ids = [t.dag_run_id for t in runs_taken]
             runs = store.read_runs(session, ids, self.default_namespace)
-            publications = store.read_publications(session, ids)
-            objects = [t for t in taken if t.kind != store.RUN]
+            prunes_taken = [t.dag_run_id for t in taken if t.kind == history.PRUNE]
+            publications = store.read_publications(session, ids + prunes_taken)
+            run_states = history.run_states(session, prunes_taken)
+            objects = [t for t in taken if t.kind in (store.DAG, store.BACKFILL)]
             dags = store.read_dags(session, [t.key for t in objects if t.kind == store.DAG])
             backfills = store.read_backfills(
                 session, [t.key for t in objects if t.kind == store.BACKFILL]
@@ -253,10 +268,27 @@ class StatusPublisher:
             work: list[tuple[store.Taken, Callable[[], Outcome], Any]] = []
             finished: list[int] = []  # rows with nothing to publish
             deferred: list[tuple[list[int], datetime]] = []
+            active_again: list[int] = []  # marked for deletion, but a backfill took them
+            prunes = 0
             for item in taken:
                 publication: Any
                 job: Callable[[], Outcome] | None
-                if item.kind == store.RUN:
+                if item.kind == history.PRUNE:
+                    publication = publications.get(item.dag_run_id)
+                    published_at = None
+                    state = run_states.get(item.dag_run_id)
+                    job = None
+                    if publication is None or publication.uid is None or state is None:
+                        pass  # the run or its object is gone: nothing to delete
+                    elif state in ACTIVE_RUN_STATES:
+                        active_again.append(item.dag_run_id)
+                    elif prunes >= self.prunes_per_cycle:
+                        deferred.append((item.row_ids, now))  # the next cycle's
+                        continue
+                    else:
+                        prunes += 1
+                        job = functools.partial(self._prune, publication)
+                elif item.kind == store.RUN:
                     publication = publications.get(item.dag_run_id)
                     run = runs.get(item.dag_run_id)
                     gone = publication is not None and publication.gone
@@ -293,6 +325,7 @@ class StatusPublisher:
                 work.append((item, job, publication))
             store.done(session, finished)
             store.release_each(session, deferred)
+            history.keep(session, active_again)
             self._due_at(now, [when for _, when in deferred])
         outcomes: list[tuple[store.Taken, Outcome, Any]] = []
         down = ""
@@ -313,9 +346,17 @@ class StatusPublisher:
         now = self.clock()
         finished: list[int] = []
         released: list[tuple[list[int], datetime]] = []
+        # DAGs whose history may have grown past the limit: a run's end was published, or
+        # some of its objects were deleted and older ones may be due.
+        histories: set[str] = set()
         with self.sessions.begin() as session:
             for item, outcome, publication in outcomes:
                 expected = None if publication is None else publication.resource_version
+                if item.kind == history.PRUNE and outcome.kind in ("pruned", "gone"):
+                    if publication.dag_id:
+                        histories.add(publication.dag_id)
+                elif outcome.kind == "published" and outcome.values.get("ended_at"):
+                    histories.add(outcome.values["dag_id"])
 
                 def record(
                     values: dict[str, Any],
@@ -333,7 +374,11 @@ class StatusPublisher:
 
                 if outcome.kind not in ("failed", "dropped"):
                     self._failing.pop((item.kind, item.key), None)
-                if outcome.kind in ("published", "gone"):
+                if outcome.kind == "pruned":
+                    self.counts.pruned += 1
+                    families.DAGRUN_OBJECTS_PRUNED.inc()
+                    finished.extend(item.row_ids)
+                elif outcome.kind in ("published", "gone"):
                     record(outcome.values)
                     finished.extend(item.row_ids)
                     if outcome.kind == "published":
@@ -369,7 +414,12 @@ class StatusPublisher:
                     released.append((item.row_ids, now + timedelta(seconds=delay)))
             store.done(session, finished)
             store.release_each(session, released)
-        self._due_at(now, [when for _, when in released])
+            pruning = history.enqueue(
+                session, sorted(histories), keep=self.history_limit, per_dag=PRUNES_PER_CYCLE
+            )
+        # Deletions just enqueued are due now: a long history is worked off a cycle at a
+        # time, not one cycle per idle interval.
+        self._due_at(now, [when for _, when in released] + ([now] if pruning else []))
         # An object that stopped failing by going away (a deleted run) is forgotten once
         # its backoff has long passed.
         forget = now - timedelta(seconds=10 * MAX_BACKOFF)
@@ -606,8 +656,40 @@ class StatusPublisher:
                 "state": run.state,
                 "summary": render.summary_of(run),
                 "gone": False,
+                "dag_id": run.dag_id,
+                "ended_at": None
+                if run.state in ACTIVE_RUN_STATES
+                else (run.end_date or self.clock()),
             },
         )
+
+    def _prune(self, publication: store.Publication) -> Outcome:
+        """Delete the DagRun object of an ended run beyond its DAG's history limit, only if
+        it is still the object of the recorded uid (an object created again under its
+        name is another one: the precondition refuses, 409)."""
+        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=publication.uid))
+        try:
+            self._call(
+                self.custom.delete_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                publication.namespace,
+                PLURAL,
+                publication.object_name,
+                body=options,
+            )
+        except ApiException as exc:
+            if exc.status in (404, 409):  # deleted already, or another object now
+                return Outcome("gone", {})
+            involved = {
+                "apiVersion": render.API_VERSION,
+                "kind": "DagRun",
+                "name": publication.object_name,
+                "namespace": publication.namespace,
+                "uid": publication.uid,
+            }
+            return Outcome("failed", {}, _api_error(exc), refusals.Refusal.of(exc), involved)
+        return Outcome("pruned", {})
 
     def _patch_status(
         self,
@@ -751,11 +833,19 @@ class StatusPublisher:
 
     def resync(self) -> int:
         """Enqueue every run whose object may not show the database's state: never
-        published, last published in another state, or whose object says otherwise."""
+        published, last published in another state, or whose object says otherwise; and
+        the deletion of every DAG's objects beyond the history limit (a limit lowered, or
+        set for the first time)."""
         now = self.clock()
         with self.sessions.begin() as session:
             enqueued = store.resync(session, now, horizon=self.horizon)
             published = store.published_recently(session, now - self.horizon)
+            pruning = history.enqueue(
+                session,
+                history.dags_with_history(session) if self.history_limit else [],
+                keep=self.history_limit,
+                per_dag=PRUNES_PER_CYCLE,
+            )
         by_namespace: dict[str, dict[str, tuple[int, str]]] = {}
         for run_id, namespace, name, state in published:
             by_namespace.setdefault(namespace, {})[name] = (run_id, state)
@@ -782,7 +872,12 @@ class StatusPublisher:
         if stale:
             with self.sessions.begin() as session:
                 store.enqueue(session, stale)
-        log.info("status resync", enqueued=enqueued + len(stale), objects_behind=len(stale))
+        log.info(
+            "status resync",
+            enqueued=enqueued + len(stale),
+            objects_behind=len(stale),
+            objects_to_prune=pruning,
+        )
         return enqueued + len(stale)
 
 
