@@ -14,7 +14,7 @@ from typing import Any
 
 import kopf
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.models import DagRun, RunPublication, StatusOutbox
@@ -249,3 +249,19 @@ def test_two_replicas_enqueue_each_deletion_once(sessions: sessionmaker[Session]
     with sessions() as session:
         kinds = session.execute(select(StatusOutbox.kind, StatusOutbox.dag_run_id)).all()
     assert sorted(kinds) == sorted((history.PRUNE, r) for r in runs[:3])
+
+
+def test_a_dags_excess_is_found_through_the_partial_index(sessions: sessionmaker[Session]) -> None:
+    """The statement reads the DAG's objects still there through ix_run_publication_history
+    (migration 0014), never its whole history: with sequential scans off, the plan uses it
+    (a predicate that did not match the index's would leave a sequential scan)."""
+    with sessions.begin() as session:
+        session.execute(text("SET LOCAL enable_seqscan = off"))
+        plan = "\n".join(
+            row[0]
+            for row in session.execute(
+                text(f"EXPLAIN {history._ENQUEUE.text}"),
+                {"dag_ids": ["a"], "keep": 100, "per_dag": 50, "active": ["queued", "running"]},
+            )
+        )
+    assert plan.count("ix_run_publication_history") >= 2, plan
