@@ -20,9 +20,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from sluice.db.models import DagRun, RunPublication, StatusOutbox
 from sluice.handlers import operator
 from sluice.metrics import families
-from sluice.status import history, render, store
-from tests.db.test_status_publisher import NS, drain, publisher, register_in
-from tests.fake_kube import FakeKube
+from sluice.status import history, refusals, render, store
+from sluice.status.publisher import DROPPED
+from tests.db.test_status_publisher import NS, Clock, drain, outbox_rows, publisher, register_in
+from tests.fake_kube import FakeKube, refusal
 from tests.support import T0, manifest, trigger
 
 
@@ -265,3 +266,33 @@ def test_a_dags_excess_is_found_through_the_partial_index(sessions: sessionmaker
             )
         )
     assert plan.count("ix_run_publication_history") >= 2, plan
+
+
+def test_a_deletion_refused_for_good_is_dropped_and_said_on_the_object(
+    sessions: sessionmaker[Session],
+) -> None:
+    """A scheduler without the right to delete DagRuns (RBAC made by hand): the deletion
+    is retried as any refused publication, then dropped with an Event on the object,
+    which stays; nothing is deleted and the outbox empties."""
+    kube = FakeKube()
+    clock = Clock()
+    pub = publisher(sessions, kube, clock, history_limit=0)
+    runs = _runs(sessions, "forbidden", 2)
+    for minute, run_id in enumerate(runs):
+        _end(sessions, run_id, minute)
+    drain(pub)
+    kube.refuse["delete"] = refusal(403, "Forbidden", "cannot delete resource dagruns")
+    before = families.STATUS_DROPPED.labels(history.PRUNE, refusals.FORBIDDEN)._value.get()
+    pub.history_limit = 1
+    pub.resync()
+    for _ in range(refusals.MAX_FAILURES + 2):
+        pub.run_once()
+        clock.advance(31)
+    assert outbox_rows(sessions) == 0
+    assert len(kube.dagruns()) == 2
+    assert sum(1 for verb, _ in kube.calls if verb == "delete") == refusals.MAX_FAILURES
+    after = families.STATUS_DROPPED.labels(history.PRUNE, refusals.FORBIDDEN)._value.get()
+    assert after == before + 1
+    (event,) = [e for e in kube.events if e["reason"] == DROPPED]
+    assert event["involvedObject"]["name"] in _names(sessions, [runs[0]])
+    assert "could not delete this DagRun object" in event["message"]

@@ -454,6 +454,11 @@ class StatusPublisher:
                 f"Sluice could not publish this object's status and stopped trying after"
                 f" {failures} attempt(s): {outcome.error}. The database has the state (sluice"
                 " dags runs); the next change is published again"
+                if item.kind != history.PRUNE
+                else f"Sluice could not delete this DagRun object (its DAG has"
+                f" --dagrun-history-limit newer ended runs) and stopped trying after"
+                f" {failures} attempt(s): {outcome.error}. It stays; its run is in the"
+                " database (sluice dags runs)"
             )
             try:
                 self._post_event(outcome.involved, render.EventSpec("Warning", DROPPED, message))
