@@ -1,13 +1,16 @@
 """A DAG keeps a bounded history of DagRun objects on the real cluster (ADR 0034).
 
 A host-run replica (tests/k8s/replicas.py) with `--dagrun-history-limit 2`
-publishes a file DAG's runs to DagRun objects in the test's namespace; once
-four runs have ended, the objects of the two that ended last remain, and the
-database still has all four, as they ended.
+publishes a file DAG's manual runs to DagRun objects in the test's namespace
+(a file DAG has no namespace: `--namespace`); once four runs have ended, the
+objects of the two that ended last remain, and the database still has all
+four, as they ended. No operator runs here, so the objects carry no finalizer:
+the delete handler's side is tests/db/test_status_history.py's.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -49,7 +52,9 @@ def _ended_runs(fleet: Fleet) -> list[tuple[int, str]]:
 
 
 def test_a_dag_keeps_the_objects_of_its_two_newest_ended_runs(fleet: Fleet) -> None:
-    fleet.add_dag(DAG, dag_manifest(DAG, [{"name": "a", "args": ["true"]}]))
+    manifest = json.loads(dag_manifest(DAG, [{"name": "a", "args": ["true"]}]))
+    manifest["spec"]["schedule"] = None  # manual runs only: no hour boundary adds one
+    fleet.add_dag(DAG, json.dumps(manifest))
     replica = Replica(
         name="history",
         db_url=fleet.db_url,
@@ -63,10 +68,9 @@ def test_a_dag_keeps_the_objects_of_its_two_newest_ended_runs(fleet: Fleet) -> N
     )
     fleet.replicas.append(replica)  # stopped with the fleet
     replica.registered(fleet.sessions)
-    # The hourly schedule makes one run (no catchup); three manual runs make four. Each
-    # waits for the one before to end, so they end in order.
+    # Four manual runs, each triggered once the one before has ended.
     now = datetime.now(UTC)
-    for hour in range(1, 4):
+    for hour in range(4):
         with fleet.sessions() as session:
             trigger_run(session, SpecCache(), DAG, now, logical_date=now - timedelta(hours=hour))
             session.commit()
@@ -74,7 +78,7 @@ def test_a_dag_keeps_the_objects_of_its_two_newest_ended_runs(fleet: Fleet) -> N
         def ended_so_far(want: int = hour + 1) -> bool | None:
             return len(_ended_runs(fleet)) >= want or None
 
-        wait_for(f"{hour + 1} runs of {DAG} to end", ended_so_far, timeout=240)
+        wait_for(f"{hour + 1} run(s) of {DAG} to end", ended_so_far, timeout=240)
     ended = _ended_runs(fleet)
     assert len(ended) == 4, fleet.state_dump(DAG)
     assert all(state == "success" for _, state in ended), fleet.state_dump(DAG)
