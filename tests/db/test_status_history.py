@@ -14,7 +14,7 @@ from typing import Any
 
 import kopf
 import pytest
-from sqlalchemy import func, select, text, update
+from sqlalchemy import Engine, func, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.models import DagRun, RunPublication, StatusOutbox
@@ -24,7 +24,7 @@ from sluice.status import history, refusals, render, store
 from sluice.status.publisher import DROPPED
 from tests.db.test_status_publisher import NS, Clock, drain, outbox_rows, publisher, register_in
 from tests.fake_kube import FakeKube, refusal
-from tests.support import T0, manifest, trigger
+from tests.support import T0, count_queries, manifest, trigger
 
 
 @pytest.fixture
@@ -296,3 +296,27 @@ def test_a_deletion_refused_for_good_is_dropped_and_said_on_the_object(
     (event,) = [e for e in kube.events if e["reason"] == DROPPED]
     assert event["involvedObject"]["name"] in _names(sessions, [runs[0]])
     assert "could not delete this DagRun object" in event["message"]
+
+
+def test_a_cycles_statements_do_not_grow_with_the_objects_it_deletes(
+    sessions: sessionmaker[Session], engine: Engine
+) -> None:
+    """Taking, checking and deleting the rows of 1 or 5 deletions, and enqueueing what
+    comes next, are the same statements: the deletions are API calls, not queries."""
+    kube = FakeKube()
+    pub = publisher(sessions, kube, history_limit=0)
+    for dag in ("one", "five"):
+        for minute, run_id in enumerate(_runs(sessions, dag, 6)):
+            _end(sessions, run_id, minute)
+    drain(pub)
+
+    def cycle(dag: str, keep: int) -> int:
+        with sessions.begin() as session:
+            assert history.enqueue(session, [dag], keep=keep, per_dag=50) == 6 - keep
+        with count_queries(engine) as statements:
+            pub.run_once()
+        return len(statements)
+
+    pub.history_limit = 5
+    assert cycle("one", 5) == cycle("five", 1)
+    assert pub.counts.pruned == 6
