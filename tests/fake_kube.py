@@ -3,8 +3,11 @@
 It keeps what the status publisher relies on: a resourceVersion that moves on
 every write, a merge patch that carries `metadata.resourceVersion` is refused
 with 409 when the object has moved on, creates of an existing name are 409,
-missing objects are 404, and `down` makes every call fail as a refused
-connection would. Responses look like `_preload_content=False` ones (`.data`).
+missing objects are 404, a delete with a uid precondition that is not the
+object's is 409, and `down` makes every call fail as a refused connection
+would; `refuse` answers a verb with a Status of the test's choosing (403, 422,
+a namespace that is gone). Responses look like `_preload_content=False` ones
+(`.data`).
 """
 
 from __future__ import annotations
@@ -28,10 +31,16 @@ def _ok(body: Any) -> _Response:
     return _Response(json.dumps(body).encode())
 
 
-def _error(status: int, message: str) -> ApiException:
+def _error(status: int, message: str, **status_fields: Any) -> ApiException:
     exc = ApiException(status=status, reason=message)
-    exc.body = json.dumps({"message": message})
+    exc.body = json.dumps({"kind": "Status", "message": message, "code": status, **status_fields})
     return exc
+
+
+def refusal(status: int, reason: str, message: str, **details: str) -> ApiException:
+    """A Status the API server answers with, e.g. `refusal(403, "Forbidden", ...)`, or a
+    missing namespace: `refusal(404, "NotFound", ..., kind="namespaces", name="x")`."""
+    return _error(status, message, reason=reason, **({"details": details} if details else {}))
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -55,6 +64,7 @@ class FakeKube:
     calls: list[tuple[str, str]] = field(default_factory=list)  # (verb, name)
     down: bool = False
     missing_kinds: set[str] = field(default_factory=set)  # CRDs not installed (plural names)
+    refuse: dict[str, ApiException] = field(default_factory=dict)  # verb -> its answer
 
     def __post_init__(self) -> None:
         self._versions = itertools.count(1)
@@ -64,6 +74,8 @@ class FakeKube:
         if self.down:
             raise ConnectionRefusedError(111, "Connection refused")
         self.calls.append((verb, name))
+        if verb in self.refuse:
+            raise self.refuse[verb]
 
     def add_dag(self, namespace: str, name: str) -> str:
         uid = str(uuid.uuid4())
@@ -141,6 +153,34 @@ class FakeKube:
             found["status"] = merge_patch(found.get("status") or {}, body["status"])
             found["metadata"]["resourceVersion"] = str(next(self._versions))
             return _ok(found)
+
+    def delete_namespaced_custom_object(
+        self,
+        group: str,
+        version: str,
+        namespace: str,
+        plural: str,
+        name: str,
+        body: Any = None,
+        **_: Any,
+    ) -> _Response:
+        """A delete; with `body.preconditions.uid` (a V1DeleteOptions) refused with 409
+        unless the object has that uid, as the API server does."""
+        self._check("delete", name)
+        with self._lock:
+            found = self.objects.get((plural, namespace, name))
+            if found is None:
+                raise _error(404, f"{plural} {name!r} not found", reason="NotFound")
+            uid = getattr(getattr(body, "preconditions", None), "uid", None)
+            if uid is not None and uid != found["metadata"]["uid"]:
+                raise _error(
+                    409,
+                    f"Precondition failed: UID in precondition: {uid}, UID in object meta:"
+                    f" {found['metadata']['uid']}",
+                    reason="Conflict",
+                )
+            del self.objects[(plural, namespace, name)]
+            return _ok({"kind": "Status", "status": "Success"})
 
     def delete(self, namespace: str, name: str) -> None:
         del self.objects[("dagruns", namespace, name)]

@@ -712,6 +712,7 @@ SCHEDULER_OBJECTS = {
     "sluice.io/dagruns create",
     "sluice.io/dagruns get",
     "sluice.io/dagruns list",
+    "sluice.io/dagruns delete",  # the history limit (ADR 0034)
     "sluice.io/dags get",
     "sluice.io/backfills get",
     "sluice.io/dagruns/status patch",
@@ -1113,3 +1114,18 @@ def test_schema_values_and_readme_agree() -> None:
     readme = (CHART / "README.md").read_text()
     missing = [leaf for leaf in _leaves(values) if f"`{leaf}`" not in readme]
     assert missing == [], "values missing from charts/sluice/README.md"
+
+
+def test_the_dagrun_history_limit_is_a_scheduler_flag_and_0_takes_the_right_to_delete(
+    helm: str,
+) -> None:
+    """Each DAG keeps its newest ended runs' DagRun objects (ADR 0034): the value is the
+    schedulers' flag, and with 0 (keep every object) they may not delete DagRuns."""
+    args = container(render(helm), "Deployment", "sluice-scheduler", "scheduler")["args"]
+    assert args[args.index("--dagrun-history-limit") + 1] == "100"
+    kept = render(helm, None, "scheduler.dagrunHistoryLimit=0")
+    args = container(kept, "Deployment", "sluice-scheduler", "scheduler")["args"]
+    assert args[args.index("--dagrun-history-limit") + 1] == "0"
+    assert rules_of(kept, "Role", "sluice-scheduler-objects", NAMESPACE) == SCHEDULER_OBJECTS - {
+        "sluice.io/dagruns delete"
+    }

@@ -231,7 +231,8 @@ def test_every_metric_is_named_sluice_and_has_no_unbounded_label() -> None:
     for metric in metrics:
         assert metric._name.startswith("sluice_"), metric._name
         assert not set(metric._labelnames) & UNBOUNDED_LABELS, metric._name
-        assert set(metric._labelnames) <= {"phase", "state", "pool", "outcome"}, metric._name
+        labels = {"phase", "state", "pool", "outcome", "kind"}
+        assert set(metric._labelnames) <= labels, metric._name
 
 
 def test_the_registry_holds_no_other_metric_and_no_unbounded_label() -> None:

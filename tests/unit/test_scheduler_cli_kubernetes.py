@@ -110,3 +110,11 @@ def test_jobs_run_in_each_dags_namespace_unless_job_namespace_pins_them(
         ("work", "work"),
         ("work", None),
     ]
+
+
+def test_a_negative_dagrun_history_limit_is_refused_naming_the_option() -> None:
+    code, err = run("--namespace", "sluice", "--dagrun-history-limit", "-1")
+    assert code == 2
+    said = " ".join(err.replace("│", " ").split())  # rich boxes and wraps the message
+    assert "'--dagrun-history-limit'" in said
+    assert "greater than or equal to 0" in said

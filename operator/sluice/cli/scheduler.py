@@ -36,7 +36,7 @@ from sluice.metrics.sampler import Sampler
 from sluice.metrics.server import MetricsServer
 from sluice.scheduler.config import SchedulerConfig
 from sluice.scheduler.loop import SchedulerLoop, utcnow
-from sluice.status.publisher import StatusPublisher
+from sluice.status.publisher import DEFAULT_HISTORY_LIMIT, StatusPublisher
 
 _defaults = SchedulerConfig()
 log = structlog.get_logger("sluice.scheduler")
@@ -135,6 +135,15 @@ def scheduler(
             " runs of DAGs without a namespace go to --namespace)"
         ),
     ] = True,
+    dagrun_history_limit: Annotated[
+        int,
+        typer.Option(
+            help="keep the DagRun objects of each DAG's newest this many ended runs, by end"
+            " time, and delete the older ones' (0: keep every object); the database keeps"
+            " every run (sluice dags runs)",
+            min=0,
+        ),
+    ] = DEFAULT_HISTORY_LIMIT,
     metrics_port: Annotated[
         int | None,
         typer.Option(
@@ -291,6 +300,7 @@ def scheduler(
                 clock=clock,
                 default_namespace=settings.namespace,
                 idle_interval=STATUS_IDLE_INTERVAL,
+                history_limit=dagrun_history_limit,
             )
         if server is not None:
             sampler = Sampler(sessions)  # the numbers that need a query, every few seconds

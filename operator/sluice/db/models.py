@@ -397,12 +397,24 @@ class RunPublication(Base):
     published_at: Mapped[datetime | None]
     state: Mapped[str | None] = mapped_column(Text)
     summary: Mapped[dict[str, Any] | None]
-    # The object was deleted by someone else: never created again.
+    # The object was deleted by someone else, or by the history limit: never created again.
     gone: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    # The run's DAG, and when the run ended once an end was published (NULL before): a
+    # DAG's DagRun objects keep a bounded history, the newest by this (0014, ADR 0034).
+    dag_id: Mapped[str | None] = mapped_column(Text)
+    ended_at: Mapped[datetime | None]
 
-    # The handlers find the run of a scheduler-made object by its uid (0013).
+    # The handlers find the run of a scheduler-made object by its uid (0013); the history
+    # limit finds a DAG's objects of ended runs newest first, only those still there (0014).
     __table_args__ = (
         Index("ix_run_publication_uid", "uid", postgresql_where=text("uid IS NOT NULL")),
+        Index(
+            "ix_run_publication_history",
+            "dag_id",
+            "ended_at",
+            "dag_run_id",
+            postgresql_where=text("NOT gone AND uid IS NOT NULL AND ended_at IS NOT NULL"),
+        ),
     )
 
 

@@ -136,3 +136,19 @@ HEARTBEAT_FLUSH_SIZE = Histogram(
     "Distinct tries one heartbeat flush wrote (one statement each)",
     buckets=(1, 2, 5, 10, 25, 50, 100, 250, 500),
 )
+
+# -- the status publisher (status/publisher.py) --------------------------------------------
+
+STATUS_DROPPED = Counter(
+    "sluice_status_dropped",
+    "Status publications this replica dropped because the API server refused them for good,"
+    " by kind (run, dag, backfill; prune: a DagRun object's deletion) and outcome:"
+    " invalid (400, 413, 422: at once),"
+    " forbidden (403), namespace_gone (404), refused (other 4xx): after 10 failures in a row",
+    ["kind", "outcome"],
+)
+DAGRUN_OBJECTS_PRUNED = Counter(
+    "sluice_dagrun_objects_pruned",
+    "DagRun objects of ended runs this replica deleted because their DAG had more than"
+    " --dagrun-history-limit newer ones (the runs stay in the database)",
+)

@@ -16,7 +16,10 @@ once per `idle_interval`: see `wake`):
    publication as a precondition, and post the Events of what changed.
 3. In a second short transaction, record each publication (compare-and-set on
    that resourceVersion) and delete the rows it covered; give back the rows of
-   runs that failed, with a growing delay.
+   runs that failed, with a growing delay, or drop them if the API server
+   refused them for good (refusals.py); and enqueue the deletion of the DagRun
+   objects of ended runs beyond their DAG's history limit (history.py), which
+   a later cycle's step 2 makes, at most `prunes_per_cycle` per cycle.
 
 Order per object holds with any number of replicas: a patch applies only if
 the object is still at the resourceVersion recorded with the last publication,
@@ -52,7 +55,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.models import ObjectPublication
 from sluice.logs import first_line
-from sluice.status import render, store
+from sluice.metrics import families
+from sluice.spec.states import ACTIVE_RUN_STATES
+from sluice.status import history, refusals, render, store
 
 log = structlog.get_logger("sluice.status")
 
@@ -64,6 +69,9 @@ TIMEOUT = (5, 10)
 MAX_BACKOFF = 30.0
 DAG_UID_TTL = 60.0
 COMPONENT = "sluice-scheduler"
+DROPPED = "StatusNotPublished"  # the Event's reason when a publication is dropped
+DEFAULT_HISTORY_LIMIT = 100  # DagRun objects of ended runs kept per DAG (ADR 0034)
+PRUNES_PER_CYCLE = 50  # DagRun objects a cycle deletes at most, and enqueues per DAG
 
 
 Publication = store.Publication | None
@@ -72,6 +80,10 @@ Publication = store.Publication | None
 class MissingResource(Exception):
     """The DagRun kind or the namespace is not there: say how to fix it."""
 
+    def __init__(self, message: str, refusal: refusals.Refusal) -> None:
+        super().__init__(message)
+        self.refusal = refusal
+
 
 class ApiDown(Exception):
     """The API server cannot be reached: the rest of the cycle waits."""
@@ -79,9 +91,13 @@ class ApiDown(Exception):
 
 @dataclass
 class Outcome:
-    kind: str  # published, conflict, gone, failed, skipped
+    kind: str  # published, conflict, gone, failed, dropped; pruned (an object deleted)
     values: dict[str, Any]
     error: str = ""
+    # failed: the API server's refusal (None: no answer, or one that always passes)...
+    refusal: refusals.Refusal | None = None
+    # ...and the object it refused, when it exists: a dropped publication's Event goes there.
+    involved: dict[str, Any] | None = None
 
 
 @dataclass
@@ -94,6 +110,8 @@ class Counts:
     failures: int = 0
     deferred: int = 0
     held: int = 0  # objects whose rows waited out the object's backoff, by cycle
+    dropped: int = 0  # publications refused for good (refusals.py): rows deleted
+    pruned: int = 0  # DagRun objects of ended runs deleted beyond the history limit
 
 
 class StatusPublisher:
@@ -111,8 +129,14 @@ class StatusPublisher:
         horizon: timedelta = timedelta(hours=24),
         pool_interval: float = 5.0,
         idle_interval: float | None = None,
+        history_limit: int = DEFAULT_HISTORY_LIMIT,
+        prunes_per_cycle: int = PRUNES_PER_CYCLE,
     ) -> None:
         self.sessions = sessions
+        # Each DAG keeps the DagRun objects of its newest `history_limit` ended runs (0:
+        # all); a cycle deletes at most `prunes_per_cycle` older ones (history.py).
+        self.history_limit = history_limit
+        self.prunes_per_cycle = prunes_per_cycle
         self.clock = clock
         self.default_namespace = default_namespace
         self.interval = interval
@@ -230,8 +254,10 @@ class StatusPublisher:
             runs_taken = [t for t in taken if t.kind == store.RUN]
             ids = [t.dag_run_id for t in runs_taken]
             runs = store.read_runs(session, ids, self.default_namespace)
-            publications = store.read_publications(session, ids)
-            objects = [t for t in taken if t.kind != store.RUN]
+            prunes_taken = [t.dag_run_id for t in taken if t.kind == history.PRUNE]
+            publications = store.read_publications(session, ids + prunes_taken)
+            run_states = history.run_states(session, prunes_taken)
+            objects = [t for t in taken if t.kind in (store.DAG, store.BACKFILL)]
             dags = store.read_dags(session, [t.key for t in objects if t.kind == store.DAG])
             backfills = store.read_backfills(
                 session, [t.key for t in objects if t.kind == store.BACKFILL]
@@ -242,10 +268,27 @@ class StatusPublisher:
             work: list[tuple[store.Taken, Callable[[], Outcome], Any]] = []
             finished: list[int] = []  # rows with nothing to publish
             deferred: list[tuple[list[int], datetime]] = []
+            active_again: list[int] = []  # marked for deletion, but a backfill took them
+            prunes = 0
             for item in taken:
                 publication: Any
                 job: Callable[[], Outcome] | None
-                if item.kind == store.RUN:
+                if item.kind == history.PRUNE:
+                    publication = publications.get(item.dag_run_id)
+                    published_at = None
+                    state = run_states.get(item.dag_run_id)
+                    job = None
+                    if publication is None or publication.uid is None or state is None:
+                        pass  # the run or its object is gone: nothing to delete
+                    elif state in ACTIVE_RUN_STATES:
+                        active_again.append(item.dag_run_id)
+                    elif prunes >= self.prunes_per_cycle:
+                        deferred.append((item.row_ids, now))  # the next cycle's
+                        continue
+                    else:
+                        prunes += 1
+                        job = functools.partial(self._prune, publication)
+                elif item.kind == store.RUN:
                     publication = publications.get(item.dag_run_id)
                     run = runs.get(item.dag_run_id)
                     gone = publication is not None and publication.gone
@@ -282,6 +325,7 @@ class StatusPublisher:
                 work.append((item, job, publication))
             store.done(session, finished)
             store.release_each(session, deferred)
+            history.keep(session, active_again)
             self._due_at(now, [when for _, when in deferred])
         outcomes: list[tuple[store.Taken, Outcome, Any]] = []
         down = ""
@@ -290,7 +334,7 @@ class StatusPublisher:
                 outcomes.append((item, Outcome("failed", {}, down), publication))
                 continue
             try:
-                outcome = job()
+                outcome = self._drop_if_refused_for_good(item, job())
             except ApiDown as exc:
                 down = str(exc)
                 outcome = Outcome("failed", {}, down)
@@ -302,9 +346,17 @@ class StatusPublisher:
         now = self.clock()
         finished: list[int] = []
         released: list[tuple[list[int], datetime]] = []
+        # DAGs whose history may have grown past the limit: a run's end was published, or
+        # some of its objects were deleted and older ones may be due.
+        histories: set[str] = set()
         with self.sessions.begin() as session:
             for item, outcome, publication in outcomes:
                 expected = None if publication is None else publication.resource_version
+                if item.kind == history.PRUNE and outcome.kind in ("pruned", "gone"):
+                    if publication.dag_id:
+                        histories.add(publication.dag_id)
+                elif outcome.kind == "published" and outcome.values.get("ended_at"):
+                    histories.add(outcome.values["dag_id"])
 
                 def record(
                     values: dict[str, Any],
@@ -320,9 +372,13 @@ class StatusPublisher:
                             session, item.kind, item.key, expected_version=expected, values=values
                         )
 
-                if outcome.kind != "failed":
+                if outcome.kind not in ("failed", "dropped"):
                     self._failing.pop((item.kind, item.key), None)
-                if outcome.kind in ("published", "gone"):
+                if outcome.kind == "pruned":
+                    self.counts.pruned += 1
+                    families.DAGRUN_OBJECTS_PRUNED.inc()
+                    finished.extend(item.row_ids)
+                elif outcome.kind in ("published", "gone"):
                     record(outcome.values)
                     finished.extend(item.row_ids)
                     if outcome.kind == "published":
@@ -333,11 +389,21 @@ class StatusPublisher:
                         record(outcome.values)
                     released.append((item.row_ids, now))
                 else:
-                    self.counts.failures += 1
-                    key = (item.kind, item.key)
-                    failures = max(item.attempts, self._failing.get(key, (0, now))[0] + 1)
+                    failures = self._failures(item)
                     delay = min(2.0 ** min(failures, 5), MAX_BACKOFF)
-                    self._failing[key] = (failures, now + timedelta(seconds=delay))
+                    # A dropped object's next rows wait out its backoff too, and are
+                    # dropped at their first refusal.
+                    self._failing[(item.kind, item.key)] = (
+                        failures,
+                        now + timedelta(seconds=delay),
+                    )
+                    if outcome.kind == "dropped":
+                        self.counts.dropped += 1
+                        cause = refusals.cause(outcome.refusal) if outcome.refusal else None
+                        families.STATUS_DROPPED.labels(item.kind, cause or "refused").inc()
+                        finished.extend(item.row_ids)
+                        continue
+                    self.counts.failures += 1
                     log.warning(
                         "could not publish a status; trying again",
                         kind=item.kind,
@@ -348,12 +414,57 @@ class StatusPublisher:
                     released.append((item.row_ids, now + timedelta(seconds=delay)))
             store.done(session, finished)
             store.release_each(session, released)
-        self._due_at(now, [when for _, when in released])
+            pruning = history.enqueue(
+                session, sorted(histories), keep=self.history_limit, per_dag=PRUNES_PER_CYCLE
+            )
+        # Deletions just enqueued are due now: a long history is worked off a cycle at a
+        # time, not one cycle per idle interval.
+        self._due_at(now, [when for _, when in released] + ([now] if pruning else []))
         # An object that stopped failing by going away (a deleted run) is forgotten once
         # its backoff has long passed.
         forget = now - timedelta(seconds=10 * MAX_BACKOFF)
         for key in [k for k, (_, at) in self._failing.items() if at < forget]:
             del self._failing[key]
+
+    def _failures(self, item: store.Taken) -> int:
+        """Failures in a row of the object's publication, this one included: its rows'
+        takes (another replica's failures count), or this replica's count for the object
+        (its new rows, taken for the first time, carry the object's failures on)."""
+        return max(item.attempts, self._failing.get((item.kind, item.key), (0, None))[0] + 1)
+
+    def _drop_if_refused_for_good(self, item: store.Taken, outcome: Outcome) -> Outcome:
+        """A publication the API server refused in a way that cannot pass (refusals.py)
+        is `dropped`: its rows are deleted rather than retried for ever. Said by a Warning
+        Event on the object when it exists, and in the log."""
+        if outcome.kind != "failed" or outcome.refusal is None:
+            return outcome
+        failures = self._failures(item)
+        if not refusals.drops(outcome.refusal, failures):
+            return outcome
+        log.warning(
+            "a status publication was refused for good; dropped",
+            kind=item.kind,
+            key=item.key,
+            failures=failures,
+            cause=refusals.cause(outcome.refusal),
+            error=outcome.error,
+        )
+        if outcome.involved is not None:
+            message = (
+                f"Sluice could not publish this object's status and stopped trying after"
+                f" {failures} attempt(s): {outcome.error}. The database has the state (sluice"
+                " dags runs); the next change is published again"
+                if item.kind != history.PRUNE
+                else f"Sluice could not delete this DagRun object (its DAG has"
+                f" --dagrun-history-limit newer ended runs) and stopped trying after"
+                f" {failures} attempt(s): {outcome.error}. It stays; its run is in the"
+                " database (sluice dags runs)"
+            )
+            try:
+                self._post_event(outcome.involved, render.EventSpec("Warning", DROPPED, message))
+            except ApiDown as exc:
+                log.warning("could not post an Event", reason=DROPPED, error=str(exc))
+        return Outcome("dropped", {}, outcome.error, outcome.refusal, outcome.involved)
 
     def _due_at(self, now: datetime, times: list[datetime]) -> None:
         """Rows this publisher gave back come due then: an idle wait ends by the first."""
@@ -456,7 +567,16 @@ class StatusPublisher:
                 return Outcome(
                     "conflict", {**where, "resource_version": current["resource_version"]}
                 )
-            return Outcome("failed", {}, _api_error(exc))
+            kind = "DAG" if isinstance(view, render.DagView) else "Backfill"
+            involved = {
+                "apiVersion": render.API_VERSION,
+                "kind": kind,
+                "name": name,
+                "namespace": namespace,
+            }
+            if uid is not None:
+                involved["uid"] = uid
+            return Outcome("failed", {}, _api_error(exc), refusals.Refusal.of(exc), involved)
         return Outcome(
             "published",
             {
@@ -473,9 +593,9 @@ class StatusPublisher:
         try:
             return self._publish_one(run, publication)
         except ApiException as exc:  # refused (RBAC, validation): this run only
-            return Outcome("failed", {}, _api_error(exc))
+            return Outcome("failed", {}, _api_error(exc), refusals.Refusal.of(exc))
         except MissingResource as exc:
-            return Outcome("failed", {}, str(exc))
+            return Outcome("failed", {}, str(exc), exc.refusal)
 
     def _publish_one(self, run: render.RunView, publication: store.Publication | None) -> Outcome:
         namespace = publication.namespace if publication else run.namespace
@@ -507,6 +627,13 @@ class StatusPublisher:
                 **({"observedGeneration": generation} if generation is not None else {}),
             },
         )
+        involved = {
+            "apiVersion": render.API_VERSION,
+            "kind": "DagRun",
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+        }
         try:
             response = self._patch_status(namespace, PLURAL, name, version, status)
         except ApiException as exc:
@@ -518,16 +645,9 @@ class StatusPublisher:
                     # Deleted, maybe created again under its name: another object.
                     return Outcome("gone", {**where, "uid": uid, "gone": True})
                 return Outcome("conflict", {**where, **current})
-            return Outcome("failed", {}, _api_error(exc))
+            return Outcome("failed", {}, _api_error(exc), refusals.Refusal.of(exc), involved)
         metadata = response.get("metadata", {})
         previous = publication.summary if publication else None
-        involved = {
-            "apiVersion": render.API_VERSION,
-            "kind": "DagRun",
-            "name": name,
-            "namespace": namespace,
-            "uid": uid,
-        }
         for event in render.events_between(previous, run):
             self._post_event(involved, event)
         return Outcome(
@@ -541,8 +661,40 @@ class StatusPublisher:
                 "state": run.state,
                 "summary": render.summary_of(run),
                 "gone": False,
+                "dag_id": run.dag_id,
+                "ended_at": None
+                if run.state in ACTIVE_RUN_STATES
+                else (run.end_date or self.clock()),
             },
         )
+
+    def _prune(self, publication: store.Publication) -> Outcome:
+        """Delete the DagRun object of an ended run beyond its DAG's history limit, only if
+        it is still the object of the recorded uid (an object created again under its
+        name is another one: the precondition refuses, 409)."""
+        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=publication.uid))
+        try:
+            self._call(
+                self.custom.delete_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                publication.namespace,
+                PLURAL,
+                publication.object_name,
+                body=options,
+            )
+        except ApiException as exc:
+            if exc.status in (404, 409):  # deleted already, or another object now
+                return Outcome("gone", {})
+            involved = {
+                "apiVersion": render.API_VERSION,
+                "kind": "DagRun",
+                "name": publication.object_name,
+                "namespace": publication.namespace,
+                "uid": publication.uid,
+            }
+            return Outcome("failed", {}, _api_error(exc), refusals.Refusal.of(exc), involved)
+        return Outcome("pruned", {})
 
     def _patch_status(
         self,
@@ -597,7 +749,8 @@ class StatusPublisher:
                     raise MissingResource(
                         f"cannot create DagRun {namespace}/{name}: {_api_error(exc)}; is the"
                         " DagRun CRD installed (kubectl apply -f crds/) and the namespace there?"
-                        " (--no-publish-status turns publishing off)"
+                        " (--no-publish-status turns publishing off)",
+                        refusals.Refusal.of(exc),
                     ) from exc
                 if exc.status != 409:
                     raise
@@ -685,11 +838,19 @@ class StatusPublisher:
 
     def resync(self) -> int:
         """Enqueue every run whose object may not show the database's state: never
-        published, last published in another state, or whose object says otherwise."""
+        published, last published in another state, or whose object says otherwise; and
+        the deletion of every DAG's objects beyond the history limit (a limit lowered, or
+        set for the first time)."""
         now = self.clock()
         with self.sessions.begin() as session:
             enqueued = store.resync(session, now, horizon=self.horizon)
             published = store.published_recently(session, now - self.horizon)
+            pruning = history.enqueue(
+                session,
+                history.dags_with_history(session) if self.history_limit else [],
+                keep=self.history_limit,
+                per_dag=PRUNES_PER_CYCLE,
+            )
         by_namespace: dict[str, dict[str, tuple[int, str]]] = {}
         for run_id, namespace, name, state in published:
             by_namespace.setdefault(namespace, {})[name] = (run_id, state)
@@ -716,7 +877,12 @@ class StatusPublisher:
         if stale:
             with self.sessions.begin() as session:
                 store.enqueue(session, stale)
-        log.info("status resync", enqueued=enqueued + len(stale), objects_behind=len(stale))
+        log.info(
+            "status resync",
+            enqueued=enqueued + len(stale),
+            objects_behind=len(stale),
+            objects_to_prune=pruning,
+        )
         return enqueued + len(stale)
 
 

@@ -72,6 +72,7 @@ class Publication:
     published_at: datetime | None
     summary: dict[str, Any] | None
     gone: bool
+    dag_id: str | None = None  # recorded since migration 0014
 
 
 def enable(session: Session) -> None:
@@ -218,6 +219,7 @@ _READ_PUBLICATIONS = select(
     RunPublication.published_at,
     RunPublication.summary,
     RunPublication.gone,
+    RunPublication.dag_id,
 ).where(RunPublication.dag_run_id.in_(bindparam("ids", expanding=True)))
 
 
@@ -234,6 +236,7 @@ def read_publications(session: Session, run_ids: Sequence[int]) -> dict[int, Pub
             row.published_at,
             row.summary,
             row.gone,
+            row.dag_id,
         )
         for row in session.execute(_READ_PUBLICATIONS, {"ids": list(run_ids)})
     }
