@@ -358,8 +358,7 @@ class LocalExecutor:
 
     # -- stopping -------------------------------------------------------------------
 
-    def kill(self, key: tuple[int, int], reason: str, external_id: str | None = None) -> None:
-        """Stop a try this executor watches; one it does not stops by its lease (ADR 0015)."""
+    def kill(self, key: tuple[int, int], reason: str) -> None:
         entry = self._running.pop(key, None)
         if entry is None:
             return
