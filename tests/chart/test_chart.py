@@ -29,6 +29,7 @@ import yaml
 
 from sluice.api.tokens import load_keys
 from sluice.db.engine import normalize_url
+from sluice.spec import podpolicy
 
 pytestmark = pytest.mark.chart
 
@@ -137,16 +138,7 @@ def flag(args: list[str], name: str) -> str:
 
 # ---- the restricted Pod Security Standard, as a function --------------------------
 
-RESTRICTED_VOLUMES = {
-    "configMap",
-    "csi",
-    "downwardAPI",
-    "emptyDir",
-    "ephemeral",
-    "persistentVolumeClaim",
-    "projected",
-    "secret",
-}
+RESTRICTED_VOLUMES = set(podpolicy.ALLOWED_VOLUMES)
 
 
 def restricted_problems(pod: Doc) -> list[str]:

@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from sluice.spec import podschema
+
 # Where a rule applies, as the pod template's schema nests: the pod spec, its
 # securityContext, each container and init container, each container's
 # securityContext, each volume.
@@ -71,29 +73,15 @@ ALLOWED_VOLUMES = (
     "projected",
     "secret",
 )
-FORBIDDEN_VOLUMES = (
-    "awsElasticBlockStore",
-    "azureDisk",
-    "azureFile",
-    "cephfs",
-    "cinder",
-    "fc",
-    "flexVolume",
-    "flocker",
-    "gcePersistentDisk",
-    "gitRepo",
-    "glusterfs",
-    "hostPath",
-    "image",
-    "iscsi",
-    "nfs",
-    "photonPersistentDisk",
-    "portworxVolume",
-    "quobyte",
-    "rbd",
-    "scaleIO",
-    "storageos",
-    "vsphereVolume",
+# Every other source Kubernetes' Volume has (from the generated schema, so a volume type a
+# newer schema brings is refused until a rule allows it).
+FORBIDDEN_VOLUMES = tuple(
+    sorted(
+        set(
+            podschema.schema()["properties"]["spec"]["properties"]["volumes"]["items"]["properties"]
+        )
+        - {"name", *ALLOWED_VOLUMES}
+    )
 )
 
 
