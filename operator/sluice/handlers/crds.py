@@ -573,38 +573,36 @@ def definitions() -> dict[str, dict[str, Any]]:
     }
 
 
-DEFAULT_POOL_POLICY = "sluice-default-pool-protection.yaml"
-
-
-def default_pool_protection() -> list[dict[str, Any]]:
-    """An admission policy that refuses to delete the Pool named `default`."""
-    name = "sluice.io-default-pool"
+def _admission_policy(
+    name: str,
+    operations: list[str],
+    resource: str,
+    validations: list[Schema],
+    variables: list[Schema] | None = None,
+) -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy on one of Sluice's resources, and its Deny binding."""
+    spec: Schema = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                {
+                    "apiGroups": [GROUP],
+                    "apiVersions": ["*"],
+                    "operations": operations,
+                    "resources": [resource],
+                }
+            ]
+        },
+    }
+    if variables is not None:
+        spec["variables"] = variables
+    spec["validations"] = validations
     return [
         {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "ValidatingAdmissionPolicy",
             "metadata": {"name": name},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {
-                    "resourceRules": [
-                        {
-                            "apiGroups": [GROUP],
-                            "apiVersions": ["*"],
-                            "operations": ["DELETE"],
-                            "resources": ["pools"],
-                        }
-                    ]
-                },
-                "validations": [
-                    {
-                        "expression": "oldObject.metadata.name != 'default'",
-                        "message": "the default pool cannot be deleted; "
-                        "set its slots instead (0 stops new tasks in it)",
-                        "reason": "Forbidden",
-                    }
-                ],
-            },
+            "spec": spec,
         },
         {
             "apiVersion": "admissionregistration.k8s.io/v1",
@@ -613,6 +611,26 @@ def default_pool_protection() -> list[dict[str, Any]]:
             "spec": {"policyName": name, "validationActions": ["Deny"]},
         },
     ]
+
+
+DEFAULT_POOL_POLICY = "sluice-default-pool-protection.yaml"
+
+
+def default_pool_protection() -> list[dict[str, Any]]:
+    """An admission policy that refuses to delete the Pool named `default`."""
+    return _admission_policy(
+        "sluice.io-default-pool",
+        ["DELETE"],
+        "pools",
+        [
+            {
+                "expression": "oldObject.metadata.name != 'default'",
+                "message": "the default pool cannot be deleted; "
+                "set its slots instead (0 stops new tasks in it)",
+                "reason": "Forbidden",
+            }
+        ],
+    )
 
 
 DAG_REFERENCE_POLICY = "sluice-dag-reference-protection.yaml"
@@ -682,49 +700,28 @@ def dag_reference_protection(
         "(!has(s.serviceAccount) || !(s.serviceAccount in variables.accounts))"
     )
     where = "spec.tasks[*].podTemplate or spec.defaults.podTemplate"
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": DAG_REFERENCE_POLICY_NAME},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [GROUP],
-                        "apiVersions": ["*"],
-                        "operations": ["CREATE", "UPDATE"],
-                        "resources": ["dags"],
-                    }
-                ]
+    return _admission_policy(
+        DAG_REFERENCE_POLICY_NAME,
+        ["CREATE", "UPDATE"],
+        "dags",
+        [
+            {
+                "expression": f"variables.specs.all(s, {accounts_ok})",
+                "message": f"{where}: serviceAccountName: " + podpolicy.PROTECTED_SERVICE_ACCOUNT,
+                "reason": "Forbidden",
             },
-            "variables": [
-                {"name": "specs", "expression": templates},
-                {"name": "secrets", "expression": cel_list(secrets)},
-                {"name": "accounts", "expression": cel_list(service_accounts)},
-            ],
-            "validations": [
-                {
-                    "expression": f"variables.specs.all(s, {accounts_ok})",
-                    "message": f"{where}: serviceAccountName: "
-                    + podpolicy.PROTECTED_SERVICE_ACCOUNT,
-                    "reason": "Forbidden",
-                },
-                {
-                    "expression": f"variables.specs.all(s, ({volumes_ok}) && {env_ok})",
-                    "message": f"{where}: a Secret reference: " + podpolicy.PROTECTED_SECRET,
-                    "reason": "Forbidden",
-                },
-            ],
-        },
-    }
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": DAG_REFERENCE_POLICY_NAME},
-        "spec": {"policyName": DAG_REFERENCE_POLICY_NAME, "validationActions": ["Deny"]},
-    }
-    return [policy, binding]
+            {
+                "expression": f"variables.specs.all(s, ({volumes_ok}) && {env_ok})",
+                "message": f"{where}: a Secret reference: " + podpolicy.PROTECTED_SECRET,
+                "reason": "Forbidden",
+            },
+        ],
+        variables=[
+            {"name": "specs", "expression": templates},
+            {"name": "secrets", "expression": cel_list(secrets)},
+            {"name": "accounts", "expression": cel_list(service_accounts)},
+        ],
+    )
 
 
 KOPF_PEERING = "kopf-peering.yaml"
