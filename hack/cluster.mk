@@ -10,6 +10,8 @@
 #   make demo-cluster CLUSTER=kind   the same demo on a kind cluster (needs Docker)
 #   make e2e                   the k8s test suite on the local cluster
 #   make e2e CLUSTER=kind      the same suite on a kind cluster (needs Docker)
+#   make chaos-cluster         the cluster chaos run alone (WINDOW=150 s of faults; SEED=N)
+#   make chaos-cluster-soak    the same for MINUTES=30 of faults, a random seed unless SEED=N
 
 SLUICE_HACK_DIR := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
 SLUICE_REPO_DIR := $(abspath $(SLUICE_HACK_DIR)/..)
@@ -17,7 +19,8 @@ CLUSTER ?= local
 E2E_ARGS ?=
 
 .PHONY: cluster-deps cluster-build cluster-images cluster-up cluster-down \
-	cluster-check cluster-status sh-cluster demo-cluster e2e kind-up kind-down
+	cluster-check cluster-status sh-cluster demo-cluster e2e kind-up kind-down \
+	chaos-cluster chaos-cluster-soak
 
 cluster-deps:
 	bash $(SLUICE_REPO_DIR)/hack/install-deps.sh
@@ -57,6 +60,17 @@ endif
 
 e2e:
 	CLUSTER=$(CLUSTER) bash $(SLUICE_REPO_DIR)/e2e/run.sh $(E2E_ARGS)
+
+# tests/k8s/test_chart_chaos.py alone, its report printed (-s).
+CHAOS_TEST := -k holds_every_invariant_under_cluster_faults -s
+
+chaos-cluster:
+	SLUICE_CHAOS_WINDOW=$(or $(WINDOW),150) SLUICE_CHAOS_SEED=$(SEED) CLUSTER=$(CLUSTER) \
+		bash $(SLUICE_REPO_DIR)/e2e/run.sh $(CHAOS_TEST)
+
+chaos-cluster-soak:
+	SLUICE_CHAOS_WINDOW=$$(( $(or $(MINUTES),30) * 60 )) SLUICE_CHAOS_SEED=$(SEED) CLUSTER=$(CLUSTER) \
+		bash $(SLUICE_REPO_DIR)/e2e/run.sh $(CHAOS_TEST)
 
 kind-up:
 	bash $(SLUICE_REPO_DIR)/e2e/kind.sh up
