@@ -226,3 +226,42 @@ def test_a_try_whose_create_is_still_tried_is_alive_to_the_zombie_sweep(
     executor.start([launch()])
     seen = executor.inspect(KEY, executor.planned_external_id(launch()))
     assert (seen.state, seen.running, seen.restartable_within) == ("alive", False, None)
+
+
+# -- a try fenced after it ended keeps its Job ----------------------------------------
+
+
+def _finish(job: dict[str, Any]) -> None:
+    job.setdefault("status", {})["conditions"] = [{"type": "Complete", "status": "True"}]
+
+
+def test_a_try_fenced_after_another_replica_saw_it_end_keeps_its_job(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two replicas sweep a dead one's try at once: one adopts it (and waits for the
+    database's word before moving it), the other sees its Job finished and records the
+    end. The adopter's next heartbeat finds the try ended under its own id and fences it:
+    the Job has nothing left to run, and is kept (its record, its pod's log) for its TTL.
+    A Job still running is deleted, as ever."""
+    api = FakeApi()
+    owner = make_executor(monkeypatch, Clock(), api, replica="r0")
+    owner.start([launch()])
+    (job,) = api.created
+    api.add_pod(job, {"running": {}})
+    ext = owner.external_ids()[KEY]
+
+    adopter = make_executor(monkeypatch, Clock(), api, replica="r1")
+    assert adopter.inspect(KEY, ext).state == "alive"
+    adopter.adopt(KEY, ext, elapsed=5.0, timeout=None, skip_on_exit_code=frozenset())
+    adopter.poll()  # reads the Job and pods for the move; not confirmed yet
+    _finish(job)  # it ends; another replica's sweep records its success
+    adopter.kill(KEY, "the database no longer has this try running", ext)
+    assert api.deleted == []
+    assert adopter.external_ids() == {}
+
+    # By its external id alone (a try this replica does not track): the same rule.
+    adopter.kill(KEY, "the database no longer has this try running", ext)
+    assert api.deleted == []
+    del job["status"]["conditions"]
+    adopter.kill(KEY, "the database no longer has this try running", ext)
+    assert api.deleted == [(job["metadata"]["namespace"], job["metadata"]["name"])]

@@ -68,7 +68,7 @@ from sluice.executors.base import Inspection, TaskEvent, TaskLaunch
 from sluice.executors.kubernetes import names
 from sluice.executors.kubernetes.manifest import JobSettings, PodTemplateError, build_job
 from sluice.executors.kubernetes.namespaces import Scope, Watches
-from sluice.executors.kubernetes.outcome import Verdict, judge, k8s_time
+from sluice.executors.kubernetes.outcome import Verdict, job_finished, judge, k8s_time
 from sluice.executors.kubernetes.watch import TryCache
 from sluice.spec.states import TaskState
 
@@ -792,8 +792,11 @@ class KubernetesExecutor:
     # -- stopping -----------------------------------------------------------------------
 
     def kill(self, key: Key, reason: str, external_id: str | None = None) -> None:
-        """Delete the try's Job: the one this replica tracks, else the one its external id
-        names (a try this replica dropped or never had: after a restart, a hand-over)."""
+        """Stop the try: delete its Job, the one this replica tracks, else the one its
+        external id names (a try this replica dropped or never had: after a restart, a
+        hand-over). A Job that has already finished has nothing left to stop and is kept
+        (its record and its pod's log live until its TTL): a try fenced after it ended
+        (another replica saw its end while this one was adopting it) loses nothing."""
         entry = self._tries.pop(key, None)
         if entry is not None:
             where = (entry.namespace, entry.job_name)
@@ -801,8 +804,24 @@ class KubernetesExecutor:
             where = self.locate(external_id)
         else:
             return
+        if self._finished(*where):
+            log.info("try fenced after its Job finished: Job kept", namespace=where[0],
+                     job=where[1], reason=reason)  # fmt: skip
+            return
         if not self._delete(*where, reason):
             self._to_delete[where] = reason
+
+    def _finished(self, namespace: str, name: str) -> bool:
+        """Has the Job finished (Complete or Failed), as the API server has it now? False
+        when it cannot say: then it is deleted, as a Job that may still run must be."""
+        self.api.add("get")
+        try:
+            response: Any = self._batch.read_namespaced_job(
+                name, namespace, _preload_content=False, _request_timeout=(5, 10)
+            )
+        except (ApiException, urllib3.exceptions.HTTPError, OSError):
+            return False  # gone (404: the delete finds nothing), or unknown
+        return job_finished(json.loads(response.data))
 
     def _delete(
         self, namespace: str, name: str, why: str, *, version: str | None = None

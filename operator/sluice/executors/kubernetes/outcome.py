@@ -300,6 +300,11 @@ def _condition(
     return None
 
 
+def job_finished(job: dict[str, Any] | None) -> bool:
+    """Has the Job ended, either way (its Complete or Failed condition)?"""
+    return _condition(job, "Complete") is not None or _condition(job, "Failed") is not None
+
+
 def pod_is_running(pod: dict[str, Any] | None) -> bool:
     main = _container_status(pod, MAIN)
     return main is not None and "running" in (main.get("state") or {})
