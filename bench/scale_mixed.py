@@ -82,8 +82,8 @@ class FlakyExecutor(NoopExecutor):
         super().release(key)
         self._running = [t for t in self._running if t.key != key]
 
-    def kill(self, key: tuple[int, int], reason: str) -> None:
-        super().kill(key, reason)
+    def kill(self, key: tuple[int, int], reason: str, external_id: str | None = None) -> None:
+        super().kill(key, reason, external_id)
         self._running = [t for t in self._running if t.key != key]
 
     def shutdown(self) -> None:

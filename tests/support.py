@@ -76,6 +76,7 @@ class ScriptedExecutor:
         self.started: list[TaskLaunch] = []
         self.running: dict[tuple[int, int], TaskLaunch] = {}
         self.killed: list[tuple[int, int]] = []
+        self.killed_ids: dict[tuple[int, int], str | None] = {}  # the external ids it was given
         self.adopted: list[tuple[int, int]] = []
         self.released: list[tuple[int, int]] = []
 
@@ -119,8 +120,9 @@ class ScriptedExecutor:
         self.released.append(key)
         self.running.pop(key, None)
 
-    def kill(self, key: tuple[int, int], reason: str) -> None:
+    def kill(self, key: tuple[int, int], reason: str, external_id: str | None = None) -> None:
         self.killed.append(key)
+        self.killed_ids[key] = external_id
         self.running.pop(key, None)
 
     def shutdown(self) -> None:

@@ -86,7 +86,7 @@ class TimedExecutor:
     def release(self, key: tuple[int, int]) -> None:
         self.running.pop(key, None)
 
-    def kill(self, key: tuple[int, int], reason: str) -> None:
+    def kill(self, key: tuple[int, int], reason: str, external_id: str | None = None) -> None:
         entry = self.running.pop(key, None)
         if entry:
             self._write("end", entry[0])

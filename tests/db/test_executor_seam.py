@@ -227,6 +227,19 @@ def test_a_running_pod_that_stopped_heartbeating_is_killed_past_the_longer_thres
     assert "sent no heartbeat" in (row.evidence or {})["verdict"]
 
 
+def test_a_zombie_the_executor_no_longer_tracks_is_killed_by_its_external_id(
+    sessions: sessionmaker[Session],
+) -> None:
+    """The executor dropped the try (a hand-over it took for real, a restart): the kill
+    still names the try's Job, from the database's external id, so it is stopped."""
+    clock, executor, loop, ti = _running_try(sessions)
+    executor.running.clear()  # no longer tracked here
+    executor.seen = Inspection(state="alive", running=True)
+    clock.advance(seconds=70)  # past the kill threshold (60 s)
+    loop.tick()
+    assert executor.killed_ids == {(ti.id, 1): f"job-{ti.id}-1"}
+
+
 def test_a_pod_that_started_late_is_silent_only_from_its_start(
     sessions: sessionmaker[Session],
 ) -> None:

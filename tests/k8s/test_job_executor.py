@@ -149,14 +149,56 @@ def test_start_failures_fail_with_the_reason_after_the_pod_start_timeout(fleet: 
 
 
 def test_an_execution_timeout_ends_the_job_and_fails_the_try(fleet: Fleet) -> None:
-    fleet.add_dag("slow", _one_task_dag("slow", "sleep 300", executionTimeout="5s"))
+    """Timed from the main container's start by the replica, which deletes the Job; the
+    Job's own deadline is only a backstop (the timeout plus the pod start timeout, 45 s
+    here); a timed-out try is retried like any failure."""
+    fleet.add_dag(
+        "slow",
+        _one_task_dag("slow", "sleep 300", executionTimeout="5s", retries=1, retryDelay="0s"),
+    )
     fleet.start("a")
     assert fleet.wait_run("slow", ("success", "failed")) == "failed"
     ti = fleet.tis("slow")["t"]
-    assert ti.reason is not None
-    assert ti.reason.startswith("execution timeout: still running after 5s"), ti.reason
-    (job,) = fleet.jobs()
-    assert job["spec"]["activeDeadlineSeconds"] == 5
+    assert ti.try_number == 2  # retried once, as the task allows
+    for tried in fleet.tries(ti.id):
+        assert tried.reason is not None
+        assert tried.reason.startswith("execution timeout (5s) exceeded after running"), (
+            tried.reason
+        )
+    for job in fleet.jobs():
+        assert job["spec"]["activeDeadlineSeconds"] == 5 + 45
+
+
+def test_time_before_the_main_container_starts_does_not_count_against_the_timeout(
+    fleet: Fleet,
+) -> None:
+    """An init container that sleeps past the execution timeout stands in for a slow image
+    pull: the try's main container then runs for a second, well within its timeout, and
+    the try succeeds (when the Job's deadline was the timeout, it failed)."""
+    slow_start = {
+        "name": "slow-start",
+        "image": "busybox:1.36",
+        "command": ["sh", "-c", "sleep 15"],
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    fleet.add_dag(
+        "slow-start",
+        _one_task_dag(
+            "slow-start",
+            "sleep 1",
+            executionTimeout="5s",
+            podTemplate={"spec": {"initContainers": [slow_start]}},
+        ),
+    )
+    fleet.start("a")
+    assert fleet.wait_run("slow-start", ("success", "failed")) == "success", fleet.state_dump(
+        "slow-start"
+    )
+    ti = fleet.tis("slow-start")["t"]
+    assert ti.try_number == 1
 
 
 def test_the_task_api_refuses_forged_expired_and_other_tries_tokens(fleet: Fleet) -> None:

@@ -5,6 +5,7 @@ started, their events are applied by hand)."""
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -41,11 +42,15 @@ class FakeApi:
         self.calls: list[str] = []
         self.where: list[tuple[str, str]] = []  # (call, namespace)
         self.fail_next: dict[str, list[int]] = {}
+        # Calls made without a `_request_timeout` (a dead connection would hang the loop).
+        self.untimed: list[str] = []
         self._version = 1
 
-    def _call(self, name: str, namespace: str = "") -> None:
+    def _call(self, name: str, namespace: str = "", **kwargs: Any) -> None:
         self.calls.append(name)
         self.where.append((name, namespace))
+        if kwargs.get("_request_timeout") is None:
+            self.untimed.append(name)
         if self.fail_next.get(name):
             raise ApiException(status=self.fail_next[name].pop(0), reason="test")
 
@@ -54,11 +59,13 @@ class FakeApi:
         obj["metadata"]["resourceVersion"] = str(self._version)
 
     def create_namespaced_custom_object(
-        self, group: str, version: str, namespace: str, plural: str, body: Any, **_: Any
+        self, group: str, version: str, namespace: str, plural: str, body: Any, **kw: Any
     ) -> _Created:
         assert (group, version, plural) == ("batch", "v1", "jobs")
         assert body["metadata"]["namespace"] == namespace  # else the API server refuses it
-        self._call("create_job", namespace)
+        self._call("create_job", namespace, **kw)
+        if (namespace, body["metadata"]["name"]) in self.jobs:
+            raise ApiException(status=409, reason="AlreadyExists")
         job = json.loads(json.dumps(body))
         job["metadata"].update(
             uid=f"uid-{len(self.created)}",
@@ -69,31 +76,36 @@ class FakeApi:
         self.jobs[(namespace, job["metadata"]["name"])] = job
         return _Created(json.dumps(job).encode())
 
-    def read_namespaced_job(self, name: str, namespace: str, **_: Any) -> _Created:
-        self._call("read_job", namespace)
+    def read_namespaced_job(self, name: str, namespace: str, **kw: Any) -> _Created:
+        self._call("read_job", namespace, **kw)
         if (namespace, name) not in self.jobs:
             raise ApiException(status=404, reason="Not Found")
         return _Created(json.dumps(self.jobs[(namespace, name)]).encode())
 
     def patch_namespaced_job(self, name: str, namespace: str, body: Any, **kw: Any) -> _Created:
         assert kw["_content_type"] == "application/merge-patch+json"
-        self._call("patch_job", namespace)
+        self._call("patch_job", namespace, **kw)
         if (namespace, name) not in self.jobs:
             raise ApiException(status=404, reason="Not Found")
         return _Created(json.dumps(self._patch(self.jobs[(namespace, name)], body)).encode())
 
     def patch_namespaced_pod(self, name: str, namespace: str, body: Any, **kw: Any) -> _Created:
         assert kw["_content_type"] == "application/merge-patch+json"
-        self._call("patch_pod", namespace)
+        self._call("patch_pod", namespace, **kw)
+        if (namespace, name) not in self.pods:
+            raise ApiException(status=404, reason="Not Found")
         return _Created(json.dumps(self._patch(self.pods[(namespace, name)], body)).encode())
 
     def _patch(self, obj: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+        expected = body["metadata"].get("resourceVersion")
+        if expected is not None and expected != obj["metadata"]["resourceVersion"]:
+            raise ApiException(status=409, reason="Conflict: the object has been modified")
         obj["metadata"].setdefault("labels", {}).update(body["metadata"]["labels"])
         self._bump(obj)
         return obj
 
-    def list_namespaced_pod(self, namespace: str, *, label_selector: str, **_: Any) -> _Created:
-        self._call("list_pods", namespace)
+    def list_namespaced_pod(self, namespace: str, *, label_selector: str, **kw: Any) -> _Created:
+        self._call("list_pods", namespace, **kw)
         wanted = dict(part.split("=") for part in label_selector.split(","))
         items = [
             pod
@@ -103,8 +115,13 @@ class FakeApi:
         ]
         return _Created(json.dumps({"items": items}).encode())
 
-    def delete_namespaced_job(self, name: str, namespace: str, **_: Any) -> None:
-        self._call("delete_job", namespace)
+    def delete_namespaced_job(self, name: str, namespace: str, **kw: Any) -> None:
+        self._call("delete_job", namespace, **kw)
+        options = kw.get("body")
+        expected = None if options is None else options.preconditions.resource_version
+        job = self.jobs.get((namespace, name))
+        if job is not None and expected not in (None, job["metadata"]["resourceVersion"]):
+            raise ApiException(status=409, reason="Conflict: precondition failed")
         self.deleted.append((namespace, name))
 
     def add_pod(self, job: dict[str, Any], main_state: dict[str, Any]) -> dict[str, Any]:
@@ -240,7 +257,7 @@ def test_a_relist_judges_every_try_again(
     setup: tuple[KubernetesExecutor, Clock, list[str]],
 ) -> None:
     executor, _, judged = setup
-    executor.start([launch(ti_id=1), launch(ti_id=2)])
+    executor.start([launch(ti_id=1), launch(ti_id=2, task_id="load")])
     executor.poll()
     assert len(judged) == 2
     executor.cache._everything = True  # what a relist (after a 410 or an outage) sets
@@ -309,8 +326,13 @@ def test_an_adopted_try_is_moved_into_the_adopters_watches_before_it_is_judged(
     assert (seen.state, seen.running) == ("alive", True)
     assert api.calls[-2:] == ["read_job", "list_pods"]
 
-    api.fail_next["patch_pod"] = [503]  # the API server hiccups: moved at a later poll
     adopter.adopt(launch().key, name, elapsed=5.0, timeout=None, skip_on_exit_code=frozenset())
+    assert api.calls[-2:] == ["read_job", "list_pods"]  # read, not moved: not known to own it
+    assert adopter.poll() == []
+    assert "patch_job" not in api.calls
+    adopter.heartbeats_recorded([launch().key], time.monotonic())  # the database: r1 owns it
+    api.fail_next["patch_pod"] = [503]  # the API server hiccups: moved at a later poll
+    assert adopter.poll() == []
     assert adopter.cache.job(name) is not None  # the Job moved, its pod not yet
     clock.now += timedelta(seconds=120)  # past the pod start timeout (60 s)
     api.fail_next["patch_pod"] = [503, 503]  # two more polls fail to move its pod
@@ -351,13 +373,17 @@ def test_a_pod_made_after_the_move_is_moved_when_its_job_changes(
         timeout=None,
         skip_on_exit_code=frozenset(),
     )
+    adopter.heartbeats_recorded([launch().key], time.monotonic())
     assert adopter.poll() == []
+    assert job["metadata"]["labels"][names.REPLICA_LABEL] == "r1"
     assert api.calls.count("patch_pod") == 0  # no pod yet
     pod = api.add_pod(job, {"running": {}})  # made from the template: r0's label
     assert pod["metadata"]["labels"][names.REPLICA_LABEL] == "r0"
     job["status"] = {"active": 1}
     api._bump(job)
     adopter.cache._apply(adopter.cache._kinds["jobs"], {"type": "MODIFIED", "object": job})
+    assert adopter.poll() == []  # read again; moved once the database confirms again
+    adopter.heartbeats_recorded([launch().key], time.monotonic())
     assert adopter.poll() == []
     assert pod["metadata"]["labels"][names.REPLICA_LABEL] == "r1"
 

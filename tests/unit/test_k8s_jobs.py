@@ -98,7 +98,7 @@ def test_a_job_has_identity_no_retries_the_timeout_and_restricted_security() -> 
     assert meta["labels"]["sluice.io/ti"] == "7"
     assert meta["annotations"]["sluice.io/run-id"] == "scheduled__2026-12-01T00:00:00+00:00"
     assert spec["backoffLimit"] == 0
-    assert spec["activeDeadlineSeconds"] == 300
+    assert spec["activeDeadlineSeconds"] == 300 + 300  # the timeout and the pod start timeout
     assert spec["ttlSecondsAfterFinished"] == 3600
     pod = spec["template"]["spec"]
     assert spec["template"]["metadata"]["labels"]["sluice.io/ti"] == "7"

@@ -5,6 +5,7 @@ id, and a pod the API server refuses fails its try at once with the refusal's me
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -181,6 +182,8 @@ def test_adopt_inspect_and_kill_act_in_the_tries_namespace(
     assert adopter.inspect((7, 2), ext).state == "alive"
     assert api.where == [("read_job", "team-b"), ("list_pods", "team-b")]
     adopter.adopt((7, 2), ext, elapsed=5.0, timeout=None, skip_on_exit_code=frozenset())
+    adopter.heartbeats_recorded([(7, 2)], time.monotonic())  # the database: r1 owns it
+    adopter.poll()
     assert {where for _, where in api.where} == {"team-b"}
     assert job["metadata"]["labels"][names.REPLICA_LABEL] == "r1"
     assert adopter.watches.scope("team-b").cache.job(job["metadata"]["name"]) is not None
@@ -304,3 +307,15 @@ def test_one_namespaces_outage_does_not_stretch_anothers_pod_start_timeout(
     (event,) = executor.poll()
     assert event.key == (2, 2)
     assert "did not start within the pod start timeout" in (event.reason or "")
+
+
+def test_kill_deletes_an_untracked_tries_job_where_its_external_id_says(
+    monkeypatch: pytest.MonkeyPatch, api: FakeApi
+) -> None:
+    """A try this replica never had or dropped (a restart, a hand-over): killing it still
+    deletes its Job, by the namespace and name its external id gives."""
+    executor = make_executor(monkeypatch, Clock(), api)
+    executor.kill((5, 1), "the database no longer has this try running", "team-a/etl-load-1-abc")
+    assert api.deleted == [("team-a", "etl-load-1-abc")]
+    executor.kill((6, 1), "no id: nothing to find it by")
+    assert api.deleted == [("team-a", "etl-load-1-abc")]

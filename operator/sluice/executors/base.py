@@ -142,8 +142,11 @@ class Executor(Protocol):
         """How to find each running try again from another replica (pid, pod name...)."""
 
     def heartbeats_recorded(self, keys: Sequence[tuple[int, int]], at: float) -> None:
-        """The database took these tries' heartbeats, stamped no earlier than `at` (this
-        machine's time.monotonic()), and this replica still owns them (local leases)."""
+        """The database took these tries' heartbeats (or, for tries that heartbeat
+        themselves, confirmed them), stamped no earlier than `at` (this machine's
+        time.monotonic()), and this replica still owned them then: local leases are
+        renewed from it, and the Job executor moves a try into its watches only on such
+        a word given after it read the try's objects (ADR 0033)."""
 
     def inspect(self, key: tuple[int, int], external_id: str | None) -> Inspection:
         """Whether a try, maybe started by another replica, still runs ("unknown" if unsure)."""
@@ -162,8 +165,10 @@ class Executor(Protocol):
     def release(self, key: tuple[int, int]) -> None:
         """Stop watching a try another replica adopted, without stopping it."""
 
-    def kill(self, key: tuple[int, int], reason: str) -> None:
-        """Stop a try that the database says must not run any more (fenced)."""
+    def kill(self, key: tuple[int, int], reason: str, external_id: str | None = None) -> None:
+        """Stop a try that the database says must not run any more (fenced), whether this
+        executor tracks it or not (a try it dropped, a replica's before a restart):
+        `external_id` (the database's) says where it runs when the executor does not."""
 
     def shutdown(self) -> None:
         """Stop watching, and leave the running tries running: a replica that stops

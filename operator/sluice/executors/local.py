@@ -358,7 +358,8 @@ class LocalExecutor:
 
     # -- stopping -------------------------------------------------------------------
 
-    def kill(self, key: tuple[int, int], reason: str) -> None:
+    def kill(self, key: tuple[int, int], reason: str, external_id: str | None = None) -> None:
+        """Stop a try this executor watches; one it does not stops by its lease (ADR 0015)."""
         entry = self._running.pop(key, None)
         if entry is None:
             return

@@ -54,7 +54,7 @@ class NoopExecutor:
     def release(self, key: tuple[int, int]) -> None:
         self._started = [t for t in self._started if t.key != key]
 
-    def kill(self, key: tuple[int, int], reason: str) -> None:
+    def kill(self, key: tuple[int, int], reason: str, external_id: str | None = None) -> None:
         self._started = [t for t in self._started if t.key != key]
 
     def shutdown(self) -> None:

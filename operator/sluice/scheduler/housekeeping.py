@@ -253,9 +253,9 @@ class StalePlan:
     evidence: dict[int, dict[str, Any]] = field(default_factory=dict)
     adoptions: list[Adoption] = field(default_factory=list)
     restarts: list[Restart] = field(default_factory=list)
-    # Zombies whose process still runs (it stopped heartbeating): stopped once the
-    # verdict is committed.
-    kill: list[tuple[int, int]] = field(default_factory=list)
+    # Zombies whose process still runs (it stopped heartbeating), with their external
+    # ids: stopped once the verdict is committed, tracked by this executor or not.
+    kill: dict[tuple[int, int], str | None] = field(default_factory=dict)
 
 
 def plan_stale_tries(
@@ -373,7 +373,7 @@ def plan_stale_tries(
                 )
                 _zombie(plan, row, now, job_id, threshold, owner, live_jobs, seen, verdict)
                 plan.evidence[row.id]["kill_after_seconds"] = kill_after
-                plan.kill.append(key)
+                plan.kill[key] = row.external_id
             continue
         if seen.state == "gone" and (seen.exit_code is not None or seen.failed):
             plan.events.append(_ended_while_unwatched(key, seen, skip_codes, owner))

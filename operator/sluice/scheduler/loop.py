@@ -699,7 +699,7 @@ class SchedulerLoop:
             self._executor_call(
                 "kill",
                 lambda key=key: self.executor.kill(  # type: ignore[misc]
-                    key, "the database no longer has this try running"
+                    key, "the database no longer has this try running", beat.get(key)
                 ),
                 None,
                 report,
@@ -844,7 +844,7 @@ class SchedulerLoop:
                     self._executor_call(
                         "kill",
                         lambda key=key: self.executor.kill(  # type: ignore[misc]
-                            key, "zombie: running but no heartbeat"
+                            key, "zombie: running but no heartbeat", stale.kill[key]
                         ),
                         None,
                         report,

@@ -10,18 +10,22 @@
   exists under the try's deterministic name is the same try (a replica died
   between creating it and recording it): it is adopted, never started twice.
   An API error that may pass (5xx, 429, a refused connection) is retried at
-  the next poll until the pod start timeout; any other refusal fails the try
-  with the API server's message. So does a pod the API server refuses once
-  the Job exists (Pod Security admission: the Job controller's `FailedCreate`
-  Event), at once (`outcome.judge`).
+  the next poll until the pod start timeout, when a create that never got a
+  clear answer looks for its Job before the try fails (it may exist: ADR
+  0033); any other refusal fails the try with the API server's message. So
+  does a pod the API server refuses once the Job exists (Pod Security
+  admission: the Job controller's `FailedCreate` Event), at once
+  (`outcome.judge`).
 - `poll` judges each try this replica owns from the watch cache
   (`outcome.judge`): ended tries become `TaskEvent`s; tries whose pod could
   not start within the pod start timeout fail with the reason (and their Job
   is deleted); nothing is read from the API server per task. A verdict
   depends only on the Job, its pod and, for a try still starting, whether its
-  pod start timeout has passed; so a try is judged again only when its Job or
-  pod changed (`TryCache.take_touched`) or that timeout comes, not on every
-  poll.
+  pod start timeout has passed (or, once it runs, whether its execution
+  timeout, counted from its main container's start, has); so a try is judged
+  again only when its Job or pod changed (`TryCache.take_touched`) or one of
+  those timeouts comes, not on every poll. A verdict that deletes the Job
+  deletes only the version judged (ADR 0033).
 - Each replica watches only its own tries: every Job it creates, and its
   pod, carries `sluice.io/replica` with the replica's watch identity (new at
   every start), and its watches of each namespace select on it. So a replica parses the
@@ -34,19 +38,22 @@
   replica's (a dead one's, which the zombie sweep asks about) by reading the
   Job and listing its pods, two requests per try, once.
 - `adopt` moves the try into this replica's watches: it patches the label on
-  the Job and on its pods (a dead replica's tries only; rare), and judges the
-  try only once they are moved. The old owner, if it still runs, sees them
-  leave its selection with another replica's label and drops them: handed
-  over, not deleted. `release` only changes what this replica reports on;
-  ownership lives in the database. `kill` deletes the Job (foreground: its
-  pod goes first). `shutdown` stops the watches and deletes nothing: tries
-  outlive replicas.
+  the Job and on its pods (a dead replica's tries only; rare), only once the
+  database has confirmed after reading them that this replica owns the try,
+  and each on the version read (ADR 0033); it judges the try only once they
+  are moved. The old owner, if it still runs, sees them leave its selection
+  with another replica's label and drops them: handed over, not deleted.
+  `release` only changes what this replica reports on; ownership lives in
+  the database. `kill` deletes the Job (foreground: its pod goes first), by
+  the external id it is given when the try is not in this replica's table.
+  `shutdown` stops the watches and deletes nothing: tries outlive replicas.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -61,7 +68,7 @@ from sluice.executors.base import Inspection, TaskEvent, TaskLaunch
 from sluice.executors.kubernetes import names
 from sluice.executors.kubernetes.manifest import JobSettings, PodTemplateError, build_job
 from sluice.executors.kubernetes.namespaces import Scope, Watches
-from sluice.executors.kubernetes.outcome import Verdict, judge, k8s_time
+from sluice.executors.kubernetes.outcome import Verdict, job_finished, judge, k8s_time
 from sluice.executors.kubernetes.watch import TryCache
 from sluice.spec.states import TaskState
 
@@ -104,6 +111,7 @@ class KubernetesSettings:
             service_account=self.service_account,
             ttl_seconds_after_finished=self.ttl_seconds_after_finished,
             image_pull_policy=self.image_pull_policy,
+            pod_start_timeout=self.pod_start_timeout,
         )
 
 
@@ -114,17 +122,38 @@ class _Try:
     job_name: str
     started: datetime  # when this replica created or adopted it (pod start timeout)
     skip_on_exit_code: frozenset[int]
+    # The task's execution timeout in seconds, counted from its main container's start.
+    timeout: float | None = None
     pending_body: dict[str, Any] | None = None  # a create to retry
+    # A create that got no clear answer (a timeout, a 5xx): the Job may exist all the same,
+    # so it is looked for before the try fails.
+    unanswered: bool = False
     last_error: str | None = None
     blind_at_start: float = 0.0  # its namespace's blind seconds when this replica took it
-    # Judged since its Job and pod last changed; and if it was starting then, when its pod
-    # start timeout runs out (its verdict can change with time only then).
+    # Judged since its Job and pod last changed; and when its verdict can next change with
+    # time alone (its pod start timeout, or its execution timeout once it runs).
     judged: bool = False
     late_at: datetime | None = None
     # Adopted: its Job and pods carried another replica's label. `relabel` while they
     # still may (not in this replica's watches yet: not judged until they are moved).
     adopted: bool = False
     relabel: bool = False
+    # The move under way (`_relabel`): the objects as read, and when.
+    move: _Move | None = None
+    # The latest time.monotonic() at or after which the database confirmed that this
+    # replica owns the try (`heartbeats_recorded`).
+    owned_at: float | None = None
+
+
+@dataclass
+class _Move:
+    """A try's Job and pods as read for a move into this replica's watches: each is patched
+    only if it has not changed since (its resourceVersion a precondition), and only once the
+    database has confirmed after `read_at` (time.monotonic()) that this replica owns the try."""
+
+    job: dict[str, Any] | None
+    pods: list[dict[str, Any]]
+    read_at: float
 
 
 @dataclass
@@ -189,7 +218,6 @@ class KubernetesExecutor:
         # This replica's watch identity: on every Job it creates or adopts, and its pods.
         self.replica = replica or names.new_replica_id()
         self._job_settings = replace(settings.job_settings(), replica=self.replica)
-        self._label_patch = {"metadata": {"labels": {names.REPLICA_LABEL: self.replica}}}
         # With a task API, heartbeats come from the task pods' sidecars, never from this
         # process; without one (no sidecar), the scheduler heartbeats the tries it watches.
         self.pods_heartbeat = settings.task_api_url is not None
@@ -267,6 +295,7 @@ class KubernetesExecutor:
                 started=self._clock(),
                 blind_at_start=self._blind_total(namespace),
                 skip_on_exit_code=launch.skip_on_exit_code,
+                timeout=None if timeout is None else timeout.total_seconds(),
                 pending_body=body,
             )
             self._tries[launch.key] = entry
@@ -298,6 +327,8 @@ class KubernetesExecutor:
                 return
             if _worth_retrying(exc):
                 entry.last_error = _api_error(exc)
+                # A 5xx may come after the API server stored the Job (a timeout behind it).
+                entry.unanswered = entry.unanswered or (exc.status or 0) >= 500
                 return  # retried at the next poll, until the pod start timeout
             entry.pending_body = None
             self._tries.pop(entry.key, None)
@@ -306,19 +337,30 @@ class KubernetesExecutor:
                 f"the API server refused Job {entry.namespace}/{entry.job_name}: {_api_error(exc)}",
             )
         except (urllib3.exceptions.HTTPError, OSError) as exc:
+            # A timed-out or broken request may have been carried out all the same.
             entry.last_error = f"{type(exc).__name__}: {str(exc)[:200]}"
+            entry.unanswered = True
 
-    def _adopt_existing(self, entry: _Try) -> None:
-        """The name exists: the same try if its identity matches, else a clear failure."""
+    def _adopt_existing(self, entry: _Try) -> bool | None:
+        """Read the try's Job by its name (a create found it there, or never got a clear
+        answer). If it is this try's, it is watched from now on (moved into this replica's
+        watches first, as its owner only, if another replica's label is on it); another
+        try's fails this one. True: there was a Job; False: there is none; None: the API
+        server could not say (asked again at the next poll)."""
         self.api.add("get")
         try:
             response: Any = self._batch.read_namespaced_job(
-                entry.job_name, entry.namespace, _preload_content=False
+                entry.job_name, entry.namespace, _preload_content=False, _request_timeout=(5, 10)
             )
             found = json.loads(response.data)
         except ApiException as exc:
+            if exc.status == 404:
+                return False  # not (or no longer) there
             entry.last_error = _api_error(exc)
-            return  # deleted in between: created again at the next poll
+            return None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            entry.last_error = f"{type(exc).__name__}: {str(exc)[:200]}"
+            return None
         annotations = found["metadata"].get("annotations") or {}
         if annotations.get(names.LABEL_PREFIX + "ti") == str(entry.key[0]) and annotations.get(
             names.LABEL_PREFIX + "try"
@@ -329,12 +371,16 @@ class KubernetesExecutor:
                 job=entry.job_name,
                 ti=entry.key[0],
             )
-            self._cache(entry).put_job(found)
             entry.pending_body = None
-            if not self._ours(found):
+            if self._ours(found):
+                self._cache(entry).put_job(found)
+            else:
+                # Another replica's label: it adopted the try while this one was taken for
+                # dead (then this replica's fence releases it), or this replica claimed it
+                # again after another's late create. Only the database can tell which.
                 entry.adopted = entry.relabel = True
                 self._relabel(entry)
-            return
+            return True
         self._tries.pop(entry.key, None)
         self._fail(
             entry.key,
@@ -342,6 +388,7 @@ class KubernetesExecutor:
             f"(ti {annotations.get(names.LABEL_PREFIX + 'ti')}, "
             f"try {annotations.get(names.LABEL_PREFIX + 'try')}); delete it and clear the task",
         )
+        return True
 
     def _cache(self, entry: _Try) -> TryCache:
         return self.watches.scope(entry.namespace).cache
@@ -382,6 +429,10 @@ class KubernetesExecutor:
                 self._relabel(entry)
             elif entry.pending_body is not None:
                 if (now - entry.started).total_seconds() >= self.settings.pod_start_timeout:
+                    # A create that got no clear answer may have made the Job: look first,
+                    # and take it as this try's (invariant 1: never a retry beside it).
+                    if entry.unanswered and self._adopt_existing(entry) is not False:
+                        continue  # found (taken, or failed as another try's), or cannot say
                     self._tries.pop(entry.key, None)
                     self._fail(
                         entry.key,
@@ -405,9 +456,17 @@ class KubernetesExecutor:
             changed = touched[entry.namespace]
             scope = self.watches.scope(entry.namespace)
             unchanged = changed is not None and entry.job_name not in changed
-            if entry.adopted and not unchanged and scope.cache.newest_pod(entry.job_name) is None:
-                # A pod its Job made after the move still carries the old label.
-                self._relabel_pods(entry)
+            if (
+                entry.adopted
+                and not unchanged
+                and scope.cache.newest_pod(entry.job_name) is None
+                and _made_a_pod(scope.cache.job(entry.job_name))
+            ):
+                # A pod its Job made after the move still carries the old label: moved
+                # like the rest (as the owner only), and judged once it is.
+                entry.relabel = True
+                self._relabel(entry)
+                continue
             if entry.judged and unchanged and (entry.late_at is None or now < entry.late_at):
                 continue  # the same objects, and not yet late: the same verdict
             verdict, entry.late_at = self._judge(entry, scope, now)
@@ -415,19 +474,26 @@ class KubernetesExecutor:
             if verdict.phase != "ended":
                 continue
             assert verdict.state is not None
+            why = verdict.reason or ""
+            if verdict.delete:
+                # Only on the Job as judged: one moved since by the replica that now owns
+                # the try (this one was taken for dead) is not this replica's to end.
+                deleted = self._delete(
+                    entry.namespace, entry.job_name, why, version=_version(scope, entry)
+                )
+                if deleted is None:
+                    entry.judged = False  # judged again at the next poll, on newer objects
+                    continue
+                if not deleted:
+                    self._to_delete[(entry.namespace, entry.job_name)] = why
             del self._tries[key]
-            events.append(
-                TaskEvent(key[0], key[1], verdict.state, verdict.exit_code, verdict.reason)
-            )
-            if verdict.delete and not self._delete(
-                entry.namespace, entry.job_name, verdict.reason or ""
-            ):
-                self._to_delete[(entry.namespace, entry.job_name)] = verdict.reason or ""
+            events.append(TaskEvent(key[0], key[1], verdict.state, verdict.exit_code, why or None))
         return events
 
     def _judge(self, entry: _Try, scope: Scope, now: datetime) -> tuple[Verdict, datetime | None]:
-        """The try's verdict, and for a try still starting, when its pod start timeout
-        runs out (it only moves later, as the time the watches could not see is added)."""
+        """The try's verdict, and when time alone may change it: for a try still starting,
+        when its pod start timeout runs out (it only moves later, as the time the watches
+        could not see is added); for one running, when its execution timeout does."""
         job = scope.cache.job(entry.job_name)
         unseen = timedelta(seconds=scope.blind_total - entry.blind_at_start)
         started = _created(job, entry.started) + unseen
@@ -439,12 +505,17 @@ class KubernetesExecutor:
             pod_start_timeout=self.settings.pod_start_timeout,
             skip_on_exit_code=entry.skip_on_exit_code,
             failed_create=scope.cache.failed_create(job),
+            execution_timeout=entry.timeout,
         )
-        late_at = (
-            started + timedelta(seconds=self.settings.pod_start_timeout)
-            if verdict.phase == "starting"
-            else None
-        )
+        late_at = None
+        if verdict.phase == "starting":
+            late_at = started + timedelta(seconds=self.settings.pod_start_timeout)
+        elif (
+            verdict.phase == "running"
+            and verdict.running_since is not None
+            and entry.timeout is not None
+        ):
+            late_at = verdict.running_since + timedelta(seconds=entry.timeout)
         return verdict, late_at
 
     def alive(self) -> list[Key]:
@@ -466,6 +537,14 @@ class KubernetesExecutor:
             namespace, name = ours.namespace, ours.job_name
         else:
             return Inspection(state="unknown")
+        if ours is not None and ours.pending_body is not None:
+            # Its create is still being tried (and one may have landed unheard): it starts
+            # or fails by its pod start timeout, on this replica's word, never as a zombie.
+            return Inspection(
+                state="alive",
+                running=False,
+                evidence={"job": "being created", "last_error": ours.last_error},
+            )
         if (
             ours is not None
             and not ours.relabel
@@ -546,6 +625,7 @@ class KubernetesExecutor:
             started=self._clock() - timedelta(seconds=elapsed),
             blind_at_start=self.watches.scope(namespace).blind_total,
             skip_on_exit_code=skip_on_exit_code,
+            timeout=timeout,
             adopted=True,
             relabel=True,
         )
@@ -553,73 +633,105 @@ class KubernetesExecutor:
         self._relabel(entry)
 
     def _relabel(self, entry: _Try) -> None:
-        """Move an adopted try's Job and pods into this replica's watches (its label on
-        them); until that succeeds the try is not judged, and the next poll tries again."""
-        # A Job moved at an earlier attempt (its pods were not) is not patched again.
-        moved = self._ours(self._cache(entry).job(entry.job_name)) or self._relabel_job(entry)
-        if moved and self._relabel_pods(entry):
-            entry.relabel = False
-            log.info(
-                "adopted try moved into this replica's watches",
-                namespace=entry.namespace,
-                job=entry.job_name,
+        """Move a try's Job and pods into this replica's watches (its label on them), as
+        the try's owner only (ADR 0033): read them; wait until the database confirms, in
+        a transaction begun after that read, that this replica owns the try; then patch
+        each with the version read as a precondition. A replica that lost the try before
+        the confirmation never patches (its fence releases the try); one that lost it
+        after finds the objects moved by the new owner, whose move follows its own
+        compare-and-set, and its patch refused: it reads again and waits again. Until the
+        move is done the try is not judged; a failed step is retried at the next poll."""
+        try:
+            if entry.move is None:
+                entry.move = self._read_move(entry)
+                return
+            if entry.owned_at is None or entry.owned_at < entry.move.read_at:
+                return  # not confirmed yet: the next heartbeat of this replica's tries says
+            self._apply_move(entry, entry.move)
+        except ApiException as exc:
+            if exc.status == 409:
+                entry.move = None  # changed since it was read: read again, confirm again
+            entry.last_error = _api_error(exc)
+            return
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            entry.last_error = f"{type(exc).__name__}: {str(exc)[:200]}"
+            return
+        entry.relabel = False
+        entry.move = None
+        log.info(
+            "adopted try moved into this replica's watches",
+            namespace=entry.namespace,
+            job=entry.job_name,
+        )
+
+    def _read_move(self, entry: _Try) -> _Move:
+        self.api.add("get")
+        try:
+            response: Any = self._batch.read_namespaced_job(
+                entry.job_name, entry.namespace, _preload_content=False, _request_timeout=(5, 10)
             )
+            job = json.loads(response.data)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            job = None  # no Job: its pods may still be there (being deleted)
+        pods = self._list_pods(entry.namespace, entry.key)
+        return _Move(job, pods, read_at=time.monotonic())
+
+    def _apply_move(self, entry: _Try, move: _Move) -> None:
+        """Patch what is not yet this replica's, each on the version read; what moved is
+        noted in `move`, so a retry after an error patches only the rest."""
+        cache = self._cache(entry)
+        if move.job is not None and not self._ours(move.job):
+            self.api.add("patch")
+            try:
+                response: Any = self._batch.patch_namespaced_job(
+                    entry.job_name,
+                    entry.namespace,
+                    self._conditional_label_patch(move.job),
+                    _content_type="application/merge-patch+json",
+                    _preload_content=False,
+                    _request_timeout=(10, 30),
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                move.job = None  # deleted since: its pods may still be there
+            else:
+                move.job = json.loads(response.data)
+                cache.put_job(move.job)
+        for index, pod in enumerate(move.pods):
+            if self._ours(pod):
+                continue
+            self.api.add("patch")
+            try:
+                response = self._core.patch_namespaced_pod(
+                    pod["metadata"]["name"],
+                    entry.namespace,
+                    self._conditional_label_patch(pod),
+                    _content_type="application/merge-patch+json",
+                    _preload_content=False,
+                    _request_timeout=(10, 30),
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                continue  # deleted meanwhile: nothing to move
+            move.pods[index] = json.loads(response.data)
+            cache.put_pod(move.pods[index])
+
+    def _conditional_label_patch(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """This replica's label, only onto the version of `obj` read (else 409 Conflict)."""
+        return {
+            "metadata": {
+                "resourceVersion": obj["metadata"]["resourceVersion"],
+                "labels": {names.REPLICA_LABEL: self.replica},
+            }
+        }
 
     def _ours(self, obj: dict[str, Any] | None) -> bool:
         labels = (obj or {}).get("metadata", {}).get("labels") or {}
         return bool(labels.get(names.REPLICA_LABEL) == self.replica)
-
-    def _relabel_job(self, entry: _Try) -> bool:
-        try:
-            self.api.add("patch")
-            response: Any = self._batch.patch_namespaced_job(
-                entry.job_name,
-                entry.namespace,
-                self._label_patch,
-                _content_type="application/merge-patch+json",
-                _preload_content=False,
-                _request_timeout=(10, 30),
-            )
-            self._cache(entry).put_job(json.loads(response.data))
-        except ApiException as exc:
-            if exc.status == 404:
-                return True  # no Job: its pods may still be there (being deleted)
-            entry.last_error = _api_error(exc)
-            return False
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            entry.last_error = f"{type(exc).__name__}: {str(exc)[:200]}"
-            return False
-        return True
-
-    def _relabel_pods(self, entry: _Try) -> bool:
-        """Put this replica's label on the try's pods; False if it could not (retried)."""
-        try:
-            pods = self._list_pods(entry.namespace, entry.key)
-            for pod in pods:
-                if self._ours(pod):
-                    continue
-                self.api.add("patch")
-                try:
-                    response: Any = self._core.patch_namespaced_pod(
-                        pod["metadata"]["name"],
-                        entry.namespace,
-                        self._label_patch,
-                        _content_type="application/merge-patch+json",
-                        _preload_content=False,
-                        _request_timeout=(10, 30),
-                    )
-                except ApiException as exc:
-                    if exc.status == 404:
-                        continue  # deleted meanwhile: nothing to move
-                    raise
-                self._cache(entry).put_pod(json.loads(response.data))
-        except ApiException as exc:
-            entry.last_error = _api_error(exc)
-            return False
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            entry.last_error = f"{type(exc).__name__}: {str(exc)[:200]}"
-            return False
-        return True
 
     def _list_pods(self, namespace: str, key: Key) -> list[dict[str, Any]]:
         self.api.add("list")
@@ -667,33 +779,75 @@ class KubernetesExecutor:
         return job, pod
 
     def heartbeats_recorded(self, keys: Sequence[tuple[int, int]], at: float) -> None:
-        """Nothing to renew: pods heartbeat themselves."""
+        """The database confirmed at or after `at` that this replica owns these tries: a
+        move read before then may go ahead (`_relabel`). (No lease: pods heartbeat.)"""
+        for key in keys:
+            entry = self._tries.get(key)
+            if entry is not None and (entry.owned_at is None or entry.owned_at < at):
+                entry.owned_at = at
 
     def release(self, key: Key) -> None:
         self._tries.pop(key, None)
 
     # -- stopping -----------------------------------------------------------------------
 
-    def kill(self, key: Key, reason: str) -> None:
+    def kill(self, key: Key, reason: str, external_id: str | None = None) -> None:
+        """Stop the try: delete its Job, the one this replica tracks, else the one its
+        external id names (a try this replica dropped or never had: after a restart, a
+        hand-over). A Job that has already finished has nothing left to stop and is kept
+        (its record and its pod's log live until its TTL): a try fenced after it ended
+        (another replica saw its end while this one was adopting it) loses nothing."""
         entry = self._tries.pop(key, None)
-        if entry is None:
+        if entry is not None:
+            where = (entry.namespace, entry.job_name)
+        elif external_id is not None:
+            where = self.locate(external_id)
+        else:
             return
-        if not self._delete(entry.namespace, entry.job_name, reason):
-            self._to_delete[(entry.namespace, entry.job_name)] = reason
+        if self._finished(*where):
+            log.info("try fenced after its Job finished: Job kept", namespace=where[0],
+                     job=where[1], reason=reason)  # fmt: skip
+            return
+        if not self._delete(*where, reason):
+            self._to_delete[where] = reason
 
-    def _delete(self, namespace: str, name: str, why: str) -> bool:
-        """Delete a Job and (foreground) its pods; True when done or already gone."""
+    def _finished(self, namespace: str, name: str) -> bool:
+        """Has the Job finished (Complete or Failed), as the API server has it now? False
+        when it cannot say: then it is deleted, as a Job that may still run must be."""
+        self.api.add("get")
+        try:
+            response: Any = self._batch.read_namespaced_job(
+                name, namespace, _preload_content=False, _request_timeout=(5, 10)
+            )
+        except (ApiException, urllib3.exceptions.HTTPError, OSError):
+            return False  # gone (404: the delete finds nothing), or unknown
+        return job_finished(json.loads(response.data))
+
+    def _delete(
+        self, namespace: str, name: str, why: str, *, version: str | None = None
+    ) -> bool | None:
+        """Delete a Job and (foreground) its pods; True when done or already gone, False
+        when it could not be (asked again later). With a `version`, only that version of
+        the Job: None when it has changed since (409)."""
         self.api.add("delete")
         try:
             self._batch.delete_namespaced_job(
                 name,
                 namespace,
                 propagation_policy="Foreground",
+                body=None
+                if version is None
+                else client.V1DeleteOptions(
+                    preconditions=client.V1Preconditions(resource_version=version)
+                ),
                 _request_timeout=(10, 30),
             )
         except ApiException as exc:
             if exc.status == 404:
                 return True
+            if exc.status == 409 and version is not None:
+                log.info("Job changed since it was judged", namespace=namespace, job=name)
+                return None
             log.warning(
                 "could not delete Job", namespace=namespace, job=name, error=_api_error(exc)
             )
@@ -723,6 +877,18 @@ class KubernetesExecutor:
 def job_external_id(namespace: str, job_name: str) -> str:
     """A try's external id: where its Job is, `<namespace>/<name>`."""
     return f"{namespace}/{job_name}"
+
+
+def _version(scope: Scope, entry: _Try) -> str | None:
+    """The resourceVersion of the try's Job as this replica's cache has it."""
+    job = scope.cache.job(entry.job_name)
+    return None if job is None else job["metadata"].get("resourceVersion")
+
+
+def _made_a_pod(job: dict[str, Any] | None) -> bool:
+    """Does the Job's status count a pod of its own (one this replica may not see yet)?"""
+    status = (job or {}).get("status") or {}
+    return any((status.get(k) or 0) > 0 for k in ("active", "succeeded", "failed", "terminating"))
 
 
 def _created(job: dict[str, Any] | None, fallback: datetime) -> datetime:

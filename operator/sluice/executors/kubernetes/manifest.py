@@ -67,6 +67,8 @@ class JobSettings:
     sidecar_image_pull_policy: str = "IfNotPresent"
     # The creating replica's watch identity (`sluice.io/replica` on the Job and its pods).
     replica: str | None = None
+    # Added to the execution timeout for the Job's backstop deadline (`activeDeadlineSeconds`).
+    pod_start_timeout: float = 300.0
 
 
 def build_job(
@@ -95,7 +97,12 @@ def build_job(
         "template": template,
     }
     if launch.execution_timeout is not None:
-        spec["activeDeadlineSeconds"] = max(1, math.ceil(launch.execution_timeout.total_seconds()))
+        # A backstop only: the executor enforces the timeout from the main container's
+        # start (`outcome.judge`); this ends the Job if no replica is left to, and counts
+        # from the Job's start, so it allows the pod its start timeout too.
+        spec["activeDeadlineSeconds"] = max(
+            1, math.ceil(launch.execution_timeout.total_seconds() + settings.pod_start_timeout)
+        )
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

@@ -19,6 +19,15 @@ message: the Job controller would only try again with the same pod. Only a
 full ResourceQuota and an admission webhook that could not be called may pass;
 they fail the try once it has waited `pod_start_timeout`, with the message.
 
+A task's `executionTimeout` counts from when its main container started
+running (its status's `state.running.startedAt`), as Airflow's counts the
+task's execution only: time spent Pending (an image pull, waiting for a node)
+is the pod start timeout's. A try running past it fails with "execution
+timeout (...) exceeded after running ...", and its Job is deleted. The Job's
+`activeDeadlineSeconds` (the execution timeout plus the pod start timeout,
+counted by the Job controller from the Job's start) is only a backstop for a
+Job whose replicas are all gone; when it fires, the try fails all the same.
+
 A try whose Job failed without its main container ending (the pod was
 deleted, the node vanished), or whose main container was stopped because its
 pod was being deleted, is not judged here: the zombie sweep decides it from
@@ -74,9 +83,12 @@ def judge(
     pod_start_timeout: float,
     skip_on_exit_code: frozenset[int],
     failed_create: str | None = None,
+    execution_timeout: float | None = None,
 ) -> Verdict:
-    """The verdict on one try from its Job and newest pod (None: not in the cache), and the
-    message of its Job's newest `FailedCreate` Event, if any (its pod was refused)."""
+    """The verdict on one try from its Job and newest pod (None: not in the cache), the
+    message of its Job's newest `FailedCreate` Event, if any (its pod was refused), and
+    the task's execution timeout in seconds (None: none), counted from its main
+    container's start."""
     evidence = describe(job, pod)
     job_failed = _condition(job, "Failed")
     if job_failed is not None and job_failed.get("reason") == "DeadlineExceeded":
@@ -84,7 +96,8 @@ def judge(
         return Verdict(
             "ended",
             TaskState.FAILED,
-            reason=f"execution timeout: still running after {deadline}s (Job DeadlineExceeded)",
+            reason=f"execution timeout: the Job's deadline ({deadline}s from its start: "
+            "the execution timeout plus the pod start timeout) passed (Job DeadlineExceeded)",
             evidence=evidence,
         )
     pod_status = (pod or {}).get("status", {})
@@ -112,8 +125,20 @@ def judge(
     if job is None or job_failed is not None:
         return Verdict("lost", evidence=evidence)
     if main is not None and "running" in main.get("state", {}):
-        since = (main["state"]["running"] or {}).get("startedAt")
-        return Verdict("running", evidence=evidence, running_since=k8s_time(since))
+        since = k8s_time((main["state"]["running"] or {}).get("startedAt"))
+        if execution_timeout is not None and since is not None:
+            ran = (now - since).total_seconds()
+            if ran >= execution_timeout:
+                return Verdict(
+                    "ended",
+                    TaskState.FAILED,
+                    reason=f"execution timeout ({execution_timeout:g}s) exceeded after "
+                    f"running {ran:.0f}s",
+                    delete=True,
+                    evidence=evidence,
+                    running_since=since,
+                )
+        return Verdict("running", evidence=evidence, running_since=since)
     if pod is None and failed_create is not None:
         refused = _refused(failed_create, now=now, started=started, timeout=pod_start_timeout)
         if refused is not None:
@@ -273,6 +298,11 @@ def _condition(
         if c.get("type") == kind and c.get("status") == status:
             return dict(c)
     return None
+
+
+def job_finished(job: dict[str, Any] | None) -> bool:
+    """Has the Job ended, either way (its Complete or Failed condition)?"""
+    return _condition(job, "Complete") is not None or _condition(job, "Failed") is not None
 
 
 def pod_is_running(pod: dict[str, Any] | None) -> bool:
