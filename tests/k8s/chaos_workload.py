@@ -70,7 +70,6 @@ def manifests(
     now: datetime, fault_window: timedelta, *, image: str, pool: str, collector: str
 ) -> list[dict[str, Any]]:
     """The DAGs, for a run whose faults last `fault_window` from about `now` + BOOT."""
-    hour = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
     minute = now.astimezone(UTC).replace(second=0, microsecond=0)
     until = minute + BOOT + fault_window
     defaults = {
@@ -94,10 +93,13 @@ def manifests(
         _task("cleanup", 1, dependsOn=["load"], triggerRule="all_done"),
     ]
     specs: list[tuple[str, dict[str, Any]]] = [
-        ("chaos-fanout", {"schedule": "@hourly", "startDate": hour - timedelta(hours=3),
-                          "catchup": True, "maxActiveRuns": 2, "tasks": fanout}),
-        ("chaos-flaky", {"schedule": "@hourly", "startDate": hour - timedelta(hours=3),
-                         "catchup": True, "maxActiveRuns": 2, "tasks": flaky}),
+        # A backlog of 3 runs at the start, then one every 2 minutes until the faults end:
+        # the pool binds through a soak too.
+        ("chaos-fanout", {"schedule": "*/2 * * * *", "startDate": minute - timedelta(minutes=6),
+                          "endDate": until, "catchup": True, "maxActiveRuns": 2,
+                          "tasks": fanout}),
+        ("chaos-flaky", {"schedule": "*/2 * * * *", "startDate": minute - timedelta(minutes=6),
+                         "endDate": until, "catchup": True, "maxActiveRuns": 2, "tasks": flaky}),
         ("chaos-long", {"schedule": "* * * * *", "startDate": minute - timedelta(minutes=1),
                         "endDate": until, "catchup": True, "maxActiveRuns": 2,
                         "tasks": [_task("long-a", 40), _task("long-b", 40)]}),
