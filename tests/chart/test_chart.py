@@ -316,6 +316,7 @@ def test_scheduler_flags_and_probes(helm: str) -> None:
     assert flag(args, "--metrics-host") == "0.0.0.0"
     assert flag(args, "--health-stale-after") == "60"
     assert flag(args, "--pod-start-timeout") == "300"
+    assert flag(args, "--job-ttl") == "3600"
     assert "--log-json" in args
     ports = {p["name"]: p["containerPort"] for p in scheduler["ports"]}
     assert ports == {"task-api": 8080, "metrics": 9090}
@@ -867,6 +868,7 @@ def test_non_default_values(helm: str) -> None:
     assert flag(args, "--job-namespace") == "sluice-tasks"
     assert flag(args, "--task-image-pull-policy") == "Always"
     assert flag(args, "--pod-start-timeout") == "600"
+    assert flag(args, "--job-ttl") == "86400"
     assert flag(args, "--zombie-threshold") == "120"
     # The task API keys from a Secret of one's own, under the key it names.
     assert of_kind(docs, "Secret") == []

@@ -107,6 +107,7 @@ def test_a_job_has_identity_no_retries_the_timeout_and_restricted_security() -> 
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     main = main_container(job)
+    assert main["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert main["securityContext"]["allowPrivilegeEscalation"] is False
     assert main["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert main["image"] == "localhost/task:1"
@@ -249,6 +250,22 @@ def test_exit_codes_map_to_success_skipped_and_failed() -> None:
     assert (failed.state, failed.reason) == (TaskState.FAILED, "exit code 3")
     oom = verdict(job_obj(), pod_obj(terminated(137, "OOMKilled"), phase="Failed"))
     assert oom.reason == "main: OOMKilled (exit code 137)"
+
+
+def test_a_failed_tries_reason_ends_with_the_last_lines_of_its_output() -> None:
+    """The kubelet's fallback termination message (the end of the log) becomes the end of
+    the reason: the last five non-empty lines, on one line, cut from the front."""
+    log = "\n".join(f"line {i}" for i in range(1, 80)) + "\nTraceback: boom\n\n"
+    state = {"terminated": {"exitCode": 1, "reason": "Error", "message": log}}
+    failed = verdict(job_obj(), pod_obj(state, phase="Failed"))
+    assert failed.reason == (
+        "exit code 1; its output ended: line 76 | line 77 | line 78 | line 79 | Traceback: boom"
+    )
+    long = {"terminated": {"exitCode": 2, "reason": "Error", "message": "x" * 5000 + "END"}}
+    reason = verdict(job_obj(), pod_obj(long, phase="Failed")).reason or ""
+    assert reason.endswith("xxEND")
+    assert len(reason) < len("exit code 2; its output ended: ") + 401
+    assert "its output" not in (verdict(job_obj(), pod_obj(terminated(3, "Error"))).reason or "")
 
 
 def test_job_deadline_evictions_and_a_complete_job_without_its_pod() -> None:

@@ -56,6 +56,16 @@ def test_the_namespace_is_required(monkeypatch: pytest.MonkeyPatch) -> None:
         ),
         (["--heartbeat-kill-threshold", "1"], "--heartbeat-kill-threshold (1.0s) must be longer"),
         (["--job-namespace", "Team_A"], "--job-namespace 'Team_A' is not a namespace name"),
+        (["--job-ttl", "79"], "--job-ttl must be at least 80 seconds (got 79)"),
+        (
+            ["--job-ttl", "59", "--scheduler-dead-after", "20", "--zombie-check-interval", "1"],
+            "--job-ttl must be at least 60 seconds (got 59)",
+        ),
+        (
+            ["--job-ttl", "300", "--scheduler-dead-after", "200"],
+            "--job-ttl must be at least 420 seconds (got 300): a replica that adopts a dead"
+            " one's finished try reads its outcome from its Job",
+        ),
         (
             ["--task-api-url", "http://sluice-task-api:8080"],
             "task pods run in their DAG's namespace, where 'sluice-task-api' does not resolve;"
@@ -103,6 +113,9 @@ def test_jobs_run_in_each_dags_namespace_unless_job_namespace_pins_them(
     pinned = ("--job-namespace", "work", "--task-api-url", "http://api:1")
     assert run(*base, *pinned, env=keys)[0] == 3
     assert run(*base, "--task-api-url", "http://[fd00::1]:1", env=keys)[0] == 3
+    assert run(*base, "--job-ttl", "86400")[0] == 3
+    assert [s.ttl_seconds_after_finished for s in made] == [3600] * 5 + [86400]
+    made.pop()
     assert [(s.namespace, s.job_namespace) for s in made] == [
         ("work", None),
         ("work", "jobs"),

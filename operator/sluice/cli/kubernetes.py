@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from datetime import datetime
@@ -68,6 +69,18 @@ PodStartTimeout = Annotated[
         "scheduling) before the try fails with the reason"
     ),
 ]
+# A dead replica's finished try is reported from its Job by the replica that adopts it:
+# the Job must outlive the time that takes (--scheduler-dead-after and a sweep).
+MIN_JOB_TTL = 60
+JobTtl = Annotated[
+    int,
+    typer.Option(
+        "--job-ttl",
+        help="kubernetes executor: seconds a finished task Job, its pod and the pod's log "
+        "are kept before Kubernetes deletes them (the Job's ttlSecondsAfterFinished); at "
+        f"least {MIN_JOB_TTL} and twice --scheduler-dead-after plus --zombie-check-interval",
+    ),
+]
 TaskServiceAccount = Annotated[
     str | None,
     typer.Option(
@@ -112,8 +125,12 @@ def kubernetes_settings(
     service_account: str | None,
     image_pull_policy: str | None,
     job_namespace: str | None = None,
+    job_ttl: int = 3600,
+    adoption_seconds: float = 0.0,
 ) -> KubernetesSettings:
-    """Checked settings; every bad value exits naming the option and the fix."""
+    """Checked settings; every bad value exits naming the option and the fix.
+    `adoption_seconds`: how long a dead replica's try may wait for another to adopt it
+    (--scheduler-dead-after and a sweep); a finished Job must be kept twice that."""
     if not namespace:
         fail(
             "--executor kubernetes needs --namespace (or SLUICE_NAMESPACE): where the Jobs of "
@@ -127,6 +144,13 @@ def kubernetes_settings(
             )
     if pod_start_timeout <= 0:
         fail(f"--pod-start-timeout must be more than 0 seconds (got {pod_start_timeout})")
+    least = max(MIN_JOB_TTL, math.ceil(2 * adoption_seconds))
+    if job_ttl < least:
+        fail(
+            f"--job-ttl must be at least {least} seconds (got {job_ttl}): a replica that "
+            "adopts a dead one's finished try reads its outcome from its Job, which must "
+            "outlive twice --scheduler-dead-after plus --zombie-check-interval"
+        )
     if image_pull_policy is not None and image_pull_policy not in PULL_POLICIES:
         fail(
             f"--task-image-pull-policy {image_pull_policy!r} is not one of "
@@ -155,6 +179,7 @@ def kubernetes_settings(
         image_pull_policy=image_pull_policy,
         kubeconfig=str(kubeconfig) if kubeconfig else None,
         job_namespace=job_namespace,
+        ttl_seconds_after_finished=job_ttl,
     )
 
 

@@ -126,6 +126,7 @@ def scheduler(
     task_api_listen: k8s.TaskApiListen = "0.0.0.0:8793",
     task_api_keys_file: k8s.TaskApiKeysFile = None,
     pod_start_timeout: k8s.PodStartTimeout = 300.0,
+    job_ttl: k8s.JobTtl = 3600,
     task_service_account: k8s.TaskServiceAccount = None,
     task_image_pull_policy: k8s.TaskImagePullPolicy = None,
     publish_status: Annotated[
@@ -231,6 +232,8 @@ def scheduler(
             service_account=task_service_account,
             image_pull_policy=task_image_pull_policy,
             job_namespace=job_namespace,
+            job_ttl=job_ttl,
+            adoption_seconds=scheduler_dead_after + zombie_check_interval,
         )
         listen = k8s.listen_address(task_api_listen)
         signer = k8s.task_signer(task_api_keys_file) if task_api_url else None

@@ -134,7 +134,15 @@ def _pod_template(launch: TaskLaunch, settings: JobSettings, token: str | None) 
         "enableServiceLinks": False,
         "shareProcessNamespace": True,
         "securityContext": copy.deepcopy(RESTRICTED_POD),
-        "containers": [{"name": MAIN, "securityContext": copy.deepcopy(RESTRICTED_CONTAINER)}],
+        "containers": [
+            {
+                "name": MAIN,
+                "securityContext": copy.deepcopy(RESTRICTED_CONTAINER),
+                # A failed container's last log lines become its termination message
+                # (unless it wrote one), which ends its try's reason (outcome.output_tail).
+                "terminationMessagePolicy": "FallbackToLogsOnError",
+            }
+        ],
     }
     if settings.service_account:
         pod_spec["serviceAccountName"] = settings.service_account

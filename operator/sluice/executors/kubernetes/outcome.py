@@ -48,6 +48,9 @@ FAIL_AT_ONCE = frozenset({"InvalidImageName", "ErrImageNeverPull"})
 CREATE_MAY_PASS = ("exceeded quota", "failed calling webhook", "Internal error occurred")
 # How much of a refusal's message a reason keeps (Pod Security lists every violation).
 MESSAGE_CHARS = 1000
+# How much of a failed main container's output its try's reason ends with.
+TAIL_LINES = 5
+TAIL_CHARS = 400
 FAIL_AFTER_GRACE = frozenset(
     {
         "ErrImagePull",
@@ -179,10 +182,23 @@ def _ended(
         return Verdict("ended", TaskState.SKIPPED, code, f"exit code {code}", evidence=evidence)
     why = terminated.get("reason")
     reason = f"{MAIN}: {why} (exit code {code})" if why and why != "Error" else f"exit code {code}"
-    message = terminated.get("message")
-    if message:
-        reason += f": {str(message).strip()[:300]}"
+    tail = output_tail(terminated.get("message"))
+    if tail:
+        reason += f"; its output ended: {tail}"
     return Verdict("ended", TaskState.FAILED, code, reason, evidence=evidence)
+
+
+def output_tail(message: object, *, lines: int = TAIL_LINES, chars: int = TAIL_CHARS) -> str:
+    """The last lines of a container's termination message, on one line (` | ` between
+    them): with `terminationMessagePolicy: FallbackToLogsOnError` (the Job's main
+    container), the kubelet fills it with the end of a failed container's log (at most
+    80 lines or 2 KiB) when the task wrote no message of its own. Cut from the front to
+    `chars`, so that what is kept is what came last."""
+    if not isinstance(message, str):
+        return ""
+    kept = [line.strip() for line in message.splitlines() if line.strip()][-lines:]
+    text = " | ".join(kept)
+    return text if len(text) <= chars else "..." + text[-(chars - 3) :]
 
 
 def _starting(
