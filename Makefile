@@ -5,7 +5,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 
 .PHONY: pod-template-schema install lint test test-unit test-db demo chaos chaos-soak clean helm chart-crds chart-test \
-	conformance conformance-refresh conformance-standalone
+	s3-server conformance conformance-refresh conformance-standalone
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,12 @@ test-db: install
 # helm 4, built from source once into ~/.cache/sluice/bin (a no-op when it is there).
 helm:
 	bash hack/build-k8s.sh helm
+
+# versitygw, the S3-compatible server the log-archive tests run against (tests/s3server.py),
+# built from source once into ~/.cache/sluice/bin (a no-op when it is there). Without it
+# those tests skip, saying so, unless SLUICE_REQUIRE_S3=1.
+s3-server:
+	bash hack/build-versitygw.sh
 
 # The chart ships copies of crds/ (helm installs charts/sluice/crds/ before the
 # templates; it accepts only CRDs there, so the default-pool admission policy goes

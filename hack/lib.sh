@@ -26,6 +26,8 @@ KUBE_ROUTER_VERSION="${KUBE_ROUTER_VERSION:-v2.1.0}"
 # The prometheus-operator release whose ServiceMonitor CRD the chart's ServiceMonitor is
 # tested against (tests/k8s/test_chart_service_monitor.py); the newest the proxy serves.
 PROMETHEUS_OPERATOR_VERSION="${PROMETHEUS_OPERATOR_VERSION:-v0.85.0}"
+# The S3-compatible server the log-archive tests run against (tests/s3server.py).
+VERSITYGW_VERSION="${VERSITYGW_VERSION:-v1.8.0}"
 
 # Image names used by the local cluster (never pulled from a registry).
 SLUICE_IMAGE="${SLUICE_IMAGE:-localhost/sluice:dev}"

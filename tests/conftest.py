@@ -4,6 +4,9 @@ The server starts once per session (about a second). The schema is migrated
 once into a template database; each test gets `CREATE DATABASE ... TEMPLATE`,
 which is a file copy and takes milliseconds. Set SLUICE_TEST_DATABASE_URL to a
 superuser URL of an existing server to use that instead.
+
+`s3_server` and `s3` (tests/s3server.py) are a real S3-compatible server for
+the log-archive tests.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.engine import make_engine, normalize_url, session_factory
+from tests.s3server import s3, s3_server  # noqa: F401  (fixtures: a real S3-compatible server)
 
 TEMPLATE = "sluice_template"
 _counter = itertools.count()
