@@ -50,12 +50,13 @@ _buckets = itertools.count()
 def find_versitygw() -> Path | None:
     """$VERSITYGW, else hack/lib.sh's $SLUICE_BIN/versitygw (~/.cache/sluice/bin)."""
     if os.environ.get("VERSITYGW"):
-        return Path(os.environ["VERSITYGW"])
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sluice"
-    built = Path(
-        os.environ.get("SLUICE_BIN") or Path(os.environ.get("SLUICE_CACHE") or cache) / "bin"
-    )
-    binary = built / "versitygw"
+        binary = Path(os.environ["VERSITYGW"])
+    else:
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sluice"
+        built = Path(
+            os.environ.get("SLUICE_BIN") or Path(os.environ.get("SLUICE_CACHE") or cache) / "bin"
+        )
+        binary = built / "versitygw"
     return binary if binary.is_file() and os.access(binary, os.X_OK) else None
 
 
