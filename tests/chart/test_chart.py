@@ -317,6 +317,8 @@ def test_scheduler_flags_and_probes(helm: str) -> None:
     assert flag(args, "--health-stale-after") == "60"
     assert flag(args, "--pod-start-timeout") == "300"
     assert flag(args, "--job-ttl") == "3600"
+    assert "--log-store" not in args  # no archive unless logs.store is set
+    assert "envFrom" not in scheduler
     assert "--log-json" in args
     ports = {p["name"]: p["containerPort"] for p in scheduler["ports"]}
     assert ports == {"task-api": 8080, "metrics": 9090}
@@ -698,6 +700,7 @@ SCHEDULER_TASKS = {
     "/pods list",
     "/pods watch",
     "/pods patch",
+    "/pods/log get",  # the log archive, and `sluice logs` of a running try
     "/events list",
     "/events watch",
 }
@@ -869,6 +872,13 @@ def test_non_default_values(helm: str) -> None:
     assert flag(args, "--task-image-pull-policy") == "Always"
     assert flag(args, "--pod-start-timeout") == "600"
     assert flag(args, "--job-ttl") == "86400"
+    store = "s3://sluice-logs/prod?endpoint=https://s3.example.com&region=eu-west-1"
+    assert flag(args, "--log-store") == store
+    assert flag(args, "--log-max-bytes") == "5242880"
+    assert {"name": "SLUICE_LOG_STORE", "value": store} in scheduler["env"]
+    assert scheduler["envFrom"] == [{"secretRef": {"name": "sluice-logs"}}]
+    operator = container(docs, "Deployment", "sluice-operator", "operator")
+    assert "envFrom" not in operator  # the store's credentials: the schedulers only
     assert flag(args, "--zombie-threshold") == "120"
     # The task API keys from a Secret of one's own, under the key it names.
     assert of_kind(docs, "Secret") == []

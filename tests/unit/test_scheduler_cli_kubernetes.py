@@ -57,6 +57,12 @@ def test_the_namespace_is_required(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--heartbeat-kill-threshold", "1"], "--heartbeat-kill-threshold (1.0s) must be longer"),
         (["--job-namespace", "Team_A"], "--job-namespace 'Team_A' is not a namespace name"),
         (["--job-ttl", "79"], "--job-ttl must be at least 80 seconds (got 79)"),
+        (["--log-store", "ftp://logs"], "--log-store: 'ftp://logs': the scheme is 'ftp'"),
+        (["--log-store", "s3://b?endpoint=http://s3:9000&colour=blue"], "'colour'"),
+        (
+            ["--log-store", "file:///tmp/sluice-logs", "--log-max-bytes", "10"],
+            "--log-max-bytes must be at least 1024 (got 10)",
+        ),
         (
             ["--job-ttl", "59", "--scheduler-dead-after", "20", "--zombie-check-interval", "1"],
             "--job-ttl must be at least 60 seconds (got 59)",

@@ -8,6 +8,7 @@ from sluice.api import sidecar
 from sluice.cli import backfill as backfill_cli
 from sluice.cli import dags as dags_cli
 from sluice.cli import db as db_cli
+from sluice.cli import logs as logs_cli
 from sluice.cli import operator as operator_cli
 from sluice.cli import scheduler as scheduler_cli
 from sluice.cli import standalone as standalone_cli
@@ -25,6 +26,7 @@ app.command("scheduler")(scheduler_cli.scheduler)
 app.command("standalone")(standalone_cli.standalone)
 app.command("backfill")(backfill_cli.backfill)
 app.command("operator")(operator_cli.operator)
+app.command("logs")(logs_cli.logs)
 
 
 @app.command(

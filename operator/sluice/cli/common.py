@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from sluice.cli.errors import fail
+from sluice.config import ConfigError, require_database_url
 from sluice.spec.models import DagManifest
 from sluice.spec.validation import SpecError, load_dag_documents
 
@@ -22,6 +23,25 @@ DatabaseUrl = Annotated[
         show_envvar=True,
     ),
 ]
+
+LogStoreUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--log-store",
+        envvar="SLUICE_LOG_STORE",
+        help="where ended tries' logs are archived: s3://BUCKET[/PREFIX]?endpoint=...&region=..."
+        " (credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY) or file:///DIR",
+        show_envvar=True,
+    ),
+]
+
+
+def require_database(database_url: str | None) -> str:
+    """The database URL from the option or the environment, or exit saying how to give it."""
+    try:
+        return require_database_url(database_url)
+    except ConfigError as exc:
+        fail(str(exc))
 
 
 def parse_datetime(value: str, option: str) -> datetime:

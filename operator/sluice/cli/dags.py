@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from sluice.cli.common import DatabaseUrl, load_manifests, parse_datetime
+from sluice.cli.common import DatabaseUrl, load_manifests, parse_datetime, require_database
 from sluice.cli.dags_validate import validate_command
 from sluice.cli.errors import fail
 from sluice.config import ConfigError, require_database_url
@@ -171,10 +171,7 @@ def trigger(
 
 
 def _database(database_url: str | None) -> str:
-    try:
-        return require_database_url(database_url)
-    except ConfigError as exc:
-        fail(str(exc))
+    return require_database(database_url)
 
 
 @app.command("list")

@@ -11,13 +11,15 @@ from typing import Annotated
 
 import structlog
 import typer
+from kubernetes import client
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.api.server import TaskApi
+from sluice.archive.store import StoreError, open_store
 from sluice.cli import kubernetes as k8s
-from sluice.cli.common import DatabaseUrl, load_manifests
+from sluice.cli.common import DatabaseUrl, LogStoreUrl, load_manifests
 from sluice.cli.errors import fail
 from sluice.config import ConfigError, require_database_url
 from sluice.db.clock import DatabaseClock
@@ -28,12 +30,14 @@ from sluice.db.wakeups import Waker
 from sluice.executors.base import Executor
 from sluice.executors.kubernetes import KubernetesExecutor, KubernetesSettings
 from sluice.executors.kubernetes.executor import api_client_factory
-from sluice.executors.local import LocalExecutor
+from sluice.executors.local import LocalExecutor, log_file
+from sluice.executors.logsources import FileLogs, LogSource, PodLogs
 from sluice.executors.noop import NoopExecutor
 from sluice.logs import configure_logging, first_line
 from sluice.metrics.health import DEFAULT_STALE_AFTER, LIVENESS_FACTOR, LoopHealth
 from sluice.metrics.sampler import Sampler
 from sluice.metrics.server import MetricsServer
+from sluice.scheduler.archiver import DEFAULT_MAX_BYTES, LogArchiver
 from sluice.scheduler.config import SchedulerConfig
 from sluice.scheduler.loop import SchedulerLoop, utcnow
 from sluice.status.publisher import DEFAULT_HISTORY_LIMIT, StatusPublisher
@@ -127,6 +131,14 @@ def scheduler(
     task_api_keys_file: k8s.TaskApiKeysFile = None,
     pod_start_timeout: k8s.PodStartTimeout = 300.0,
     job_ttl: k8s.JobTtl = 3600,
+    log_store: LogStoreUrl = None,
+    log_max_bytes: Annotated[
+        int,
+        typer.Option(
+            help="with --log-store: the most of a try's output archived; the rest is cut, and"
+            " the archived log says so"
+        ),
+    ] = DEFAULT_MAX_BYTES,
     task_service_account: k8s.TaskServiceAccount = None,
     task_image_pull_policy: k8s.TaskImagePullPolicy = None,
     publish_status: Annotated[
@@ -213,6 +225,14 @@ def scheduler(
         )
     chosen: Executor
     signer = None
+    store = None
+    if log_store is not None:
+        if log_max_bytes < 1024:
+            fail(f"--log-max-bytes must be at least 1024 (got {log_max_bytes})")
+        try:
+            store = open_store(log_store)
+        except (ValueError, StoreError) as exc:
+            fail(f"--log-store: {exc}")
     settings: KubernetesSettings | None = None
     if executor == "local":
         # A local try stops itself once no replica has recorded its heartbeat for this
@@ -283,6 +303,7 @@ def scheduler(
     engine: Engine | None = None
     task_api: TaskApi | None = None
     publisher: StatusPublisher | None = None
+    archiver: LogArchiver | None = None
     sampler: Sampler | None = None
     loop: SchedulerLoop | None = None
     try:
@@ -312,6 +333,12 @@ def scheduler(
             "starting the status publisher", publisher.start, stopped
         ):
             return
+        if store is not None:
+            archiver = LogArchiver(
+                engine, store, _log_source(chosen, settings, log_dir), max_bytes=log_max_bytes
+            )
+            if not until_reachable("starting the log archiver", archiver.start, stopped):
+                return
         if dags is not None and not until_reachable(
             "syncing --dags", lambda: _sync_manifests(sessions, dags, clock()), stopped
         ):
@@ -347,6 +374,8 @@ def scheduler(
             )
         if task_api is not None:
             task_api.stop()
+        if archiver is not None:
+            archiver.stop()
         if publisher is not None:
             publisher.stop()
             log.info("status publisher stopped", **vars(publisher.counts))
@@ -356,6 +385,13 @@ def scheduler(
             engine.dispose()
         if server is not None:
             server.stop()
+
+
+def _log_source(chosen: object, settings: KubernetesSettings | None, log_dir: Path) -> LogSource:
+    """Where the archiver reads ended tries' output: their pods, or the local log files."""
+    if settings is not None:
+        return PodLogs(client.CoreV1Api(api_client_factory(settings)()))
+    return FileLogs(lambda r: log_file(log_dir, r.dag_id, r.run_id, r.task_id, r.try_number))
 
 
 def until_reachable(

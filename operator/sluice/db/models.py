@@ -381,6 +381,56 @@ class StatusOutbox(Base):
     __table_args__ = (Index("ix_status_outbox_ready", "not_before", "id"),)
 
 
+class LogSink(Base):
+    """One row once a log archiver runs: only then does the trigger fill `log_outbox`."""
+
+    __tablename__ = "log_sink"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    enabled_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+    __table_args__ = (CheckConstraint("id = 1", name="one_row"),)
+
+
+class LogOutbox(Base):
+    """A started try that ended, written by a trigger in the ending transaction (migration
+    0015); drained by the log archivers, each row leased while its log is copied."""
+
+    __tablename__ = "log_outbox"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    task_instance_id: Mapped[int] = mapped_column(BigInteger)
+    try_number: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    not_before: Mapped[datetime] = mapped_column(server_default=func.now())
+    attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_log_outbox_ready", "not_before", "id"),)
+
+
+class TaskLog(Base):
+    """What became of a try's log: 'archived' (where, how big, cut or not) or 'lost' (why)."""
+
+    __tablename__ = "task_log"
+
+    task_instance_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("task_instance.id", ondelete="CASCADE"), primary_key=True
+    )
+    try_number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    state: Mapped[str] = mapped_column(Text)
+    location: Mapped[str | None] = mapped_column(Text)
+    raw_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    stored_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    truncated: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    reason: Mapped[str | None] = mapped_column(Text)
+    source: Mapped[str | None] = mapped_column(Text)  # the pod (namespace/name) or file
+    node: Mapped[str | None] = mapped_column(Text)
+    archived_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+    __table_args__ = (Index("ix_task_log_archived_at", "archived_at"),)
+
+
 class RunPublication(Base):
     """Where a run is published (its DagRun object) and what was published last."""
 

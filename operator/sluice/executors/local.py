@@ -88,8 +88,9 @@ class LocalExecutor:
         self._finished: list[TaskEvent] = []
 
     def log_path(self, launch: TaskLaunch) -> Path:
-        safe_run = launch.run_id.replace(":", "_").replace("+", "_")
-        return self.log_dir / launch.dag_id / safe_run / launch.task_id / f"{launch.try_number}.log"
+        return log_file(
+            self.log_dir, launch.dag_id, launch.run_id, launch.task_id, launch.try_number
+        )
 
     def result_path(self, key: tuple[int, int]) -> Path:
         return self.results_dir / f"{key[0]}-{key[1]}.json"
@@ -394,6 +395,12 @@ def _cannot_start(argv: list[str]) -> str | None:
     else:
         found = shutil.which(program) is not None
     return None if found else f"could not start {program!r}: not found or not executable"
+
+
+def log_file(log_dir: Path, dag_id: str, run_id: str, task_id: str, try_number: int) -> Path:
+    """Where a local try's stdout and stderr go (`sluice logs` reads them there)."""
+    safe_run = run_id.replace(":", "_").replace("+", "_")
+    return log_dir / dag_id / safe_run / task_id / f"{try_number}.log"
 
 
 def external_id_for(key: tuple[int, int]) -> str:

@@ -152,3 +152,13 @@ DAGRUN_OBJECTS_PRUNED = Counter(
     "DagRun objects of ended runs this replica deleted because their DAG had more than"
     " --dagrun-history-limit newer ones (the runs stay in the database)",
 )
+
+# -- the log archiver (archive/worker.py) ------------------------------------------------
+
+LOGS_ARCHIVED = Counter(
+    "sluice_logs_archived",
+    "Tries whose log this replica's archiver dealt with, by outcome: archived (in the log"
+    " store), lost (its pod or file was gone first; task_log says why), later (the store or"
+    " the API server did not answer: asked again after a backoff)",
+    ["outcome"],
+)

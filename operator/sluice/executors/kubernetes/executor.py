@@ -189,14 +189,19 @@ _STOCK = client.ApiClient.__new__(client.ApiClient)
 
 def api_client_factory(settings: KubernetesSettings) -> Callable[[], client.ApiClient]:
     """A function that makes a new ApiClient per call (one per thread: they are not shared)."""
+    return client_factory(settings.kubeconfig, settings.context)
+
+
+def client_factory(
+    kubeconfig: str | None, context: str | None = None
+) -> Callable[[], client.ApiClient]:
+    """The same from a kubeconfig file (None: in-cluster when in a pod, else $KUBECONFIG)."""
     configuration = client.Configuration()
-    if settings.kubeconfig is None and config.incluster_config.SERVICE_HOST_ENV_NAME in os.environ:
+    if kubeconfig is None and config.incluster_config.SERVICE_HOST_ENV_NAME in os.environ:
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     else:
         config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=settings.kubeconfig,
-            context=settings.context,
-            client_configuration=configuration,
+            config_file=kubeconfig, context=context, client_configuration=configuration
         )
     return lambda: JsonApiClient(configuration)
 

@@ -1,0 +1,125 @@
+"""Find a try and what became of its log, for `sluice logs`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from sluice.executors.logsources import TryRef, try_location
+
+_FIND = text(
+    """
+    SELECT ti.id AS ti_id, ti.try_number AS latest, ti.state AS ti_state, r.id AS run_pk,
+           ti.external_id AS latest_external_id
+    FROM task_instance ti JOIN dag_run r ON r.id = ti.dag_run_id
+    WHERE r.dag_id = :dag AND r.run_id = :run AND ti.task_id = :task
+    """
+)
+_TRY = text(
+    """
+    SELECT tt.state, tt.start_date, tt.end_date, tt.external_id AS executor, tt.reason,
+           l.state AS log_state, l.location, l.source, l.node, l.reason AS log_reason,
+           l.truncated, l.raw_bytes
+    FROM task_try tt
+    LEFT JOIN task_log l
+      ON l.task_instance_id = tt.task_instance_id AND l.try_number = tt.try_number
+    WHERE tt.task_instance_id = :ti AND tt.try_number = :try
+    """
+)
+
+
+class TryNotFound(LookupError):
+    """No such DAG, run, task or try: the message says which, and how to list them."""
+
+
+@dataclass(frozen=True)
+class TryLog:
+    ref: TryRef
+    state: str
+    start: datetime | None
+    end: datetime | None
+    reason: str | None
+    log_state: str | None  # "archived", "lost", or None: not archived (yet)
+    location: str | None
+    source: str | None
+    node: str | None
+    log_reason: str | None
+    truncated: bool
+    raw_bytes: int | None
+
+    @property
+    def running(self) -> bool:
+        return self.end is None and self.ref.external_id is not None
+
+    def header(self, where: dict[str, str] | None = None) -> str:
+        """One line: which try, where it ran (as archived, else as read now: `where`),
+        when, how it ended."""
+        ref = self.ref
+        parts = [f"{ref.dag_id} / {ref.run_id} / {ref.task_id}, try {ref.try_number}: {self.state}"]
+        if ref.external_id and "/" in ref.external_id:
+            parts.append(f"Job {ref.external_id}")
+        where = where or {}
+        source = self.source or where.get("pod") or where.get("file")
+        if source:
+            kind = "file" if (ref.external_id or "").startswith("local:") else "pod"
+            parts.append(f"{kind} {source}")
+        node = self.node or where.get("node")
+        if node:
+            parts.append(f"node {node}")
+        parts.append(f"started {_when(self.start)}")
+        parts.append(f"ended {_when(self.end)}" if self.end else "running")
+        return "== " + " · ".join(parts)
+
+
+def _when(value: datetime | None) -> str:
+    return value.isoformat(timespec="seconds") if value else "-"
+
+
+def find_try(session: Session, dag: str, run: str, task: str, try_number: int | None) -> TryLog:
+    """The try (the latest when `try_number` is None), or TryNotFound saying what is not."""
+    found = session.execute(_FIND, {"dag": dag, "run": run, "task": task}).first()
+    if found is None:
+        runs = session.execute(
+            text("SELECT count(*) FROM dag_run WHERE dag_id = :dag AND run_id = :run"),
+            {"dag": dag, "run": run},
+        ).scalar_one()
+        if not runs:
+            raise TryNotFound(
+                f"DAG {dag!r} has no run {run!r}; list its runs with `sluice dags runs {dag}`"
+            )
+        raise TryNotFound(
+            f"run {run!r} of DAG {dag!r} has no task {task!r}; its tasks: "
+            f"`sluice dags runs {dag} --run {run}`"
+        )
+    number = found.latest if try_number is None else try_number
+    if number < 1 or number > found.latest:
+        raise TryNotFound(
+            f"task {task!r} of run {run!r} has no try {number}"
+            + (f" (its tries: 1 to {found.latest})" if found.latest else " (it has not started)")
+        )
+    row = session.execute(_TRY, {"ti": found.ti_id, "try": number}).first()
+    if row is None:
+        raise TryNotFound(
+            f"task {task!r} of run {run!r} has no try {number} (state {found.ti_state})"
+        )
+    where = try_location(
+        row.executor, found.latest_external_id, (found.ti_id, number, dag, run, task)
+    )
+    ref = TryRef(found.ti_id, number, dag, run, task, where)
+    return TryLog(
+        ref=ref,
+        state=row.state,
+        start=row.start_date,
+        end=row.end_date,
+        reason=row.reason,
+        log_state=row.log_state,
+        location=row.location,
+        source=row.source,
+        node=row.node,
+        log_reason=row.log_reason,
+        truncated=bool(row.truncated),
+        raw_bytes=row.raw_bytes,
+    )
