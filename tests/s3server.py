@@ -60,33 +60,35 @@ def find_versitygw() -> Path | None:
     return binary if binary.is_file() and os.access(binary, os.X_OK) else None
 
 
-def _free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         port: int = sock.getsockname()[1]
         return port
 
 
 class S3Server:
-    """One versitygw process serving `root` on 127.0.0.1:`port`; stop and start at will."""
+    """One versitygw process serving `root` on `host`:`port` (loopback unless told: the k8s
+    tests serve the cluster's pods on the node address); stop and start at will."""
 
-    def __init__(self, binary: Path, root: Path, port: int) -> None:
+    def __init__(self, binary: Path, root: Path, port: int, host: str = "127.0.0.1") -> None:
         self.binary = binary
         self.root = root
         self.port = port
+        self.host = host
         self.log = root.parent / "versitygw.log"
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def command(self) -> list[str]:
         return [
             str(self.binary),
             "--port",
-            f"127.0.0.1:{self.port}",
+            f"{self.host}:{self.port}",
             "--region",
             REGION,
             "--quiet",
@@ -153,7 +155,7 @@ class S3Server:
         return f"s3://{bucket}{path}?endpoint={self.endpoint}&region={REGION}&allow_http=true"
 
     def _answers(self) -> bool:
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
+        connection = http.client.HTTPConnection(self.host, self.port, timeout=1)
         try:
             connection.request("GET", "/")
             connection.getresponse().read()  # 403 without credentials: it is up
@@ -207,7 +209,7 @@ def s3_server() -> Iterator[S3Server]:
     # Not under pytest's tmp_path, which pytest prunes while another session may use it.
     base = Path(tempfile.mkdtemp(prefix="sluice-test-s3-"))
     (base / "root").mkdir()
-    server = S3Server(binary, base / "root", _free_port())
+    server = S3Server(binary, base / "root", free_port())
     try:
         server.start()
         yield server

@@ -689,8 +689,12 @@ class ClusterChaos:
         """What the run did and found, as `make chaos` prints it."""
         return {
             "seed": self.seed,
+            "started_at": self.started_at.isoformat(),
             "fault_window_seconds": self.fault_window,
-            "faults": [vars(f) for f in self.faults],
+            "faults": [
+                {**vars(f), "at_utc": (self.started_at + timedelta(seconds=f.at)).isoformat()}
+                for f in self.faults
+            ],
             "fault_counts": {k: sum(f.kind == k for f in self.faults) for k in FAULTS},
             "skipped": self.skipped,
             "task_events": self.collector.events,

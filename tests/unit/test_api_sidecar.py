@@ -36,9 +36,11 @@ class Script:
         self.tokens: list[str] = []
         self.urls: list[str] = []
         self.waits: list[float] = []
+        self.timeouts: list[float] = []
         self.loop: HeartbeatLoop | None = None
 
     def post(self, url: str, token: str, timeout: float) -> Reply:
+        self.timeouts.append(timeout)
         self.urls.append(url)
         self.tokens.append(token)
         reply = self.replies.pop(0)
@@ -322,3 +324,22 @@ def test_a_sidecar_stopped_before_its_first_heartbeat_never_posts() -> None:
     runner.join(5)
     assert not runner.is_alive()
     assert script.urls == []
+
+
+def test_a_post_waits_for_its_answer_at_most_the_interval() -> None:
+    """A replica that hangs while Ready (frozen, SIGSTOPped) holds a heartbeat back for one
+    interval, then the post goes again on a new connection, which the Service may send to
+    another replica: with the 10 s default timeout and a 2 s interval, two posts in a row
+    to the frozen replica were 20 s of silence, a healthy pod killed (the cluster chaos
+    run, seed 536402448)."""
+    stops: list[str] = []
+    loop, script = scripted([Reply(None, error="TimeoutError"), Reply(204)], stops,
+                            interval=2.0, timeout=10.0)  # fmt: skip
+    loop.run()
+    assert script.timeouts == [2.0, 2.0]
+    loop, script = scripted([Reply(204)], stops, interval=0.2, timeout=10.0)
+    loop.run()
+    assert script.timeouts == [1.0]  # never less than a second
+    loop, script = scripted([Reply(204)], stops, interval=30.0, timeout=10.0)
+    loop.run()
+    assert script.timeouts == [10.0]  # and never more than --timeout

@@ -14,7 +14,7 @@ from sluice.archive.compress import read_archive, write_archive
 from sluice.archive.keys import key_for
 from sluice.archive.store import PART_SIZE, ArchiveMissing, StoreError, open_store
 from tests import logtext
-from tests.s3server import REGION, S3Place, _free_port
+from tests.s3server import REGION, S3Place, free_port
 
 KEY = key_for("etl", "scheduled__2026-01-01T00:00:00+00:00", "load", 1)
 
@@ -42,7 +42,7 @@ def test_the_url_s_settings_override_the_environment_s(
 ) -> None:
     # The server signs for us-east-1: a request signed for another region is refused.
     monkeypatch.setenv("AWS_REGION", "eu-west-1")
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_free_port()}")  # nothing there
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing there
     monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
     with pytest.raises(StoreError, match="AuthorizationHeaderMalformed"):
         open_store(s3.url.replace(f"&region={REGION}", "")).put(KEY, [b"x"])

@@ -17,7 +17,9 @@ most are, never posts one), and what comes back decides what it does:
 - 401/403: logged loudly every time, and it keeps trying (a rotated key can
   come back; the zombie check decides, not the sidecar).
 - connection errors, timeouts, 5xx, 429: retried with backoff, capped at the
-  interval; they never end it.
+  interval; they never end it. One post waits at most the interval (and at
+  least a second) for its answer, so a replica that hangs holds a heartbeat
+  back for one interval, not for the request timeout.
 - any other answer (including a 404/409 that is not the task API's JSON, say
   from a proxy at a wrong URL) is a misconfiguration: logged loudly, never a
   reason to kill the task.
@@ -62,6 +64,8 @@ _logger = logging.getLogger("sluice.heartbeat")
 
 # After SIGTERM, how long a heartbeat still in flight may delay the exit.
 _EXIT_GRACE = 2.0
+# The shortest wait for one answer, however short the interval.
+MIN_TIMEOUT = 1.0
 
 if TYPE_CHECKING:
     import urllib.request
@@ -200,7 +204,12 @@ class HeartbeatLoop:
         self.try_number = try_number
         self.token = token
         self.interval = interval
-        self.timeout = timeout
+        # A heartbeat not answered within the interval is given up and posted again, on a
+        # new connection: the Service may send that one to another replica. A replica that
+        # hangs while still Ready (a freeze, a stopped process: its readiness probe takes
+        # 30 s to notice) must not silence the pods whose connections reach it for longer
+        # than the kill threshold. (Found by the cluster chaos run: ADR 0035.)
+        self.timeout = max(MIN_TIMEOUT, min(timeout, interval))
         # The first post comes one interval after the start (the claim heartbeated the
         # try when it started it), unless told otherwise.
         self.first_after = interval if first_after is None else first_after
