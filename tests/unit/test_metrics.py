@@ -397,9 +397,12 @@ def test_a_port_in_use_fails_start(served: tuple[MetricsServer, FakeMonotonic]) 
 
 def test_the_scheduler_lists_the_flags() -> None:
     result = CliRunner().invoke(app, ["scheduler", "--help"], env={"COLUMNS": "200"})
-    assert result.exit_code == 0
-    for flag in ("--metrics-port", "--metrics-host", "--health-stale-after"):
+    assert result.exit_code == 0, result.exception
+    for flag in ("--metrics-port", "--metrics-host", "--health-stale-after", "--log-store"):
         assert flag in result.output
+    shown = CliRunner().invoke(app, ["logs", "--help"], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.exception
+    assert "s3://BUCKET/PREFIX" in shown.output
 
 
 def test_the_stale_window_must_outlast_an_idle_tick() -> None:

@@ -29,7 +29,7 @@ LogStoreUrl = Annotated[
     typer.Option(
         "--log-store",
         envvar="SLUICE_LOG_STORE",
-        help="where ended tries' logs are archived: s3://BUCKET[/PREFIX]?endpoint=...&region=..."
+        help="where ended tries' logs are archived: s3://BUCKET/PREFIX?endpoint=...&region=..."
         " (credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY) or file:///DIR",
         show_envvar=True,
     ),
