@@ -192,3 +192,33 @@ def test_only_a_database_that_did_not_answer_is_an_outage(
         assert contact.unreached(caught.value)
     finally:
         gone.dispose()
+
+
+def test_a_partial_outage_the_loop_does_not_see_is_not_held_against_the_pods(
+    fleet: Fleet,
+) -> None:
+    """A Postgres shutting down keeps the sessions already open (the loop's) and refuses
+    new ones (the task API's): the loop sees no outage, the pods' heartbeats are refused
+    for as long. The task API says so (`HeartbeatRecording`), and that span is not a try's
+    silence; without its word, the same span kills the pod (the cluster soak's third
+    healthy pod killed, ADR 0035)."""
+    recording = contact.HeartbeatRecording(fleet.clock.now, longest=300)
+    fleet.a.contact.recording = recording
+    recording.report(True, fleet.clock.now)
+    for _ in range(int(OUTAGE // TICK)):
+        fleet.tick()  # the loop works; no heartbeat gets in
+        recording.report(False, fleet.clock.now)
+    fleet.tick()
+    assert fleet.pods.killed == []
+    assert fleet.try_state() == TaskState.RUNNING
+    fleet.beat()
+    recording.report(True, fleet.clock.now)
+    for _ in range(3):
+        fleet.tick()
+        fleet.beat()
+    assert fleet.pods.killed == []
+    # The same span, with no word from the task API: the pod is killed as silent.
+    fleet.a.contact.recording = None
+    for _ in range(int(OUTAGE // TICK)):
+        fleet.tick()
+    assert fleet.pods.killed == [fleet.key]

@@ -279,8 +279,16 @@ def test_a_row_the_scheduler_holds_is_skipped_not_waited_for(
 
 def test_an_unreachable_database_is_503_and_the_server_carries_on(signer: TrySigner) -> None:
     nowhere = make_engine("postgresql://sluice@127.0.0.1:1/sluice")
+    writes: list[bool] = []
     try:
-        with TaskApi(nowhere, signer, "127.0.0.1", 0, flush_interval=0.01) as api:
+        with TaskApi(
+            nowhere,
+            signer,
+            "127.0.0.1",
+            0,
+            flush_interval=0.01,
+            on_write=lambda ok, at: writes.append(ok),
+        ) as api:
             unavailable = counted("unavailable")
             for _ in range(2):  # a failed flush does not stop the next one
                 reply = post(api, 1, 1, signer.issue(1, 1, 600))
@@ -294,6 +302,21 @@ def test_an_unreachable_database_is_503_and_the_server_carries_on(signer: TrySig
                 assert health.status == 200
     finally:
         nowhere.dispose()
+    # Each failed write was told (the loop does not count that time as silence).
+    assert writes == [False, False]
+
+
+def test_each_write_of_heartbeats_is_told_with_its_time(
+    engine: Engine, signer: TrySigner, clock: Clock, sessions: sessionmaker[Session]
+) -> None:
+    writes: list[tuple[bool, datetime]] = []
+    with TaskApi(
+        engine, signer, "127.0.0.1", 0, flush_interval=0.01, clock=clock,
+        on_write=lambda ok, at: writes.append((ok, at)),
+    ) as api:  # fmt: skip
+        (ti,) = running_tasks(sessions, 1)
+        assert post(api, ti, 1, signer.issue(ti, 1, ttl_seconds=600)).status == 204
+    assert writes == [(True, T0)]
 
 
 def test_only_the_two_routes_exist(api: TaskApi) -> None:

@@ -67,3 +67,37 @@ def test_outages_that_can_no_longer_matter_are_forgotten() -> None:
     # The first outage ended 410 s (of contact: 400 s) before the second: past `longest`.
     assert contact._outages == [(at(500), at(510))]
     assert contact.silent_before(at(520), 60) == at(450)
+
+
+def test_time_the_task_api_could_not_write_heartbeats_is_no_tries_silence() -> None:
+    """A Postgres shutting down keeps the loop's open session and refuses the task API's
+    new ones: the loop never sees an outage, but heartbeats sent meanwhile were lost. For
+    tries (not replicas) that span does not count (the cluster chaos run, ADR 0035)."""
+    from sluice.scheduler.contact import HeartbeatRecording
+
+    recording = HeartbeatRecording(T0, longest=300)
+    contact = DatabaseContact(T0, longest=300, recording=recording)
+    recording.report(True, at(100))
+    recording.report(False, at(105))  # from the last write that worked ...
+    recording.report(False, at(120))
+    contact.answered(at(125))  # the loop's own session still answers
+    # Under way: nothing after the last good write counts for tries.
+    assert contact.silent_before(at(125), 20, tries=True) == at(80)
+    assert contact.silent_before(at(125), 20) == at(105)  # replicas: plain time
+    recording.report(True, at(130))  # ... to the next one
+    assert contact.silent_before(at(140), 20, tries=True) == at(90)
+    assert contact.silent_before(at(140), 5, tries=True) == at(135)
+    # Overlapping an outage of the loop's own: one span, not counted twice.
+    outage(contact, 110, 150)
+    assert contact.silent_before(at(160), 20, tries=True) == at(90)
+
+
+def test_writes_that_keep_working_leave_no_gap() -> None:
+    from sluice.scheduler.contact import HeartbeatRecording
+
+    recording = HeartbeatRecording(T0, longest=60)
+    contact = DatabaseContact(T0, longest=60, recording=recording)
+    for second in range(0, 100, 2):
+        recording.report(True, at(second))
+    assert recording.gaps(at(100)) == []
+    assert contact.silent_before(at(100), 20, tries=True) == at(80)

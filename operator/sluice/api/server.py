@@ -164,8 +164,12 @@ class TaskApi:
         shutdown_timeout: float = 10.0,
         clock: Callable[[], datetime] = utcnow,
         reuse_port: bool = False,
+        on_write: Callable[[bool, datetime], None] | None = None,
     ) -> None:
         self._sessions = session_factory(engine)
+        # Told of each write of heartbeats, whether it worked, and when: the replica's
+        # loop counts a try's silence only over time its heartbeats could be written.
+        self._on_write = on_write
         # SO_REUSEPORT: replicas on one host share the address, as replicas behind one
         # Service do; the kernel spreads connections over the live ones.
         self._reuse_port = reuse_port
@@ -285,7 +289,14 @@ class TaskApi:
             self._buffer.close()
 
     def _write(self, keys: Sequence[TryKey]) -> dict[TryKey, Verdict]:
-        with self._sessions() as session:
-            verdicts = record_heartbeats(session, keys, self._clock())
-            session.commit()
-            return verdicts
+        try:
+            with self._sessions() as session:
+                verdicts = record_heartbeats(session, keys, self._clock())
+                session.commit()
+        except Exception:
+            if self._on_write is not None:
+                self._on_write(False, self._clock())
+            raise
+        if self._on_write is not None:
+            self._on_write(True, self._clock())
+        return verdicts

@@ -210,8 +210,17 @@ def start_task_api(
     signer: TrySigner,
     listen: tuple[str, int],
     clock: Callable[[], datetime] | None = None,
+    on_write: Callable[[bool, datetime], None] | None = None,
 ) -> TaskApi:
-    api = TaskApi(engine, signer, listen[0], listen[1], reuse_port=True, clock=clock or utcnow)
+    api = TaskApi(
+        engine,
+        signer,
+        listen[0],
+        listen[1],
+        reuse_port=True,
+        clock=clock or utcnow,
+        on_write=on_write,
+    )
     try:
         api.start()
     except OSError as exc:

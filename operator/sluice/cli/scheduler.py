@@ -39,6 +39,7 @@ from sluice.metrics.sampler import Sampler
 from sluice.metrics.server import MetricsServer
 from sluice.scheduler.archiver import DEFAULT_MAX_BYTES, LogArchiver
 from sluice.scheduler.config import SchedulerConfig
+from sluice.scheduler.contact import HeartbeatRecording
 from sluice.scheduler.loop import SchedulerLoop, utcnow
 from sluice.status.publisher import DEFAULT_HISTORY_LIMIT, StatusPublisher
 
@@ -316,7 +317,15 @@ def scheduler(
         # Every timestamp the replicas compare comes from the database's clock, never from
         # this machine's wall clock (which may be off, or jump).
         clock = DatabaseClock(engine, fallback=utcnow)
-        task_api = None if signer is None else k8s.start_task_api(engine, signer, listen, clock)
+        # What the task API could not write, the loop does not count as a try's silence.
+        recording = HeartbeatRecording(
+            clock(), longest=max(config.zombie_threshold, config.heartbeat_kill_threshold)
+        )
+        task_api = (
+            None
+            if signer is None
+            else k8s.start_task_api(engine, signer, listen, clock, on_write=recording.report)
+        )
         if settings is not None and publish_status:
             publisher = StatusPublisher(
                 sessions,
@@ -356,6 +365,7 @@ def scheduler(
                 health=health,
                 on_change=None if publisher is None else publisher.wake,
                 on_replicas=None if publisher is None else publisher.share,
+                recording=None if task_api is None else recording,
             )
 
         if not until_reachable("registering the replica", register, stopped):

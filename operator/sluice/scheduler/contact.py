@@ -15,6 +15,7 @@ is also when the replica can act on anything again. Time is the loop's clock
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime, timedelta
 
 import psycopg2
@@ -38,12 +39,61 @@ def unreached(exc: BaseException) -> bool:
     return code is None or code.startswith("08") or code in _UNAVAILABLE
 
 
-class DatabaseContact:
-    """This replica's outages, as many as can still matter to a threshold of `longest`
-    seconds (older ones are forgotten)."""
+class HeartbeatRecording:
+    """When this replica's task API could not write the heartbeats it received: from its
+    last write that worked to the next one (one failing now: to now). Partial outages
+    make these differ from the loop's own contact: a Postgres shutting down ("smart")
+    keeps the sessions already open, such as the loop's, and refuses new ones, such as
+    the task API's; the loop then judges tries silent whose pods kept posting (found by
+    the cluster chaos run, ADR 0035). Written from the task API's thread, read by the
+    loop's."""
 
     def __init__(self, now: datetime, *, longest: float) -> None:
         self.longest = longest
+        self._lock = threading.Lock()
+        self._last_ok = now
+        self._failing = False
+        self._gaps: list[tuple[datetime, datetime]] = []
+
+    def report(self, ok: bool, now: datetime) -> None:
+        """A write of heartbeats worked (`ok`) or failed, at `now`."""
+        with self._lock:
+            if not ok:
+                self._failing = True
+                return
+            if self._failing:
+                self._gaps.append((self._last_ok, now))
+                self._failing = False
+                horizon = now - timedelta(seconds=2 * self.longest)
+                self._gaps = [gap for gap in self._gaps if gap[1] > horizon]
+            self._last_ok = max(self._last_ok, now)
+
+    def gaps(self, now: datetime) -> list[tuple[datetime, datetime]]:
+        with self._lock:
+            return self._gaps + ([(self._last_ok, now)] if self._failing else [])
+
+
+def _merged(spans: list[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
+    """Overlapping or touching spans as one, oldest first."""
+    merged: list[tuple[datetime, datetime]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+class DatabaseContact:
+    """This replica's outages, as many as can still matter to a threshold of `longest`
+    seconds (older ones are forgotten); with `recording`, also the spans its task API
+    could not write heartbeats, for judging tries (not replicas) silent."""
+
+    def __init__(
+        self, now: datetime, *, longest: float, recording: HeartbeatRecording | None = None
+    ) -> None:
+        self.longest = longest
+        self.recording = recording
         self._answered = now  # the last answer from the database
         self._failed = False  # a failure to reach it since then
         self._outages: list[tuple[datetime, datetime]] = []  # (start, end), oldest first
@@ -61,12 +111,15 @@ class DatabaseContact:
         """An attempt to reach the database failed: an outage began at the last answer."""
         self._failed = True
 
-    def silent_before(self, now: datetime, seconds: float) -> datetime:
+    def silent_before(self, now: datetime, seconds: float, *, tries: bool = False) -> datetime:
         """The instant a heartbeat must be older than to have been silent for `seconds`
         of this replica's contact with the database up to `now`: `now - seconds`, moved
         back over every outage in between (one under way ends at `now`: the caller is
-        talking to the database)."""
+        talking to the database). For a try's heartbeats (`tries`), also over every span
+        its task API could not write them."""
         outages = self._outages + ([(self._answered, now)] if self._failed else [])
+        if tries and self.recording is not None:
+            outages = _merged(outages + self.recording.gaps(now))
         cutoff, left = now, timedelta(seconds=seconds)
         for start, end in reversed(outages):
             end = min(end, cutoff)

@@ -81,13 +81,16 @@ def heartbeat_scheduler(
     return int(_BEAT(session, {"job": job_id, "now": now, "since": since}).scalar_one())
 
 
-def silent_before(now: datetime, seconds: float, contact: DatabaseContact | None) -> datetime:
+def silent_before(
+    now: datetime, seconds: float, contact: DatabaseContact | None, *, tries: bool = False
+) -> datetime:
     """The instant a heartbeat must be older than to have been silent for `seconds`,
     counting only time this replica could reach the database when its `contact` is
-    known (ADR 0029)."""
+    known (ADR 0029), and for a try's heartbeats (`tries`) only time its task API could
+    write them."""
     if contact is None:
         return now - timedelta(seconds=seconds)
-    return contact.silent_before(now, seconds)
+    return contact.silent_before(now, seconds, tries=tries)
 
 
 def _live(
@@ -307,7 +310,7 @@ def plan_stale_tries(
         .where(
             TaskInstance.state == TaskState.RUNNING,
             or_(
-                TaskInstance.last_heartbeat_at < silent_before(now, threshold, contact),
+                TaskInstance.last_heartbeat_at < silent_before(now, threshold, contact, tries=True),
                 # Tries that heartbeat themselves stay fresh while their owner is dead:
                 # they are adopted as soon as the owner is, not once they end.
                 *([TaskInstance.running_by_job_id.not_in(live_jobs)] if self_beating else []),
@@ -366,7 +369,7 @@ def plan_stale_tries(
                 self_beating
                 and seen.running
                 and kill_after is not None
-                and silent_since <= silent_before(now, kill_after, contact)
+                and silent_since <= silent_before(now, kill_after, contact, tries=True)
             ):
                 verdict = f"its process runs but sent no heartbeat for {silent_for:.0f}s" + (
                     " since it started" if silent_since > row.last_heartbeat_at else ""

@@ -156,6 +156,7 @@ class SchedulerLoop:
         health: LoopHealth | None = None,
         on_change: Callable[[], None] | None = None,
         on_replicas: Callable[[int], None] | None = None,
+        recording: contact.HeartbeatRecording | None = None,
     ) -> None:
         self.sessions = sessions
         self.executor = executor
@@ -187,6 +188,7 @@ class SchedulerLoop:
             longest=max(
                 cfg.scheduler_dead_after, cfg.zombie_threshold, cfg.heartbeat_kill_threshold
             ),
+            recording=recording,
         )
         self._pending_events: list[TaskEvent] = []
         self._last_heartbeat = self.clock()
