@@ -97,7 +97,9 @@ def _log_state(rel: Release, dag: str, task: str) -> list[str] | None:
 
 def test_a_failed_tries_log_is_read_after_its_job_is_deleted(rel: Release) -> None:
     dag = "logs-failed"
-    script = 'for i in 1 2 3 4 5 6; do echo "out $i"; done; echo "err: boom" >&2; exit 3'
+    # stdout and stderr reach the log file through two pipes, in no set order: a second
+    # between them, so the last line is stderr's.
+    script = 'for i in 1 2 3 4 5 6; do echo "out $i"; done; sleep 1; echo "err: boom" >&2; exit 3'
     rel.apply(dag_manifest(dag, [{"name": "load", "args": [script]}]))
     run = rel.wait_run(dag, timeout=300)
     assert run["status"]["state"] == "failed", run["status"]
