@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import sys
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Annotated
@@ -28,6 +29,9 @@ from sluice.executors.logsources import (
     TryRef,
 )
 from sluice.trylogs import TryLog, TryNotFound, find_try
+
+# How often `--follow` looks again for a try's output that is not there yet.
+FOLLOW_WAIT = 1.0
 
 
 def logs(
@@ -160,14 +164,21 @@ def _output(
         except Exception as exc:
             fail(f"cannot reach the cluster to read {which}'s pod: {exc}", code=1)
         source = PodLogs(client.CoreV1Api(api))
-    try:
-        opened = source.open(ref, follow=follow and found.running, tail=tail)
-    except LogGone as gone:
-        why = "it ended, its log is not archived (yet)" if found.end else "it runs"
-        fail(f"cannot read the log of {which}: {why}, and {gone}", code=1)
-    except LogUnavailable as exc:
-        fail(f"cannot read the log of {which} now: {exc}; try again", code=1)
-    return opened.chunks, opened.where
+    following = follow and found.running
+    while True:
+        try:
+            opened = source.open(ref, follow=following, tail=tail)
+            return opened.chunks, opened.where
+        except (LogGone, LogUnavailable) as exc:
+            # Following a try whose container has not started yet (its image being
+            # pulled, its sidecar starting): wait for it, as long as the try runs.
+            if following and running(ref):  # type: ignore[operator]
+                time.sleep(FOLLOW_WAIT)
+                continue
+            if isinstance(exc, LogUnavailable):
+                fail(f"cannot read the log of {which} now: {exc}; try again", code=1)
+            why = "it ended, its log is not archived (yet)" if found.end else "it runs"
+            fail(f"cannot read the log of {which}: {why}, and {exc}", code=1)
 
 
 def _last_lines(chunks: Iterator[bytes], tail: int | None) -> Iterable[bytes]:
