@@ -11,6 +11,7 @@ log. The workload asks for more than the limits allow, so that they bind: the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,31 @@ def _task(name: str, seconds: float, **extra: Any) -> dict[str, Any]:
     return {"name": name, "args": [task_script(seconds, fail_first_try=fail)], **extra}
 
 
+TaskMaker = Callable[..., dict[str, Any]]
+
+
+def fanout_tasks(task: TaskMaker, pool: str, *, short: float, work: float) -> list[Any]:
+    """start -> four pool tasks (one taking 2 slots) -> join (all_done): the pool binds.
+    `task(name, seconds, **fields)` makes each task (the local or the cluster workload's)."""
+    return [
+        task("start", short),
+        *[
+            task(f"work-{i}", work, dependsOn=["start"], pool=pool, poolSlots=2 if i == 0 else 1)
+            for i in range(4)
+        ],
+        task("join", short, dependsOn=[f"work-{i}" for i in range(4)], triggerRule="all_done"),
+    ]
+
+
+def flaky_tasks(task: TaskMaker, pool: str, *, short: float, load: float) -> list[Any]:
+    """extract fails its first try (retried), load in the pool, cleanup (all_done)."""
+    return [
+        task("extract", short, fail_first_try=True),
+        task("load", load, dependsOn=["extract"], pool=pool),
+        task("cleanup", short, dependsOn=["load"], triggerRule="all_done"),
+    ]
+
+
 def manifests(now: datetime, fault_window: timedelta, event_log: Path) -> list[dict[str, Any]]:
     """Enough catchup work to keep the pool busy for about the fault window."""
     hour = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
@@ -61,19 +87,8 @@ def manifests(now: datetime, fault_window: timedelta, event_log: Path) -> list[d
         "retryDelay": "1s",
         "env": [{"name": "CHAOS_LOG", "value": str(event_log)}],
     }
-    fanout = [
-        _task("start", 0.5),
-        *[
-            _task(f"work-{i}", 2, dependsOn=["start"], pool=POOL, poolSlots=2 if i == 0 else 1)
-            for i in range(4)
-        ],
-        _task("join", 0.5, dependsOn=[f"work-{i}" for i in range(4)], triggerRule="all_done"),
-    ]
-    flaky = [
-        _task("extract", 0.5, fail_first_try=True),
-        _task("load", 1, dependsOn=["extract"], pool=POOL),
-        _task("cleanup", 0.5, dependsOn=["load"], triggerRule="all_done"),
-    ]
+    fanout = fanout_tasks(_task, POOL, short=0.5, work=2)
+    flaky = flaky_tasks(_task, POOL, short=0.5, load=1)
     minutely = [
         _task(f"step-{i}", 1, **({"dependsOn": [f"step-{i - 1}"]} if i else {})) for i in range(3)
     ]

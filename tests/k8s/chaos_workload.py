@@ -22,6 +22,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from tests.chaos.workload import fanout_tasks, flaky_tasks
+
 POOL_SLOTS = 2
 WIDE_MAX_ACTIVE_TASKS = 3
 # The faults start once the DAGs are registered and their first pods run.
@@ -79,19 +81,8 @@ def manifests(
         "retryDelay": "1s",
         "env": [{"name": "CHAOS_URL", "value": collector}],
     }
-    fanout = [
-        _task("start", 1),
-        *[
-            _task(f"work-{i}", 3, dependsOn=["start"], pool=pool, poolSlots=2 if i == 0 else 1)
-            for i in range(4)
-        ],
-        _task("join", 1, dependsOn=[f"work-{i}" for i in range(4)], triggerRule="all_done"),
-    ]
-    flaky = [
-        _task("extract", 1, fail_first_try=True),
-        _task("load", 2, dependsOn=["extract"], pool=pool),
-        _task("cleanup", 1, dependsOn=["load"], triggerRule="all_done"),
-    ]
+    fanout = fanout_tasks(_task, pool, short=1, work=3)
+    flaky = flaky_tasks(_task, pool, short=1, load=2)
     specs: list[tuple[str, dict[str, Any]]] = [
         # A backlog of 3 runs at the start, then one every 2 minutes until the faults end:
         # the pool binds through a soak too.
