@@ -339,6 +339,9 @@ def test_scheduler_flags_and_probes(helm: str) -> None:
     ]
     pod_labels = one(docs, "Deployment", "sluice-scheduler")["spec"]["template"]["metadata"]
     assert service["spec"]["selector"].items() <= pod_labels["labels"].items()
+    # Every running replica, ready or not: a restarted kubelet marks its pods not
+    # ready until their next probe, and heartbeats must not stop meanwhile.
+    assert service["spec"]["publishNotReadyAddresses"] is True
     metrics = one(docs, "Service", "sluice-metrics")
     assert metrics["spec"]["ports"][0]["targetPort"] == "metrics"
     assert metrics["spec"]["selector"] == service["spec"]["selector"]

@@ -75,19 +75,21 @@ FAULTS = (
 )
 # The scheduler's timings for the run: heartbeats every 2 s, a zombie after 8 s of
 # silence, a replica dead after 10 s (as test_chart_operations.py), and a live pod
-# killed after 60 s: above the heartbeat gap one fault can cause on its own. At 20 s
-# the second 30-minute soak killed healthy pods right after kubelet restarts (README,
-# issue 29: a restarted kubelet's pods look not ready until their next probe, and the
-# task API Service has no endpoint meanwhile, as far as we can tell). The faults'
-# lengths below are chosen against these.
+# killed after 30 s of silence: the longest gap a fault makes on purpose (the task API
+# unreachable for up to 16 s) plus a heartbeat interval and a post's timeout, with
+# 10 s to spare. The second 30-minute soak ran at 20 s and killed healthy pods right
+# after kubelet restarts: a restarted kubelet marks its pods not ready until their
+# next probe, and the task API Service then had no endpoint (measured; it now
+# publishes not-ready replicas too). The faults' lengths below are chosen against
+# these timings.
 SCHEDULER_ARGS = [
     "--heartbeat-interval", "2",
     "--zombie-threshold", "8",
     "--zombie-check-interval", "2",
-    "--heartbeat-kill-threshold", "60",
+    "--heartbeat-kill-threshold", "30",
     "--scheduler-dead-after", "10",
 ]  # fmt: skip
-KILL_THRESHOLD = 60.0
+KILL_THRESHOLD = 30.0
 STOPPED = (14.0, 24.0)  # a stopped scheduler: over dead-after, under the liveness minute
 POSTGRES_DOWN = (KILL_THRESHOLD + 5, KILL_THRESHOLD + 15)
 UNREACHABLE = (10.0, 16.0)  # over the zombie threshold, under the kill threshold
