@@ -181,3 +181,60 @@ def test_storage_down_delays_the_archive_and_it_catches_up(rel: Release, store: 
     wait_for("the archives caught up", lambda: rel.sql(archived) == [["3"]], 420, every=3)
     shown = _logs(rel, dag, "--run", _run_id(rel, dag), "--task", "t1")
     assert shown.stdout == "task 1\n"
+
+
+def _select_task_api(rel: Release, component: str) -> None:
+    patch = json.dumps({"spec": {"selector": {"app.kubernetes.io/component": component}}})
+    rel.k("patch", f"service/{rel.fullname}-task-api", "--type=merge", "-p", patch)
+
+
+def _kept_pod(rel: Release, dag: str, task: str) -> dict[str, object]:
+    (pod,) = rel.json("get", "pods", "-l", f"sluice.io/dag={dag},sluice.io/task={task}",
+                      "-o", "json")["items"]  # fmt: skip
+    return pod  # type: ignore[no-any-return]
+
+
+def test_a_zombies_partial_log_is_archived_from_its_stopped_pod(rel: Release) -> None:
+    """A running try whose heartbeats stop (the task API Service selects no pod) is killed
+    as a zombie after the kill threshold (20 s here): its pod is stopped, not deleted, and
+    what it printed until then is archived and read back."""
+    dag = "logs-zombie"
+    script = 'for i in 1 2 3; do echo "before $i"; done; sleep 600'
+    rel.apply(dag_manifest(dag, [{"name": "stuck", "args": [script]}]))
+    wait_for("running", lambda: rel.running_jobs(dag), 240, every=1)
+    run_id = _run_id(rel, dag)
+    wait_for(
+        "its output",
+        lambda: "before 3" in _logs(rel, dag, "--run", run_id, "--task", "stuck").stdout,
+        60, every=2,
+    )  # fmt: skip
+    _select_task_api(rel, "nowhere")
+    try:
+        run = rel.wait_run(dag, timeout=240)
+    finally:
+        _select_task_api(rel, "scheduler")
+    assert run["status"]["state"] == "failed", run["status"]
+    ((reason,),) = rel.sql(f"SELECT reason FROM task_instance WHERE dag_id = '{dag}'")
+    assert reason.startswith("zombie"), reason
+    pod = _kept_pod(rel, dag, "stuck")
+    assert pod["status"]["reason"] == "DeadlineExceeded", pod["status"]  # type: ignore[index]
+    state = wait_for("the log archived", lambda: _log_state(rel, dag, "stuck"), 120, every=2)
+    assert state[0] == "archived", state
+    rel.k("delete", "jobs", "-l", f"sluice.io/dag={dag}", "--wait=true")
+    shown = _logs(rel, dag, "--run", run_id, "--task", "stuck")
+    assert shown.stdout == "before 1\nbefore 2\nbefore 3\n"
+    assert shown.stderr.startswith(f"== {dag} / {run_id} / stuck, try 1: failed")
+
+
+def test_a_timed_out_tries_pod_is_stopped_and_its_log_archived(rel: Release) -> None:
+    dag = "logs-timeout"
+    script = 'echo "started"; sleep 600'
+    rel.apply(dag_manifest(dag, [{"name": "slow", "args": [script], "executionTimeout": "5s"}]))
+    run = rel.wait_run(dag, timeout=300)
+    assert run["status"]["state"] == "failed", run["status"]
+    pod = _kept_pod(rel, dag, "slow")
+    assert pod["status"]["reason"] == "DeadlineExceeded", pod["status"]  # type: ignore[index]
+    state = wait_for("the log archived", lambda: _log_state(rel, dag, "slow"), 120, every=2)
+    assert state[0] == "archived", state
+    shown = _logs(rel, dag, "--run", _run_id(rel, dag), "--task", "slow")
+    assert shown.stdout == "started\n"

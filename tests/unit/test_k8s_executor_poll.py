@@ -31,8 +31,9 @@ class _Created:
 class FakeApi:
     """Jobs and pods as the API server keeps them, by namespace: a create gets a uid, a
     version and a creation time; reads, label selectors (`a,b=c` form), merge patches of
-    labels, deletes; `fail_next[name] = [503, ...]` makes the next calls of that name raise
-    an ApiException with those statuses. `where` records each call's namespace."""
+    labels and spec fields, deletes; `fail_next[name] = [503, ...]` makes the next calls
+    of that name raise an ApiException with those statuses. `where` records each call's
+    namespace."""
 
     def __init__(self) -> None:
         self.created: list[dict[str, Any]] = []
@@ -97,10 +98,12 @@ class FakeApi:
         return _Created(json.dumps(self._patch(self.pods[(namespace, name)], body)).encode())
 
     def _patch(self, obj: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
-        expected = body["metadata"].get("resourceVersion")
+        meta = body.get("metadata") or {}
+        expected = meta.get("resourceVersion")
         if expected is not None and expected != obj["metadata"]["resourceVersion"]:
             raise ApiException(status=409, reason="Conflict: the object has been modified")
-        obj["metadata"].setdefault("labels", {}).update(body["metadata"]["labels"])
+        obj["metadata"].setdefault("labels", {}).update(meta.get("labels") or {})
+        obj.setdefault("spec", {}).update(body.get("spec") or {})
         self._bump(obj)
         return obj
 

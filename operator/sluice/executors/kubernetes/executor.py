@@ -483,9 +483,16 @@ class KubernetesExecutor:
             if verdict.delete:
                 # Only on the Job as judged: one moved since by the replica that now owns
                 # the try (this one was taken for dead) is not this replica's to end.
-                deleted = self._delete(
-                    entry.namespace, entry.job_name, why, version=_version(scope, entry)
-                )
+                deleted: bool | None = False
+                if verdict.keep_pod:
+                    pod = scope.cache.newest_pod(entry.job_name)
+                    deleted = self._stop_pods(
+                        entry.namespace, [pod] if pod else [], why, conditional=True
+                    )
+                if deleted is False:
+                    deleted = self._delete(
+                        entry.namespace, entry.job_name, why, version=_version(scope, entry)
+                    )
                 if deleted is None:
                     entry.judged = False  # judged again at the next poll, on newer objects
                     continue
@@ -797,11 +804,13 @@ class KubernetesExecutor:
     # -- stopping -----------------------------------------------------------------------
 
     def kill(self, key: Key, reason: str, external_id: str | None = None) -> None:
-        """Stop the try: delete its Job, the one this replica tracks, else the one its
-        external id names (a try this replica dropped or never had: after a restart, a
-        hand-over). A Job that has already finished has nothing left to stop and is kept
-        (its record and its pod's log live until its TTL): a try fenced after it ended
-        (another replica saw its end while this one was adopting it) loses nothing."""
+        """Stop the try: its Job, the one this replica tracks, else the one its external
+        id names (a try this replica dropped or never had: after a restart, a hand-over).
+        A Job that has already finished has nothing left to stop and is kept (its record
+        and its pod's log live until its TTL): a try fenced after it ended (another
+        replica saw its end while this one was adopting it) loses nothing. A pod running
+        on a node is stopped and kept, for its log (`_stop_pods`); otherwise the Job is
+        deleted."""
         entry = self._tries.pop(key, None)
         if entry is not None:
             where = (entry.namespace, entry.job_name)
@@ -813,8 +822,73 @@ class KubernetesExecutor:
             log.info("try fenced after its Job finished: Job kept", namespace=where[0],
                      job=where[1], reason=reason)  # fmt: skip
             return
+        try:
+            pods = self._list_pods(where[0], key)
+        except (ApiException, urllib3.exceptions.HTTPError, OSError):
+            pods = []  # cannot say: deleted, as a Job that may still run must be
+        if self._stop_pods(where[0], pods, reason, conditional=False):
+            return
         if not self._delete(*where, reason):
             self._to_delete[where] = reason
+
+    def _stop_pods(
+        self, namespace: str, pods: list[dict[str, Any]], why: str, *, conditional: bool
+    ) -> bool | None:
+        """Stop a try's pod and keep it, for its log (issue 30): `activeDeadlineSeconds:
+        1` on a pod running on a node, and its kubelet stops every container at once and
+        marks it Failed (DeadlineExceeded). The pod stays, and its log with it, for the
+        archive; the Job (backoffLimit 0) fails with it, makes no other pod, and goes at
+        its TTL. True when every pod has ended or was stopped so. False when there is no
+        pod, a pod not yet running on a node (its deadline would count from a start still
+        to come: it could run a moment), or a patch that failed: the caller deletes the
+        Job then. With `conditional`, only the version of each pod given (as judged):
+        None when one changed since (judged again on the newer objects)."""
+        if not pods:
+            return False
+        running = []
+        for pod in pods:
+            status = pod.get("status") or {}
+            if pod["metadata"].get("deletionTimestamp") or status.get("phase") in (
+                "Succeeded",
+                "Failed",
+            ):
+                continue  # ended, or going: nothing to stop
+            if (
+                status.get("phase") != "Running"
+                or not status.get("startTime")
+                or not (pod.get("spec") or {}).get("nodeName")
+            ):
+                return False
+            running.append(pod)
+        for pod in running:
+            name = pod["metadata"]["name"]
+            body: dict[str, Any] = {"spec": {"activeDeadlineSeconds": 1}}
+            if conditional:
+                body["metadata"] = {"resourceVersion": pod["metadata"]["resourceVersion"]}
+            self.api.add("patch")
+            try:
+                self._core.patch_namespaced_pod(
+                    name,
+                    namespace,
+                    body,
+                    _content_type="application/merge-patch+json",
+                    _preload_content=False,
+                    _request_timeout=(10, 30),
+                )
+            except ApiException as exc:
+                if exc.status == 404:
+                    continue  # gone: nothing left to stop
+                if exc.status == 409 and conditional:
+                    return None
+                log.warning("could not stop pod", namespace=namespace, pod=name,
+                            error=_api_error(exc))  # fmt: skip
+                return False
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                log.warning("could not stop pod", namespace=namespace, pod=name,
+                            error=str(exc)[:200])  # fmt: skip
+                return False
+            log.info("stopped pod, kept for its log", namespace=namespace, pod=name, why=why)
+        return True
 
     def _finished(self, namespace: str, name: str) -> bool:
         """Has the Job finished (Complete or Failed), as the API server has it now? False

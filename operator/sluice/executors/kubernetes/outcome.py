@@ -72,6 +72,9 @@ class Verdict:
     reason: str | None = None
     # Delete the Job after reporting (a try that failed to start must not start later).
     delete: bool = False
+    # The main container ran: stop its pod and keep it for its log (the executor's
+    # `_stop_pods`) rather than delete the Job, where it can.
+    keep_pod: bool = False
     evidence: dict[str, Any] = field(default_factory=dict)
     # `running`: when the main container started (its kubelet's clock), if it says.
     running_since: datetime | None = None
@@ -138,6 +141,7 @@ def judge(
                     reason=f"execution timeout ({execution_timeout:g}s) exceeded after "
                     f"running {ran:.0f}s",
                     delete=True,
+                    keep_pod=True,
                     evidence=evidence,
                     running_since=since,
                 )
