@@ -72,8 +72,9 @@ stop() {
   done
 }
 
-# 1. No new pods: stop the controllers and the scheduler first.
-stop kube-controller-manager kube-scheduler kube-proxy kube-router coredns
+# 1. No new pods: stop the controllers and the scheduler first (and the demo's
+#    task logs store, if make demo-cluster started it).
+stop kube-controller-manager kube-scheduler kube-proxy kube-router coredns demo-s3
 
 # 2. The kubelet. Its pods are not drained one by one through the API (slow):
 #    the whole node goes away, so step 3 kills what runs and step 6 removes
