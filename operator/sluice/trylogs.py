@@ -22,7 +22,7 @@ _TRY = text(
     """
     SELECT tt.state, tt.start_date, tt.end_date, tt.external_id AS executor, tt.reason,
            l.state AS log_state, l.location, l.source, l.node, l.reason AS log_reason,
-           l.truncated, l.raw_bytes
+           l.truncated, l.raw_bytes, l.expired_at
     FROM task_try tt
     LEFT JOIN task_log l
       ON l.task_instance_id = tt.task_instance_id AND l.try_number = tt.try_number
@@ -42,13 +42,14 @@ class TryLog:
     start: datetime | None
     end: datetime | None
     reason: str | None
-    log_state: str | None  # "archived", "lost", or None: not archived (yet)
+    log_state: str | None  # "archived", "lost", "expired", or None: not archived (yet)
     location: str | None
     source: str | None
     node: str | None
     log_reason: str | None
     truncated: bool
     raw_bytes: int | None
+    expired_at: datetime | None = None  # when retention deleted the archive
 
     @property
     def running(self) -> bool:
@@ -72,6 +73,21 @@ class TryLog:
         parts.append(f"started {_when(self.start)}")
         parts.append(f"ended {_when(self.end)}" if self.end else "running")
         return "== " + " · ".join(parts)
+
+
+def expiry_note(which: str, log: TryLog) -> str:
+    """Why an expired log cannot be read: when it was deleted, how long after its try ended,
+    and under which setting (the row's reason)."""
+    deleted = log.expired_at
+    if deleted is None or log.end is None:  # not written by this release's retention
+        return f"the log of {which} was deleted ({log.log_reason or 'retention'})"
+    days = (deleted - log.end).days
+    after = f"{days} day{'' if days == 1 else 's'}"
+    return (
+        f"the log of {which} was deleted from the log store on {deleted:%Y-%m-%d},"
+        f" {after} after the try ended on {log.end:%Y-%m-%d}"
+        f" (the scheduler's {log.log_reason})"
+    )
 
 
 def _when(value: datetime | None) -> str:
@@ -122,4 +138,5 @@ def find_try(session: Session, dag: str, run: str, task: str, try_number: int | 
         log_reason=row.log_reason,
         truncated=bool(row.truncated),
         raw_bytes=row.raw_bytes,
+        expired_at=row.expired_at,
     )

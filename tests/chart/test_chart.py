@@ -255,6 +255,7 @@ def test_helm_lint_strict(helm: str, values: Path | None) -> None:
         ("postgres.user=sluice;drop", "/postgres/user"),
         ("postgres.existingSecret=Not_A_Secret", "/postgres/existingSecret"),
         ("taskApi.keysRevision=true", "/taskApi/keysRevision"),
+        ("logs.retentionDays=-1", "/logs/retentionDays"),
     ],
 )
 def test_the_schema_refuses(helm: str, sets: str, message: str) -> None:
@@ -318,6 +319,7 @@ def test_scheduler_flags_and_probes(helm: str) -> None:
     assert flag(args, "--pod-start-timeout") == "300"
     assert flag(args, "--job-ttl") == "3600"
     assert "--log-store" not in args  # no archive unless logs.store is set
+    assert "--log-retention-days" not in args  # every archived log kept unless set
     assert "envFrom" not in scheduler
     assert "--log-json" in args
     ports = {p["name"]: p["containerPort"] for p in scheduler["ports"]}
@@ -862,6 +864,20 @@ def test_task_pods_get_an_account_without_rights_or_token(helm: str) -> None:
         assert (namespace == NAMESPACE) == ("--job-namespace" not in scheduler["args"])
 
 
+def test_log_retention_is_a_scheduler_flag_only_when_set_with_a_store(helm: str) -> None:
+    store = "logs.store=s3://bucket/prefix?region=eu-west-1"
+
+    def args(*sets: str) -> list[str]:
+        docs = render(helm, None, *sets)
+        return list(container(docs, "Deployment", "sluice-scheduler", "scheduler")["args"])
+
+    assert flag(args(store, "logs.retentionDays=30"), "--log-retention-days") == "30"
+    assert "--log-retention-days" not in args(store)  # 0, the default: keep every log
+    assert "--log-retention-days" not in args(store, "logs.retentionDays=0")
+    # Without a store nothing is archived, so nothing to delete (the scheduler refuses it).
+    assert "--log-retention-days" not in args("logs.retentionDays=30")
+
+
 # ---- the non-default values file -----------------------------------------------------
 
 
@@ -878,6 +894,7 @@ def test_non_default_values(helm: str) -> None:
     store = "s3://sluice-logs/prod?endpoint=https://s3.example.com&region=eu-west-1"
     assert flag(args, "--log-store") == store
     assert flag(args, "--log-max-bytes") == "5242880"
+    assert flag(args, "--log-retention-days") == "30"
     assert {"name": "SLUICE_LOG_STORE", "value": store} in scheduler["env"]
     assert scheduler["envFrom"] == [{"secretRef": {"name": "sluice-logs"}}]
     operator = container(docs, "Deployment", "sluice-operator", "operator")

@@ -61,6 +61,16 @@ def test_the_endpoint_may_come_from_the_environment(
     assert (s3.server.root / s3.bucket / "from-env" / KEY).read_bytes() == b"x"
 
 
+def test_delete_many_removes_the_objects_from_the_server(s3: S3Place) -> None:
+    store = open_store(s3.url)
+    keys = [key_for("etl", "manual__x", "load", n) for n in (1, 2)]
+    for key in keys:
+        store.put(key, [b"x"])
+    assert all((s3.directory / key).exists() for key in keys)
+    store.delete_many([*keys, key_for("etl", "manual__x", "load", 3)])  # one never written
+    assert not any((s3.directory / key).exists() for key in keys)
+
+
 def test_a_missing_bucket_is_a_store_error_not_a_missing_archive(s3: S3Place) -> None:
     store = open_store(s3.url.replace(s3.bucket, "no-such-bucket", 1))
     with pytest.raises(StoreError, match="NoSuchBucket") as refused:
@@ -68,6 +78,11 @@ def test_a_missing_bucket_is_a_store_error_not_a_missing_archive(s3: S3Place) ->
     assert not isinstance(refused.value, ArchiveMissing)
     with pytest.raises(StoreError, match="could not write s3://no-such-bucket/"):
         store.put(KEY, [b"x"])
+    # Not "already deleted": retention must not mark a log expired that it could not delete.
+    with pytest.raises(StoreError, match="NoSuchBucket"):
+        store.delete(KEY)
+    with pytest.raises(StoreError, match="NoSuchBucket"):
+        store.delete_many([KEY])
 
 
 def test_while_the_server_is_down_every_call_fails_with_a_store_error_then_works_again(
@@ -85,6 +100,8 @@ def test_while_the_server_is_down_every_call_fails_with_a_store_error_then_works
         store.exists(KEY)
     with pytest.raises(StoreError, match="could not delete"):
         store.delete(KEY)
+    with pytest.raises(StoreError, match=f"could not delete 2 objects under s3://{s3.bucket}/"):
+        store.delete_many([KEY, later])
     s3.start()
     # The same store object (its pooled connections went with the old process).
     write_archive(store, later, [b"after\n"], cap=1000)

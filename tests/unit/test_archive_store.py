@@ -101,6 +101,20 @@ def test_delete_removes_and_deleting_twice_is_fine(log_store: LogStore) -> None:
         log_store.get(KEY)
 
 
+def test_delete_many_removes_every_object_and_missing_ones_are_not_an_error(
+    log_store: LogStore,
+) -> None:
+    keys = [key_for("etl", "manual__x", "load", n) for n in (1, 2, 3, 4)]
+    kept = key_for("etl", "manual__x", "load", 5)
+    for key in [*keys[:3], kept]:  # keys[3] was never written (or deleted before)
+        log_store.put(key, [key.encode()])
+    log_store.delete_many([keys[3], *keys])  # the missing one first
+    assert [log_store.exists(key) for key in keys] == [False] * 4
+    assert b"".join(log_store.get(kept)) == kept.encode()
+    log_store.delete_many(keys)  # all gone already: deleting again is fine
+    log_store.delete_many([])
+
+
 @pytest.mark.parametrize("after", [1000, 6 * MiB], ids=["buffered", "multipart"])
 def test_a_failing_source_stores_nothing_and_its_error_is_the_caller_s(
     log_store: LogStore, after: int

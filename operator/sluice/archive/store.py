@@ -14,7 +14,7 @@ longer is the caller's to retry, not a reason to block a worker for minutes.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import PurePosixPath
@@ -117,6 +117,27 @@ class LogStore:
                 raise StoreError(f"could not delete {self.url_of(key)}: {_message(exc)}") from exc
         except (BaseError, OSError) as exc:
             raise StoreError(f"could not delete {self.url_of(key)}: {_message(exc)}") from exc
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """Delete the objects, in as few requests as the store allows (S3: one per 1,000
+        keys); a key with no object is not an error. On StoreError, some may be deleted."""
+        paths = [self._checked(key) for key in keys]
+        if not paths:
+            return
+        try:
+            obstore.delete(self._store, paths)
+        except FileNotFoundError as exc:
+            if _no_bucket(exc):
+                raise StoreError(
+                    f"could not delete {len(paths)} objects under {self._root}: {_message(exc)}"
+                ) from exc
+            # A directory's bulk delete fails on a missing file (S3's does not): one by one then.
+            for key in keys:
+                self.delete(key)
+        except (BaseError, OSError) as exc:
+            raise StoreError(
+                f"could not delete {len(paths)} objects under {self._root}: {_message(exc)}"
+            ) from exc
 
     def url_of(self, key: str) -> str:
         """Where the key's object is, for people: `s3://bucket/prefix/key` or a file path."""

@@ -28,7 +28,7 @@ from sluice.executors.logsources import (
     PodLogs,
     TryRef,
 )
-from sluice.trylogs import TryLog, TryNotFound, find_try
+from sluice.trylogs import TryLog, TryNotFound, expiry_note, find_try
 
 # How often `--follow` looks again for a try's output that is not there yet.
 FOLLOW_WAIT = 1.0
@@ -64,7 +64,8 @@ def logs(
     """A try's stdout and stderr, after a one-line header (on stderr: which try, its Job or
     pod, node, start, end, state). An ended try's log comes from the log archive, whether or
     not its pod still exists; a running try's from its pod (or local log file), live with
-    --follow. Exits 1, saying why, when the try does not exist or its log was lost."""
+    --follow. Exits 1, saying why, when the try does not exist or its log was lost, or deleted
+    after the scheduler's --log-retention-days."""
     if tail is not None and tail < 0:
         fail(f"--tail must be 0 or more (got {tail})")
     postgres = None
@@ -130,6 +131,8 @@ def _output(
     which = f"try {ref.try_number} of {ref.dag_id} / {ref.run_id} / {ref.task_id}"
     if found.log_state == "lost":
         fail(f"the log of {which} was lost: {found.log_reason}", code=1)
+    if found.log_state == "expired":
+        fail(expiry_note(which, found), code=1)
     if found.log_state == "archived":
         if not log_store:
             fail(

@@ -41,6 +41,7 @@ from sluice.scheduler.archiver import DEFAULT_MAX_BYTES, LogArchiver
 from sluice.scheduler.config import SchedulerConfig
 from sluice.scheduler.contact import HeartbeatRecording
 from sluice.scheduler.loop import SchedulerLoop, utcnow
+from sluice.scheduler.retention import LogRetention
 from sluice.status.publisher import DEFAULT_HISTORY_LIMIT, StatusPublisher
 
 _defaults = SchedulerConfig()
@@ -140,6 +141,13 @@ def scheduler(
             " the archived log says so"
         ),
     ] = DEFAULT_MAX_BYTES,
+    log_retention_days: Annotated[
+        int,
+        typer.Option(
+            help="with --log-store: delete a try's archived log this many days after the try"
+            " ended (`sluice logs` then says when, and why); 0 keeps every log"
+        ),
+    ] = 0,
     task_service_account: k8s.TaskServiceAccount = None,
     task_image_pull_policy: k8s.TaskImagePullPolicy = None,
     publish_status: Annotated[
@@ -227,6 +235,12 @@ def scheduler(
     chosen: Executor
     signer = None
     store = None
+    if log_retention_days < 0:
+        fail(f"--log-retention-days must be 0 (keep every log) or more (got {log_retention_days})")
+    if log_retention_days and not log_store:
+        fail(
+            "--log-retention-days deletes archived logs: it needs --log-store (or SLUICE_LOG_STORE)"
+        )
     if log_store is not None:
         if log_max_bytes < 1024:
             fail(f"--log-max-bytes must be at least 1024 (got {log_max_bytes})")
@@ -343,8 +357,17 @@ def scheduler(
         ):
             return
         if store is not None:
+            retention = (
+                LogRetention(engine, store, log_retention_days, clock=clock)
+                if log_retention_days
+                else None
+            )
             archiver = LogArchiver(
-                engine, store, _log_source(chosen, settings, log_dir), max_bytes=log_max_bytes
+                engine,
+                store,
+                _log_source(chosen, settings, log_dir),
+                max_bytes=log_max_bytes,
+                retention=retention,
             )
             if not until_reachable("starting the log archiver", archiver.start, stopped):
                 return

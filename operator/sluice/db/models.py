@@ -410,7 +410,8 @@ class LogOutbox(Base):
 
 
 class TaskLog(Base):
-    """What became of a try's log: 'archived' (where, how big, cut or not) or 'lost' (why)."""
+    """What became of a try's log: 'archived' (where, how big, cut or not), 'lost' (why), or
+    'expired' (archived, then deleted after the retention: when, and under which setting)."""
 
     __tablename__ = "task_log"
 
@@ -427,8 +428,19 @@ class TaskLog(Base):
     source: Mapped[str | None] = mapped_column(Text)  # the pod (namespace/name) or file
     node: Mapped[str | None] = mapped_column(Text)
     archived_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    expired_at: Mapped[datetime | None]  # migration 0016
 
-    __table_args__ = (Index("ix_task_log_archived_at", "archived_at"),)
+    __table_args__ = (
+        Index("ix_task_log_archived_at", "archived_at"),
+        # The archived logs, oldest first: the next to expire (migration 0016).
+        Index(
+            "ix_task_log_to_expire",
+            "archived_at",
+            "task_instance_id",
+            "try_number",
+            postgresql_where=text("state = 'archived'"),
+        ),
+    )
 
 
 class RunPublication(Base):

@@ -153,7 +153,7 @@ DAGRUN_OBJECTS_PRUNED = Counter(
     " --dagrun-history-limit newer ones (the runs stay in the database)",
 )
 
-# -- the log archiver (archive/worker.py) ------------------------------------------------
+# -- the log archiver (scheduler/archiver.py, retention.py) -------------------------------
 
 LOGS_ARCHIVED = Counter(
     "sluice_logs_archived",
@@ -161,4 +161,9 @@ LOGS_ARCHIVED = Counter(
     " store), lost (its pod or file was gone first; task_log says why), later (the store or"
     " the API server did not answer: asked again after a backoff)",
     ["outcome"],
+)
+LOGS_EXPIRED = Counter(
+    "sluice_logs_expired",
+    "Archived logs this replica deleted from the log store because their try ended longer"
+    " ago than --log-retention-days (task_log keeps them as expired)",
 )

@@ -12,7 +12,8 @@ replica copies it again to the same key, so a log is stored once whatever
 happens. Storage that is down, or an API server that does not answer, only
 delays a row (`last_error`, a growing backoff); a pod already gone makes the
 log lost, with the reason. Nothing here runs in the scheduling loop: it never
-waits for an archive.
+waits for an archive. Between its passes the thread also deletes the archives
+past the retention, when there is one (`retention.py`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ from sluice.executors.logsources import (
     try_location,
 )
 from sluice.metrics import families as metrics
+from sluice.scheduler.loop import Due
+from sluice.scheduler.retention import INTERVAL as RETENTION_INTERVAL
+from sluice.scheduler.retention import LogRetention
 
 log = structlog.get_logger("sluice.archive")
 
@@ -118,6 +122,8 @@ class LogArchiver:
         lease: float = LEASE_SECONDS,
         batch: int = BATCH,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        retention: LogRetention | None = None,
+        retention_interval: float = RETENTION_INTERVAL,
     ) -> None:
         self.engine = engine
         self.store = store
@@ -126,6 +132,9 @@ class LogArchiver:
         self.lease = lease
         self.batch = batch
         self.clock = clock
+        self.retention = retention
+        # At once, then once per interval, or again at once after a full batch.
+        self._retention_due = Due(retention_interval, clock())
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -223,14 +232,28 @@ class LogArchiver:
         self._thread = threading.Thread(target=self._run, name="log-archiver", daemon=True)
         self._thread.start()
 
+    def step(self) -> bool:
+        """One turn of the thread: archive what is due, then expire a batch if that is due;
+        True if either may have left work (the thread goes on without waiting)."""
+        try:
+            busy = self.run_once() > 0
+        except Exception as exc:  # the database is away: the next pass tries again
+            log.warning("log archiver pass failed", error=f"{type(exc).__name__}: {exc}")
+            busy = False
+        now = self.clock()
+        if self.retention is None or not self._retention_due(now):
+            return busy
+        try:
+            full = self.retention.expire_once() >= self.retention.batch
+        except Exception as exc:  # the store or the database: the next period tries again
+            log.warning("expiring old logs failed", error=f"{type(exc).__name__}: {exc}")
+            full = False
+        self._retention_due.ran(now, again=full)
+        return busy or full
+
     def _run(self) -> None:
         while not self._halt.is_set():
-            try:
-                busy = self.run_once() > 0
-            except Exception as exc:  # the database is away: the next pass tries again
-                log.warning("log archiver pass failed", error=f"{type(exc).__name__}: {exc}")
-                busy = False
-            if not busy:
+            if not self.step():
                 self._halt.wait(1.0)
 
     def stop(self) -> None:
