@@ -423,10 +423,12 @@ def start_replicas(
     keys: Path,
     log_dir: Path,
     sidecar: bool = True,
+    log_store: str | None = None,
 ) -> tuple[list[subprocess.Popen[bytes]], list[Path]]:
     """`sluice scheduler --executor kubernetes` replicas, sharing the task API's address
     (SO_REUSEPORT, as replicas behind one Service). Without `sidecar`, no task API: task
-    pods get no heartbeat sidecar, and the replicas heartbeat the tries they watch."""
+    pods get no heartbeat sidecar, and the replicas heartbeat the tries they watch. With
+    `log_store`, each archives the tries' logs there."""
     port = _free_port(node_ip)
     sluice = Path(sys.executable).with_name("sluice")
     procs, logs = [], []
@@ -448,6 +450,7 @@ def start_replicas(
                 else []
             ),
             "--task-image-pull-policy", "IfNotPresent",
+            *(["--log-store", log_store] if log_store else []),
             "--no-migrate",
             "--log-json",
             *os.environ.get("SLUICE_BENCH_REPLICA_ARGS", "").split(),
@@ -565,6 +568,36 @@ def _wait_for_runs(
         time.sleep(0.5)
 
 
+def _wait_for_archives(
+    engine: Engine, procs: list[subprocess.Popen[bytes]], timeout: float, result: K8sTrial
+) -> str | None:
+    """Wait until the log outbox is empty (every ended try's log archived or lost), then
+    count them; None, else why not."""
+    started = time.monotonic()
+    while True:
+        for i, proc in enumerate(procs):
+            if proc.poll() is not None:
+                return f"replica {i} exited with {proc.returncode}"
+        with engine.connect() as conn:
+            waiting = conn.execute(text("SELECT count(*) FROM log_outbox")).scalar_one()
+        if not waiting:
+            break
+        if time.monotonic() - started > timeout:
+            return f"timed out after {timeout:.0f}s: {waiting} logs not yet archived"
+        time.sleep(0.2)
+    result.archive_drain_s = round(time.monotonic() - started, 2)
+    with engine.connect() as conn:
+        states: dict[str, int] = {
+            row.state: row.n
+            for row in conn.execute(
+                text("SELECT state, count(*) AS n FROM task_log GROUP BY state")
+            )
+        }
+    result.archived = int(states.get("archived", 0))
+    result.archive_lost = int(states.get("lost", 0))
+    return None
+
+
 def _task_rows(engine: Engine) -> list[dict[str, Any]]:
     with engine.connect() as conn:
         return [
@@ -615,8 +648,10 @@ def run_trial(
     console: Console,
 ) -> K8sTrial:
     loads = workloads(opts.shapes.split(","), opts.dags, opts.tasks)
-    namespace = f"{NS_PREFIX}{stamp.lower()}-r{replicas}-{trial}" + (
-        "-nosidecar" if opts.no_sidecar else ""
+    namespace = (
+        f"{NS_PREFIX}{stamp.lower()}-r{replicas}-{trial}"
+        + ("-nosidecar" if opts.no_sidecar else "")
+        + ("-archive" if opts.archive else "")
     )
     result = K8sTrial(
         shapes=opts.shapes.split(","),
@@ -628,9 +663,14 @@ def run_trial(
         pool_slots=opts.pool_slots,
         tasks_total=sum(w.total_tasks for w in loads),
         sidecar=not opts.no_sidecar,
+        archive=opts.archive,
     )
     result.foreign = wait_quiet(cluster, opts.quiet_for, opts.quiet_wait, console)
-    db_name = f"sluice_k8s_bench_r{replicas}_{trial}" + ("_nosidecar" if opts.no_sidecar else "")
+    db_name = (
+        f"sluice_k8s_bench_r{replicas}_{trial}"
+        + ("_nosidecar" if opts.no_sidecar else "")
+        + ("_archive" if opts.archive else "")
+    )
     url = pg.create(db_name, TEMPLATE)
     engine = make_engine(url, application_name="sluice-bench-harness")
     log_dir = RESULTS / "logs"
@@ -656,6 +696,7 @@ def run_trial(
             keys=keys,
             log_dir=log_dir,
             sidecar=not opts.no_sidecar,
+            log_store=(log_dir / f"{namespace}-archive").as_uri() if opts.archive else None,
         )
         deadline = time.monotonic() + 120
         while _registered(engine) < replicas:
@@ -705,6 +746,10 @@ def run_trial(
             look_around,
         )
         result.foreign["namespaces_during"] = sorted(seen)
+        if opts.archive and not problem:
+            # The window runs on until every ended try's log is archived: its reads and
+            # CPU are the archive's cost.
+            problem = _wait_for_archives(engine, procs, opts.timeout, result)
         after = cluster.request_totals()
         result.api_window_s = round(time.monotonic() - api_t0, 2)
         cpu, busy, window, restarted = meter.read()
@@ -827,6 +872,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="A/B: no task API, so task pods run without the heartbeat sidecar",
     )
+    parser.add_argument(
+        "--archive",
+        action="store_true",
+        help="the replicas archive every try's log (--log-store, a directory): its cost",
+    )
     parser.add_argument("--keep-namespace", action="store_true", help="debugging: keep it")
     parser.add_argument(
         "--render", nargs="+", metavar="FILE.json", help="print saved runs' tables (merged)"
@@ -928,6 +978,7 @@ def main(argv: list[str] | None = None) -> int:
                     namespace="",
                     pool_slots=opts.pool_slots,
                     sidecar=not opts.no_sidecar,
+                    archive=opts.archive,
                     status="interrupted",
                     errors=["the benchmark process ended during this trial"],
                     tasks_total=opts.dags * opts.tasks,

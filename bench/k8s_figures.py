@@ -58,6 +58,8 @@ HEADLINE = [name for name, _, _ in TOTALS[:3]]
 # informer and writes jobs/status; the TTL controller's reads and deletes come an
 # hour after a Job finished.)
 SLUICE_JOB_VERBS = {"POST": "create", "GET": "get", "DELETE": "delete", "LIST": "list"}
+# Reads of a try's output: only the log archiver makes them in a trial (`--archive`).
+SLUICE_LOG_READ = ("GET", "pods", "log")
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -217,12 +219,16 @@ def without_watches(counts: Mapping[str, int]) -> dict[str, int]:
 
 
 def sluice_requests(counts: Mapping[str, int]) -> dict[str, int]:
-    """Sluice's requests in a trial, by the executor's verb names (see SLUICE_JOB_VERBS)."""
+    """Sluice's requests in a trial, by the executor's verb names (see SLUICE_JOB_VERBS), and
+    the archiver's reads of the tries' logs (`log`)."""
     out: dict[str, int] = {}
     for verb, name in SLUICE_JOB_VERBS.items():
         n = counts.get(request_key(verb, "jobs"), 0)
         if n:
             out[name] = n
+    logs = counts.get(request_key(*SLUICE_LOG_READ), 0)
+    if logs:
+        out["log"] = logs
     return out
 
 
@@ -284,6 +290,12 @@ class K8sTrial:
     namespace: str
     pool_slots: int
     sidecar: bool = True  # task pods ran the heartbeat sidecar (replicas served the task API)
+    # The replicas archived every try's log (--log-store, a directory): how many were
+    # archived and lost, and how long after the last run ended the last archive was.
+    archive: bool = False
+    archived: int = 0
+    archive_lost: int = 0
+    archive_drain_s: float = math.nan
     commit: str = ""  # the code measured (set when a saved run is rendered)
     status: str = "ok"  # ok, failed, timed out
     errors: list[str] = field(default_factory=list)

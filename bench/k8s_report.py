@@ -24,7 +24,11 @@ def _f(value: float | None, digits: int = 0) -> str:
 
 def _name(t: K8sTrial) -> str:
     at = f" @{t.commit}" if t.commit else ""
-    return f"x{t.replicas} #{t.trial}{at}" + ("" if t.sidecar else " no sidecar")
+    return (
+        f"x{t.replicas} #{t.trial}{at}"
+        + ("" if t.sidecar else " no sidecar")
+        + (" archive" if t.archive else "")
+    )
 
 
 def _spread(t: K8sTrial, segment: str, with_mean: bool = False) -> str:
@@ -63,7 +67,13 @@ def verdicts(t: K8sTrial) -> list[str]:
         f"({t.scheduler_marginal_ms_per_task / 1000:.1%} of a core per Job/s; for reading "
         "only: the target is on the total)"
     )
-    return [cpu, api] if math.isnan(idle) else [cpu, split, api]
+    lines = [cpu, api] if math.isnan(idle) else [cpu, split, api]
+    if t.archive:
+        lines.append(
+            f"logs archived {t.archived:,} (lost {t.archive_lost:,}), the last "
+            f"{_f(t.archive_drain_s, 1)} s after the last run ended (inside the window above)"
+        )
+    return lines
 
 
 def _status(t: K8sTrial, width: int = 90) -> str:
