@@ -189,8 +189,7 @@ def _select_task_api(rel: Release, component: str) -> None:
 
 
 def _kept_pod(rel: Release, dag: str, task: str) -> dict[str, object]:
-    (pod,) = rel.json("get", "pods", "-l", f"sluice.io/dag={dag},sluice.io/task={task}",
-                      "-o", "json")["items"]  # fmt: skip
+    (pod,) = rel.json("pods", "-l", f"sluice.io/dag={dag},sluice.io/task={task}")["items"]
     return pod  # type: ignore[no-any-return]
 
 
