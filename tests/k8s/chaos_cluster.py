@@ -540,6 +540,16 @@ class ClusterChaos:
             return None
         return Fault(self._t(), "kill_scheduler", victim, "holding tries" if held else "")
 
+    def sidecar_log(self, ti_id: int, try_number: int, lines: int = 40) -> str:
+        """The last lines of a try's heartbeat sidecar's log (its pod kept, stopped, until
+        its Job's TTL), or why there is none."""
+        selector = f"sluice.io/ti={ti_id},sluice.io/try={try_number}"
+        proc = self.rel.cluster.kubectl(
+            "-n", self.rel.namespace, "logs", "-l", selector, "-c", "sluice-heartbeat",
+            f"--tail={lines}", "--timestamps", check=False,
+        )  # fmt: skip
+        return proc.stdout if proc.returncode == 0 else f"(no log: {proc.stderr.strip()[:300]})"
+
     def _fault_stop_scheduler(self) -> Fault | None:
         candidates = []
         for pod in self._scheduler_pods():
@@ -566,13 +576,23 @@ class ClusterChaos:
                 os.kill(pid, sig)
 
     def _restart(self, name: str) -> Fault | None:
+        """Stopped (SIGTERM; the API server's graceful shutdown can take the whole minute
+        before its SIGKILL, serving no new request meanwhile), then down `seconds` more.
+        The fault is dated when the SIGTERM went, and says how long the stop took."""
         component = self.components[name]
         if any(c.down_until is not None for c in self.components.values()):
             return None  # one control-plane outage at a time
         seconds = self.rng.uniform(*COMPONENT_DOWN)
+        at = self._t()
         component.stop()
+        stopping = self._t() - at
         component.down_until = time.monotonic() + seconds
-        return Fault(self._t(), f"restart_{name.removeprefix('kube-')}", name, f"{seconds:.0f}s")
+        return Fault(
+            at,
+            f"restart_{name.removeprefix('kube-')}",
+            name,
+            f"{stopping:.0f}s to stop, then {seconds:.0f}s down",
+        )
 
     def _fault_restart_apiserver(self) -> Fault | None:
         return self._restart("kube-apiserver")

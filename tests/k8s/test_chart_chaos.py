@@ -55,14 +55,25 @@ def test_the_job_executor_holds_every_invariant_under_cluster_faults(
             checker = chaos.check()
         finally:
             chaos.stop()
-        report = chaos.report(checker)
-        healthy_killed = [
-            f"task instance {z['task_instance_id']} try {z['try_number']}: {z['reason']}"
-            for z in checker.zombies
-            if (z["evidence"] or {}).get("executor_says") == "alive"
+        killed = [
+            z for z in checker.zombies if (z["evidence"] or {}).get("executor_says") == "alive"
         ]
-        if healthy_killed:
-            report["violations"]["no healthy task pod killed as a zombie"] = healthy_killed
+        # The evidence to find why: each killed pod's heartbeat sidecar log (the pod is
+        # kept, stopped, until its Job's TTL) and the zombie verdict's evidence.
+        report_extra = {
+            f"{z['task_instance_id']}/{z['try_number']}": {
+                "evidence": z["evidence"],
+                "sidecar_log": chaos.sidecar_log(z["task_instance_id"], z["try_number"]),
+            }
+            for z in killed
+        }
+        report = chaos.report(checker)
+        if killed:
+            report["violations"]["no healthy task pod killed as a zombie"] = [
+                f"task instance {z['task_instance_id']} try {z['try_number']}: {z['reason']}"
+                for z in killed
+            ]
+            report["healthy_pods_killed"] = report_extra
         text = json.dumps(report, indent=2, default=str)
         print(text)
         if os.environ.get("SLUICE_CHAOS_REPORT"):
