@@ -96,3 +96,59 @@ def test_a_dead_replica_s_try_is_adopted_past_more_stale_tries_of_a_live_one(
         )
     assert owners.pop(ids[-1]) == me
     assert set(owners.values()) == {live if many_owner == "another live replica" else me}
+
+
+class PodsGone(ScriptedExecutor):
+    """Tries that heartbeat themselves, every pod gone without a result (deleted)."""
+
+    name = "pods-gone"
+    pods_heartbeat = True
+
+    def inspect(self, key: tuple[int, int], external_id: str | None) -> Inspection:
+        return Inspection(state="gone")
+
+
+@pytest.mark.parametrize("heartbeat_seconds_ago", [2.7, 61.0])
+def test_a_dead_replicas_try_gone_from_sight_is_a_zombie_only_once_its_heartbeat_is_stale(
+    sessions: sessionmaker[Session], heartbeat_seconds_ago: float
+) -> None:
+    """A dead replica's try is a candidate whatever its heartbeat (to be adopted at once
+    if alive), but a zombie takes both signals: its pod gone, and silence for the
+    threshold. Deleted 2.7 s after its last heartbeat, it waits (the third cluster soak
+    judged it at once); silent for 61 s against 60, it is a zombie."""
+    register(sessions, manifest("one", [{"name": "t"}]))
+    trigger(sessions, "one", T0)
+    with sessions() as session:
+        me = _replica(session, 0)
+        dead = _replica(session, 30, state="dead")
+        session.execute(
+            text(
+                "UPDATE task_instance SET state = 'running', try_number = 1,"
+                " running_by_job_id = :dead, start_date = :claimed,"
+                " last_heartbeat_at = :beat, external_id = 'job-' || id"
+            ),
+            {
+                "dead": dead,
+                "claimed": T0 - timedelta(minutes=10),
+                "beat": T0 - timedelta(seconds=heartbeat_seconds_ago),
+            },
+        )
+        session.commit()
+
+    with sessions() as session:
+        plan = housekeeping.plan_stale_tries(
+            session,
+            SpecCache(),
+            PodsGone(),
+            T0,
+            job_id=me,
+            threshold=60,
+            dead_after=30,
+            kill_after=300,
+        )
+    assert not plan.adoptions
+    if heartbeat_seconds_ago < 60:
+        assert not plan.events
+    else:
+        (event,) = plan.events
+        assert (event.reason or "").startswith("zombie: no heartbeat since")

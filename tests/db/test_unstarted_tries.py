@@ -127,6 +127,11 @@ def test_a_try_that_heartbeated_is_a_zombie_not_queued_again(
     executor = JobLike()
     b = make_loop(sessions, executor, clock, **FAST)
     _tick(b, clock, 3)
+    with sessions() as session:  # it heartbeated lately: gone, but not silent yet
+        row = ti_row(session, "unstarted", "t")
+        assert (row.state, row.try_number) == (TaskState.RUNNING, 1)
+    clock.advance(seconds=FAST["zombie_threshold"])  # silent past the threshold
+    _tick(b, clock, 2)
     with sessions() as session:
         row = ti_row(session, "unstarted", "t")
         assert (row.state, row.try_number) == (TaskState.FAILED, 1)

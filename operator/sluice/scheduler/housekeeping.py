@@ -295,6 +295,7 @@ def plan_stale_tries(
     self_beating = executor.pods_heartbeat
     # Tries this replica's executor still runs, whose heartbeat it refreshes itself.
     ours = [] if self_beating else list(executor.alive())
+    quiet_before = silent_before(now, threshold, contact, tries=True)
     candidates = session.execute(
         select(
             TaskInstance.id,
@@ -310,7 +311,7 @@ def plan_stale_tries(
         .where(
             TaskInstance.state == TaskState.RUNNING,
             or_(
-                TaskInstance.last_heartbeat_at < silent_before(now, threshold, contact, tries=True),
+                TaskInstance.last_heartbeat_at < quiet_before,
                 # Tries that heartbeat themselves stay fresh while their owner is dead:
                 # they are adopted as soon as the owner is, not once they end.
                 *([TaskInstance.running_by_job_id.not_in(live_jobs)] if self_beating else []),
@@ -387,6 +388,12 @@ def plan_stale_tries(
             continue
         if seen.stops_within is not None and stale_for < seen.stops_within:
             continue  # it may still run (or start) out of sight, but stops itself by then
+        if row.last_heartbeat_at >= quiet_before:
+            # A dead replica's try (a candidate for adoption) that heartbeated lately:
+            # gone to the executor's eye, but a zombie takes both signals (invariant 7),
+            # so it waits out the threshold like any other (the third cluster soak: a
+            # pod deleted 2.7 s after its last heartbeat was judged at once).
+            continue
         verdict = _verdict(owner == job_id, row.external_id, seen)
         _zombie(plan, row, now, job_id, threshold, owner, live_jobs, seen, verdict)
     return plan
