@@ -67,7 +67,7 @@ from kubernetes.client.exceptions import ApiException
 from sluice.executors.base import Inspection, TaskEvent, TaskLaunch
 from sluice.executors.kubernetes import names
 from sluice.executors.kubernetes.manifest import JobSettings, PodTemplateError, build_job
-from sluice.executors.kubernetes.namespaces import Scope, Watches
+from sluice.executors.kubernetes.namespaces import RESYNC_SETTLE, Scope, Watches
 from sluice.executors.kubernetes.outcome import Verdict, job_finished, judge, k8s_time
 from sluice.executors.kubernetes.watch import TryCache
 from sluice.spec.states import TaskState
@@ -571,12 +571,17 @@ class KubernetesExecutor:
                 return Inspection(state="unreachable")
             job = cache.job(name)
             pod = cache.newest_pod(name)
+            # Right after a relist (an API server outage) a pod that ended meanwhile still
+            # looks running until its kubelet reports again: too soon to call it alive
+            # and silent (the cluster chaos run killed such pods; issue 29).
+            unsettled = cache.relisted_within(RESYNC_SETTLE)
         else:
             # Another replica's try: not in this replica's watches, so read it.
             seen = self._read_try(key, namespace, name)
             if seen is None:
                 return Inspection(state="unreachable")
             job, pod = seen
+            unsettled = False
         now = self._clock()
         verdict = judge(
             job,
@@ -587,6 +592,8 @@ class KubernetesExecutor:
             pod_start_timeout=float("inf"),
             skip_on_exit_code=frozenset(),
         )
+        if verdict.phase == "running" and unsettled:
+            return Inspection(state="unreachable", evidence={**verdict.evidence, "relisted": True})
         if verdict.phase in ("starting", "running"):
             return Inspection(
                 state="alive",

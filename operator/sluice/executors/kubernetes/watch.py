@@ -50,8 +50,13 @@ from sluice.executors.kubernetes import names
 log = structlog.get_logger("sluice.executors.kubernetes")
 
 Key = tuple[int, int]
-WATCH_SECONDS = 60  # the server ends each watch after this; we resume from the last version
-READ_TIMEOUT = 90  # a silent connection (no event, no bookmark) for this long is dead
+WATCH_SECONDS = 15  # the server ends each watch after this; we resume from the last version
+# A watch that sends nothing (no event, no bookmark, no end) for this long is dead. An
+# API server shutting down held its watches open for a minute and sent nothing: the
+# cache looked synced while pods ended unseen, and a replica killed them as silent (the
+# cluster chaos run, issue 29). Kept under the chaos run's kill threshold (30 s).
+WATCH_READ_TIMEOUT = WATCH_SECONDS + 10
+LIST_READ_TIMEOUT = 90
 MAX_BACKOFF = 10.0
 # The Events the third watch selects: a Job's pod that could not be created.
 FAILED_CREATE_SELECTOR = "involvedObject.kind=Job,reason=FailedCreate"
@@ -79,6 +84,7 @@ class _Kind:
         self.synced = False
         self.resource_version: str | None = None
         self.relists = 0
+        self.relisted_at: float | None = None  # time.monotonic() of the last LIST
         self.gone = 0  # 410s: history compacted or the API server restarted
         self.errors = 0
 
@@ -117,6 +123,18 @@ class TryCache:
     def synced(self) -> bool:
         with self._lock:
             return all(self._kinds[kind].synced for kind in ESSENTIAL)
+
+    def relisted_within(self, seconds: float) -> bool:
+        """Did a watch of this cache LIST again less than `seconds` ago (after an error,
+        a 410)? Then its objects are what kubelets reported before the outage: a pod that
+        ended meanwhile may still look running until its kubelet reports again."""
+        now = time.monotonic()
+        with self._lock:
+            return any(
+                self._kinds[kind].relisted_at is not None
+                and now - self._kinds[kind].relisted_at < seconds  # type: ignore[operator]
+                for kind in ESSENTIAL
+            )
 
     def job(self, name: str) -> dict[str, Any] | None:
         with self._lock:
@@ -253,7 +271,7 @@ class TryCache:
             self.namespace,
             **self._selection(state.kind),
             _preload_content=False,
-            _request_timeout=(10, READ_TIMEOUT),
+            _request_timeout=(10, LIST_READ_TIMEOUT),
         )
         body = json.loads(response.data)
         items = body.get("items") or []
@@ -265,6 +283,7 @@ class TryCache:
             state.resource_version = body["metadata"]["resourceVersion"]
             state.synced = True
             state.relists += 1
+            state.relisted_at = time.monotonic()
             self._everything = True
         log.debug("relisted", kind=state.kind, objects=len(items))
         self._changed()
@@ -281,7 +300,7 @@ class TryCache:
             watch=True,
             timeout_seconds=WATCH_SECONDS,
             _preload_content=False,
-            _request_timeout=(10, READ_TIMEOUT),
+            _request_timeout=(10, WATCH_READ_TIMEOUT),
         )
         try:
             status = getattr(response, "status", 200)
