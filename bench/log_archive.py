@@ -99,10 +99,9 @@ def _reset_peak() -> bool:
     return True
 
 
-def worker(database_url: str, store_url: str, log_dir: Path, expected: int) -> None:
+def worker(database_url: str, store_url: str, log_dir: Path, share: int) -> None:
     """One archiver: ready -> (a line on stdin) -> run_once until nothing is taken -> a JSON
-    line of what it did and cost on stdout."""
-
+    line of what it did and cost on stdout; `share`: the logs it may expect to take."""
     configure_logging()
     engine = make_engine(database_url)
     archiving = archiver.LogArchiver(
@@ -123,7 +122,7 @@ def worker(database_url: str, store_url: str, log_dir: Path, expected: int) -> N
     while (n := archiving.run_once()) > 0:
         taken += n
         passes += 1
-        if rss_after_tenth is None and taken * 10 >= expected:
+        if rss_after_tenth is None and taken * 10 >= share:
             rss_after_tenth = _status_kib("VmRSS")
     done = time.monotonic()
     usage1 = resource.getrusage(resource.RUSAGE_SELF)
@@ -251,6 +250,7 @@ class Trial:
     postgres_cpu_ms_per_log: float = 0.0
     peak_rss_mib: float = 0.0  # the largest archiver's peak while archiving
     rss_ready_mib: float = 0.0  # that archiver's RSS when ready
+    rss_added_mib: float = 0.0  # the most any archiver's peak rose above its RSS when ready
     process_maxrss_mib: float = 0.0  # the largest archiver's ru_maxrss, over its whole life
     children: list[dict[str, Any]] = field(default_factory=list)
 
@@ -381,7 +381,7 @@ def run_trial(
             return result
         env = _child_env(backend.env)
         with (work / f"{label}.stderr").open("w") as err_log:
-            argv = ["--worker", url, store_url, str(log_dir), str(len(tries))]
+            argv = ["--worker", url, store_url, str(log_dir), str(len(tries) // archivers)]
             procs = [_spawn(argv, env, err_log) for _ in range(archivers)]
         deadline = time.monotonic() + 120
         for proc in procs:
@@ -445,6 +445,13 @@ def _figures(
     result.peak_rss_mib = (biggest["peak_archiving_kib"] or biggest["process_maxrss_kib"]) / 1024
     result.rss_ready_mib = biggest["rss_ready_kib"] / 1024
     result.process_maxrss_mib = max(a["process_maxrss_kib"] for a in answers) / 1024
+    result.rss_added_mib = (
+        max(
+            (a["peak_archiving_kib"] or a["process_maxrss_kib"]) - a["rss_ready_kib"]
+            for a in answers
+        )
+        / 1024
+    )
 
 
 def _check(
@@ -567,6 +574,7 @@ def summarize(trials: list[Trial]) -> list[dict[str, Any]]:
                 "ratio": med("ratio"),
                 "peak_rss_mib": med("peak_rss_mib"),
                 "rss_ready_mib": med("rss_ready_mib"),
+                "rss_added_mib": med("rss_added_mib"),
                 "cpu_ms_per_log": med("cpu_ms_per_log"),
                 "postgres_cpu_ms_per_log": med("postgres_cpu_ms_per_log"),
             }
@@ -588,7 +596,8 @@ def print_trial(console: Console, t: Trial) -> None:
     console.print(
         f"{t.arm:<8} trial {t.trial + 1}: {t.wall_s:7.2f} s, {t.logs_per_s:7.1f} logs/s,"
         f" {t.mib_per_s:6.1f} MiB/s, stored {t.stored_bytes / MIB:.1f} MiB (x{t.ratio:.2f}),"
-        f" peak RSS {t.peak_rss_mib:.1f} MiB (ready {t.rss_ready_mib:.1f}; life"
+        f" peak RSS {t.peak_rss_mib:.1f} MiB (ready {t.rss_ready_mib:.1f}, archiving adds"
+        f" {t.rss_added_mib:.1f}; life"
         f" {t.process_maxrss_mib:.1f}), CPU {t.cpu_ms_per_log:.1f} ms/log"
         f" + Postgres {t.postgres_cpu_ms_per_log:.1f}; RSS MiB ready->10%->end: {rss}; {status}",
         highlight=False,
@@ -598,7 +607,8 @@ def print_trial(console: Console, t: Trial) -> None:
 def print_summary(console: Console, rows: list[dict[str, Any]]) -> None:
     table = Table(title="Medians of the ok trials per arm")
     for name in ("arm", "trials ok/run", "wall s", "logs/s", "MiB/s", "ratio",
-                 "peak RSS MiB (ready)", "CPU ms/log", "Postgres CPU ms/log"):  # fmt: skip
+                 "peak RSS MiB (ready)", "RSS added MiB", "CPU ms/log",
+                 "Postgres CPU ms/log"):  # fmt: skip
         table.add_column(name, justify="left" if name == "arm" else "right")
     for r in rows:
         table.add_row(
@@ -609,6 +619,7 @@ def print_summary(console: Console, rows: list[dict[str, Any]]) -> None:
             _fmt(r["mib_per_s"], ".1f"),
             _fmt(r["ratio"], ".2f"),
             f"{_fmt(r['peak_rss_mib'], '.1f')} ({_fmt(r['rss_ready_mib'], '.1f')})",
+            _fmt(r["rss_added_mib"], ".1f"),
             _fmt(r["cpu_ms_per_log"], ".2f"),
             _fmt(r["postgres_cpu_ms_per_log"], ".2f"),
         )

@@ -25,7 +25,7 @@ def test_generated_logs_are_lines_of_the_size_asked_that_gzip_plausibly() -> Non
     assert data != log_text(8, SIZE)
     lines = data.decode().splitlines()
     assert lines[0].startswith("2026-12-01T02:00:07")
-    assert len(set(line.split("] ", 1)[-1][:12] for line in lines)) > 5  # some variety
+    assert len({line.split("] ", 1)[-1][:12] for line in lines}) > 5  # some variety
     ratio = len(data) / len(zlib.compress(data, 6))
     assert 3 < ratio < 10, ratio
 
@@ -56,6 +56,7 @@ def test_a_tiny_run_archives_every_log_once_with_sizes_that_add_up(
         assert trial["wall_s"] > 0
         assert trial["cpu_ms_per_log"] > 0
         assert trial["peak_rss_mib"] >= trial["rss_ready_mib"] > 0
+        assert trial["rss_added_mib"] >= 0
     assert [r["arm"] for r in saved["summary"]] == ["file x1", "file x2"]
     assert all(r["ok"] == r["trials"] == 1 for r in saved["summary"])
     assert saved["commit"]
