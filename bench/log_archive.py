@@ -57,7 +57,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import Engine, text
 
-from bench.common import RESULTS, Postgres, cpu_seconds
+from bench.common import RESULTS, Postgres, cpu_seconds, machine_busy
 from bench.logtext import DESCRIPTION, log_text
 from sluice.archive import store as archive_store
 from sluice.archive.compress import read_archive
@@ -252,6 +252,7 @@ class Trial:
     rss_ready_mib: float = 0.0  # that archiver's RSS when ready
     rss_added_mib: float = 0.0  # the most any archiver's peak rose above its RSS when ready
     process_maxrss_mib: float = 0.0  # the largest archiver's ru_maxrss, over its whole life
+    machine_busy_cores: float = 0.0  # every process's, over the wall time: others' load shows
     children: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -387,6 +388,7 @@ def run_trial(
         for proc in procs:
             _read_line(proc, deadline)
         pg_before = cpu_seconds(pg.pid)
+        busy_before = machine_busy()
         t0 = time.monotonic()
         for proc in procs:
             assert proc.stdin is not None
@@ -394,6 +396,12 @@ def run_trial(
             proc.stdin.flush()
         deadline = time.monotonic() + CHILD_TIMEOUT
         answers = [_read_line(proc, deadline) for proc in procs]
+        busy_after = machine_busy()
+        result.machine_busy_cores = (
+            (busy_after[0] - busy_before[0])
+            / max(busy_after[1] - busy_before[1], 1.0)
+            * (os.cpu_count() or 1)
+        )
         for proc, answer in zip(procs, answers, strict=True):
             _, status, usage = os.wait4(proc.pid, 0)
             proc.returncode = os.waitstatus_to_exitcode(status)
@@ -599,7 +607,8 @@ def print_trial(console: Console, t: Trial) -> None:
         f" peak RSS {t.peak_rss_mib:.1f} MiB (ready {t.rss_ready_mib:.1f}, archiving adds"
         f" {t.rss_added_mib:.1f}; life"
         f" {t.process_maxrss_mib:.1f}), CPU {t.cpu_ms_per_log:.1f} ms/log"
-        f" + Postgres {t.postgres_cpu_ms_per_log:.1f}; RSS MiB ready->10%->end: {rss}; {status}",
+        f" + Postgres {t.postgres_cpu_ms_per_log:.1f}; machine busy"
+        f" {t.machine_busy_cores:.2f} cores; RSS MiB ready->10%->end: {rss}; {status}",
         highlight=False,
     )
 
@@ -727,6 +736,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
             "cpu_method": "getrusage(RUSAGE_SELF) user+sys of each archiver over its archiving",
             "skipped": skipped,
+            "load_at_end": os.getloadavg(),
             "trials": [asdict(t) | {"arm": t.arm} for t in trials],
             "summary": rows,
         }
