@@ -27,7 +27,7 @@ against the bytes on disk) and the ratio, CPU (user+sys, from getrusage in
 each archiver over its archiving, all threads: obstore's runtime too) per log,
 Postgres's CPU per log, and memory: each archiver's RSS when ready, and its
 peak while archiving (VmHWM, reset when ready via /proc/self/clear_refs, so
-the imports' peak does not hide it; the whole process's ru_maxrss too), and
+the imports' peak does not hide it; that setup peak is reported too), and
 its RSS after the first tenth of its logs against the end (flat or growing).
 Every trial is checked: each log archived once, none cut, the raw bytes add
 up, three archives read back equal to their files.
@@ -112,6 +112,7 @@ def worker(database_url: str, store_url: str, log_dir: Path, share: int) -> None
     with engine.connect() as conn:  # the pool's connection, opened before the clock starts
         conn.execute(text("SELECT 1"))
     rss_ready = _status_kib("VmRSS")
+    peak_setup = _status_kib("VmHWM")
     peak_reset = _reset_peak()
     print(json.dumps({"ready": True}), flush=True)
     sys.stdin.readline()
@@ -137,7 +138,10 @@ def worker(database_url: str, store_url: str, log_dir: Path, share: int) -> None
         "rss_ready_kib": rss_ready,
         "rss_after_tenth_kib": rss_after_tenth,
         "rss_end_kib": _status_kib("VmRSS"),
+        "peak_setup_kib": peak_setup,
+        # None when the kernel would not reset VmHWM: then only the whole life's is known.
         "peak_archiving_kib": _status_kib("VmHWM") if peak_reset else None,
+        "peak_life_kib": max(peak_setup, _status_kib("VmHWM")),
     }
     print(json.dumps(result), flush=True)
 
@@ -248,10 +252,14 @@ class Trial:
     cpu_ms_per_log: float = 0.0
     postgres_cpu_s: float = 0.0
     postgres_cpu_ms_per_log: float = 0.0
+    store_server_cpu_s: float = 0.0  # versitygw's, on the same machine (S3 arms)
+    store_server_cpu_ms_per_log: float = 0.0
     peak_rss_mib: float = 0.0  # the largest archiver's peak while archiving
     rss_ready_mib: float = 0.0  # that archiver's RSS when ready
     rss_added_mib: float = 0.0  # the most any archiver's peak rose above its RSS when ready
-    process_maxrss_mib: float = 0.0  # the largest archiver's ru_maxrss, over its whole life
+    # The largest archiver's peak before it was ready (imports, engine, store). Not
+    # ru_maxrss from wait4: Linux carries the parent's high-water mark across exec.
+    peak_setup_mib: float = 0.0
     machine_busy_cores: float = 0.0  # every process's, over the wall time: others' load shows
     children: list[dict[str, Any]] = field(default_factory=list)
 
@@ -271,6 +279,10 @@ class Backend:
     def place(self, label: str) -> tuple[str, Path]:
         """A fresh store URL and the directory its objects land in."""
         raise NotImplementedError
+
+    def server_cpu_s(self) -> float:
+        """CPU seconds the store's server has used so far (none for a directory)."""
+        return 0.0
 
     def close(self) -> None:
         pass
@@ -309,6 +321,10 @@ class S3Backend(Backend):
         bucket = label.replace("_", "-")
         (self.server.root / bucket).mkdir()
         return self.server.url(bucket, "archives"), self.server.root / bucket
+
+    def server_cpu_s(self) -> float:
+        pid = self.server.pid
+        return 0.0 if pid is None else cpu_seconds(pid)
 
     def close(self) -> None:
         self.server.stop()
@@ -388,6 +404,7 @@ def run_trial(
         for proc in procs:
             _read_line(proc, deadline)
         pg_before = cpu_seconds(pg.pid)
+        server_before = backend.server_cpu_s()
         busy_before = machine_busy()
         t0 = time.monotonic()
         for proc in procs:
@@ -406,9 +423,9 @@ def run_trial(
             _, status, usage = os.wait4(proc.pid, 0)
             proc.returncode = os.waitstatus_to_exitcode(status)
             answer["exit"] = proc.returncode
-            answer["process_maxrss_kib"] = usage.ru_maxrss
             answer["process_cpu_s"] = usage.ru_utime + usage.ru_stime
         result.postgres_cpu_s = cpu_seconds(pg.pid) - pg_before
+        result.store_server_cpu_s = backend.server_cpu_s() - server_before
         result.children = answers
         result.wall_s = max(a["done"] for a in answers) - t0
         _figures(result, answers, engine, store_dir, size)
@@ -449,17 +466,18 @@ def _figures(
     logs = max(result.archived, 1)
     result.cpu_ms_per_log = result.cpu_s * 1000 / logs
     result.postgres_cpu_ms_per_log = result.postgres_cpu_s * 1000 / logs
-    biggest = max(answers, key=lambda a: a["peak_archiving_kib"] or a["process_maxrss_kib"])
-    result.peak_rss_mib = (biggest["peak_archiving_kib"] or biggest["process_maxrss_kib"]) / 1024
+    result.store_server_cpu_ms_per_log = result.store_server_cpu_s * 1000 / logs
+    biggest = max(answers, key=_peak_kib)
+    result.peak_rss_mib = _peak_kib(biggest) / 1024
     result.rss_ready_mib = biggest["rss_ready_kib"] / 1024
-    result.process_maxrss_mib = max(a["process_maxrss_kib"] for a in answers) / 1024
-    result.rss_added_mib = (
-        max(
-            (a["peak_archiving_kib"] or a["process_maxrss_kib"]) - a["rss_ready_kib"]
-            for a in answers
-        )
-        / 1024
-    )
+    result.peak_setup_mib = max(a["peak_setup_kib"] for a in answers) / 1024
+    result.rss_added_mib = max(_peak_kib(a) - a["rss_ready_kib"] for a in answers) / 1024
+
+
+def _peak_kib(answer: dict[str, Any]) -> int:
+    """An archiver's peak RSS while archiving, or over its life if that could not be told."""
+    peak: int = answer["peak_archiving_kib"] or answer["peak_life_kib"]
+    return peak
 
 
 def _check(
@@ -585,6 +603,7 @@ def summarize(trials: list[Trial]) -> list[dict[str, Any]]:
                 "rss_added_mib": med("rss_added_mib"),
                 "cpu_ms_per_log": med("cpu_ms_per_log"),
                 "postgres_cpu_ms_per_log": med("postgres_cpu_ms_per_log"),
+                "store_server_cpu_ms_per_log": med("store_server_cpu_ms_per_log"),
             }
         )
     return rows
@@ -605,9 +624,10 @@ def print_trial(console: Console, t: Trial) -> None:
         f"{t.arm:<8} trial {t.trial + 1}: {t.wall_s:7.2f} s, {t.logs_per_s:7.1f} logs/s,"
         f" {t.mib_per_s:6.1f} MiB/s, stored {t.stored_bytes / MIB:.1f} MiB (x{t.ratio:.2f}),"
         f" peak RSS {t.peak_rss_mib:.1f} MiB (ready {t.rss_ready_mib:.1f}, archiving adds"
-        f" {t.rss_added_mib:.1f}; life"
-        f" {t.process_maxrss_mib:.1f}), CPU {t.cpu_ms_per_log:.1f} ms/log"
-        f" + Postgres {t.postgres_cpu_ms_per_log:.1f}; machine busy"
+        f" {t.rss_added_mib:.1f}; setup peak"
+        f" {t.peak_setup_mib:.1f}), CPU {t.cpu_ms_per_log:.1f} ms/log"
+        f" + Postgres {t.postgres_cpu_ms_per_log:.1f} + S3 server"
+        f" {t.store_server_cpu_ms_per_log:.1f}; machine busy"
         f" {t.machine_busy_cores:.2f} cores; RSS MiB ready->10%->end: {rss}; {status}",
         highlight=False,
     )
@@ -617,7 +637,7 @@ def print_summary(console: Console, rows: list[dict[str, Any]]) -> None:
     table = Table(title="Medians of the ok trials per arm")
     for name in ("arm", "trials ok/run", "wall s", "logs/s", "MiB/s", "ratio",
                  "peak RSS MiB (ready)", "RSS added MiB", "CPU ms/log",
-                 "Postgres CPU ms/log"):  # fmt: skip
+                 "Postgres CPU ms/log", "S3 server CPU ms/log"):  # fmt: skip
         table.add_column(name, justify="left" if name == "arm" else "right")
     for r in rows:
         table.add_row(
@@ -631,6 +651,7 @@ def print_summary(console: Console, rows: list[dict[str, Any]]) -> None:
             _fmt(r["rss_added_mib"], ".1f"),
             _fmt(r["cpu_ms_per_log"], ".2f"),
             _fmt(r["postgres_cpu_ms_per_log"], ".2f"),
+            _fmt(r["store_server_cpu_ms_per_log"], ".2f") if r["backend"] == "s3" else "-",
         )
     console.print(table)
 
@@ -731,8 +752,10 @@ def main(argv: list[str] | None = None) -> int:
             "memory_method": (
                 "each archiver is a child process; rss_ready: VmRSS once it has imported"
                 " everything and opened the engine and store; peak_archiving: VmHWM after"
-                " resetting it then (/proc/self/clear_refs 5); process_maxrss: ru_maxrss"
-                " from wait4 (its whole life)"
+                " resetting it then (/proc/self/clear_refs 5), read at the end (None if the"
+                " kernel refused the reset; peak_life then); peak_setup: VmHWM before the"
+                " reset. Not ru_maxrss from wait4, which includes the parent's RSS at the"
+                " spawn (Linux keeps the pre-exec high-water mark)"
             ),
             "cpu_method": "getrusage(RUSAGE_SELF) user+sys of each archiver over its archiving",
             "skipped": skipped,
