@@ -13,12 +13,14 @@
 #   make bench-scale    the scheduler alone with 10,000 DAGs and 100,000 task instances
 #   make bench-k8s      the Job executor on the local cluster (hack/), 1 and 3 replicas
 #   make bench-steady   a replica's CPU per thread while it mostly waits (Postgres only)
+#   make bench-logs     the log archiver: 1,000 task logs of 1 MiB to file:// and S3 (issue 30)
 # Extra arguments: make bench BENCH_ARGS="--shapes linear,grid --replicas 1"
 
 BENCH_ARGS ?=
 BENCH_PY := PYTHONPATH=. COLUMNS=$${COLUMNS:-220} $(BIN)/python -m bench.run
 
-.PHONY: bench bench-compare bench-smoke bench-scale bench-deps bench-k8s bench-steady bench-arrival
+.PHONY: bench bench-compare bench-smoke bench-scale bench-deps bench-k8s bench-steady bench-arrival \
+	bench-logs
 
 $(BIN)/.bench-deps: $(BIN)/.installed
 	$(BIN)/pip install --quiet 'matplotlib>=3.8,<4'
@@ -60,3 +62,10 @@ bench-k8s: install
 #   make bench-steady BENCH_ARGS="--trials 3"
 bench-steady: install
 	PYTHONPATH=. $(BIN)/python -m bench.steady_cpu $(BENCH_ARGS)
+
+# Archiving task logs (issue 30; bench/README.md, "Archiving task logs"): 1,000 logs of 1 MiB
+# through the real LogArchiver, into a directory and into versitygw (built by `make s3-server`;
+# without it the S3 arms are skipped, saying so), 1, 2 and 4 archivers, 3 trials each.
+#   make bench-logs BENCH_ARGS="--logs 20 --size 65536 --trials 1 --backends file"   a smoke run
+bench-logs: install
+	PYTHONPATH=operator:. COLUMNS=$${COLUMNS:-220} $(BIN)/python -m bench.log_archive $(BENCH_ARGS)

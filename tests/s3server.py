@@ -97,6 +97,11 @@ class S3Server:
         ]
 
     @property
+    def pid(self) -> int | None:
+        """The server process's id while it runs (the benchmark reads its CPU)."""
+        return self._process.pid if self.running and self._process is not None else None
+
+    @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
