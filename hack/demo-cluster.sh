@@ -88,7 +88,7 @@ S3_DIR="$SLUICE_CLUSTER_DIR/demo-s3"
 S3_PID="$SLUICE_CLUSTER_DIR/pids/demo-s3.pid"
 S3_PORT="${SLUICE_DEMO_S3_PORT:-39000}"
 NODE_IP="$(sed -n 's/^NODE_IP=//p' "$SLUICE_CLUSTER_DIR/env")"
-mkdir -p "$S3_DIR/root/sluice-logs"
+mkdir -p "$S3_DIR/root/sluice-logs" "$(dirname "$S3_PID")"
 if [[ ! -f "$S3_DIR/credentials" ]]; then
   umask 077
   printf 'ROOT_ACCESS_KEY=demo-%s\nROOT_SECRET_KEY=%s\n' \

@@ -10,14 +10,18 @@ fakes (below).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.s3server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 KIND_SH = ROOT / "e2e" / "kind.sh"
@@ -132,7 +136,9 @@ if tool == "kubectl":
     if words[:2] == ["get", "dags"]:
         print("\\n".join(f"dag.sluice.io/d{{i}}" for i in range(len(states) - 1)))
     elif words[:2] == ["get", "dagruns"]:
-        if output.startswith("jsonpath="):
+        if output == "jsonpath={{.items[0].status.runId}}":
+            pass  # below
+        elif output.startswith("jsonpath="):
             print("\\n".join(states))
         elif output == "name":
             print("\\n".join(f"dagrun.sluice.io/r{{i}}" for i in range(len(states))))
@@ -141,7 +147,20 @@ if tool == "kubectl":
             print("\\n".join(f"r{{i}}    {{s}}" for i, s in enumerate(states)))
     elif words[:1] == ["logs"]:
         print("sluice-ready")
+    elif words[:1] == ["exec"] and "psql" in args:
+        print("archived")  # task_log's state of the try the demo shows
+    elif words[:1] == ["exec"] and "logs" in args:
+        print("== etl-retries / RUN / extract, try 1: failed", file=sys.stderr)
+        print("try 1: the source is flaky today, failing on purpose")
+if tool == "kubectl" and output == "jsonpath={{.items[0].status.runId}}":
+    print("scheduled__2026-12-06T03:00:00+00:00")
 '''
+# A fake versitygw: answers HTTP on the --port it is given, as the real one does.
+FAKE_S3 = """#!{python}
+import http.server, sys
+host, port = sys.argv[sys.argv.index("--port") + 1].rsplit(":", 1)
+http.server.HTTPServer((host, int(port)), http.server.BaseHTTPRequestHandler).serve_forever()
+"""
 
 
 def _fakes(tmp_path: Path, states: str) -> dict[str, str]:
@@ -264,6 +283,14 @@ def test_local_demo_inside_the_namespace_makes_the_volume_then_the_shared_steps(
     cluster's network namespace. "Inside" is faked by naming this process's own network
     namespace as the cluster's (SLUICE_NETNS_PATH is /run/netns/$SLUICE_NETNS)."""
     cluster_dir = tmp_path / "cluster"
+    # What the cluster's start writes and builds: its env file, versitygw (a fake here).
+    cluster_dir.mkdir()
+    (cluster_dir / "env").write_text("NODE_IP=127.0.0.1\n")
+    bin_dir = tmp_path / "cache" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "versitygw").write_text(FAKE_S3.format(python=sys.executable))
+    (bin_dir / "versitygw").chmod(0o755)
+    port = free_port()
     # The path goes through /run/netns, which exists once any network namespace was named
     # on this machine (`ip netns add` makes it); on a fresh machine it does not yet.
     Path("/run/netns").mkdir(parents=True, exist_ok=True)
@@ -275,13 +302,43 @@ def test_local_demo_inside_the_namespace_makes_the_volume_then_the_shared_steps(
         check=False,
     )
     assert inside.returncode == 0, "the fake 'inside the namespace' does not hold"
-    result = _demo(
-        [str(ROOT / "hack/demo-cluster.sh")], tmp_path, "success,success,success,success",
-        **fake_inside,
-    )  # fmt: skip
+    try:
+        result = _demo(
+            [str(ROOT / "hack/demo-cluster.sh")], tmp_path, "success,success,success,success",
+            **fake_inside, SLUICE_DEMO_S3_PORT=str(port),
+        )  # fmt: skip
+    finally:
+        pid_file = cluster_dir / "pids/demo-s3.pid"
+        if pid_file.exists():  # what make cluster-down stops
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid_file.read_text()), signal.SIGTERM)
     assert result.returncode == 0, result.stderr
     calls = _calls(tmp_path)
     before = _shared_steps(calls, "local-values.yaml")
+    # The task logs' store: started on the node's address, its credentials kept private
+    # and handed to the schedulers in a Secret, named to the chart.
+    assert pid_file.exists()
+    assert (cluster_dir / "demo-s3/credentials").stat().st_mode & 0o777 == 0o600
+    assert (cluster_dir / "demo-s3/root/sluice-logs").is_dir()
+    install = next(c for c in calls if c["tool"] == "helm")
+    store = f"logs.store=s3://sluice-logs/demo?endpoint=http://127.0.0.1:{port}&allow_http=true"
+    assert ["--set-string", store] == install["args"][8:10]
+    assert install["args"][10:12] == ["--set", "logs.existingSecret=sluice-demo-logs"]
+    secret = next(c["args"] for c in before if c["args"][2:5] == ["create", "secret", "generic"])
+    assert secret[:5] == ["-n", "sluice", "create", "secret", "generic"]
+    assert secret[5] == "sluice-demo-logs"
+    assert any(a.startswith("--from-literal=AWS_SECRET_ACCESS_KEY=") for a in secret)
+    # Then a failed try's log, read after its Jobs and pods were deleted.
+    after = [c["args"] for c in calls[calls.index(install) :] if c["tool"] == "kubectl"]
+    deleted = after.index(["-n", "sluice", "delete", "jobs", "-l", "sluice.io/dag=etl-retries",
+                           "--wait=true"])  # fmt: skip
+    shown = after.index(
+        ["-n", "sluice", "exec", "deploy/sluice-scheduler", "-c", "scheduler", "--", "sluice",
+         "logs", "etl-retries", "--run", "scheduled__2026-12-06T03:00:00+00:00", "--task",
+         "extract", "--try", "1"]
+    )  # fmt: skip
+    assert deleted < shown
+    assert result.stdout.endswith("try 1: the source is flaky today, failing on purpose\n")
     assert not [c for c in calls if c["tool"] in ("docker", "kind")]
     pv = next(c for c in before if c["args"][:2] == ["apply", "-f"])
     volume = cluster_dir / "volumes/sluice-demo-sluice-sluice-postgres"
