@@ -575,25 +575,30 @@ class KubernetesExecutor:
             # looks running until its kubelet reports again: too soon to call it alive
             # and silent (the cluster chaos run killed such pods; issue 29).
             unsettled = cache.relisted_within(RESYNC_SETTLE)
+            cached = True
         else:
             # Another replica's try: not in this replica's watches, so read it.
             seen = self._read_try(key, namespace, name)
             if seen is None:
                 return Inspection(state="unreachable")
             job, pod = seen
-            unsettled = False
+            unsettled = cached = False
         now = self._clock()
-        verdict = judge(
-            job,
-            pod,
-            now=now,
-            started=_created(job, now),
-            # Starting tries are the owner's to time out; here only "is it alive?" matters.
-            pod_start_timeout=float("inf"),
-            skip_on_exit_code=frozenset(),
-        )
-        if verdict.phase == "running" and unsettled:
-            return Inspection(state="unreachable", evidence={**verdict.evidence, "relisted": True})
+        verdict = _alive_or_not(job, pod, now)
+        if verdict.phase == "running" and cached:
+            if unsettled:
+                return Inspection(
+                    state="unreachable", evidence={**verdict.evidence, "relisted": True}
+                )
+            # Asked about its own running try, the replica looks again rather than trust
+            # its watches: a watch can stall without an error (an API server shutting down
+            # held them open a minute, sending nothing) while the pod ends unseen. It is
+            # asked only about tries whose heartbeat is stale, so this read is rare.
+            seen = self._read_try(key, namespace, name)
+            if seen is None:
+                return Inspection(state="unreachable")
+            job, pod = seen
+            verdict = _alive_or_not(job, pod, now)
         if verdict.phase in ("starting", "running"):
             return Inspection(
                 state="alive",
@@ -765,8 +770,9 @@ class KubernetesExecutor:
     def _read_try(
         self, key: Key, namespace: str, name: str
     ) -> tuple[dict[str, Any] | None, dict[str, Any] | None] | None:
-        """Another replica's try as the API server has it now: its Job (None if there is
-        none) and newest pod; None when the API server cannot be asked."""
+        """A try as the API server has it now (another replica's, or one of this replica's
+        own it is asked about): its Job (None if there is none) and newest pod; None when
+        the API server cannot be asked."""
         now = self._clock()
         if self._reads_blocked_until is not None and now < self._reads_blocked_until:
             return None
@@ -969,6 +975,19 @@ def _version(scope: Scope, entry: _Try) -> str | None:
     """The resourceVersion of the try's Job as this replica's cache has it."""
     job = scope.cache.job(entry.job_name)
     return None if job is None else job["metadata"].get("resourceVersion")
+
+
+def _alive_or_not(job: dict[str, Any] | None, pod: dict[str, Any] | None, now: datetime) -> Verdict:
+    """A try's verdict for `inspect`: starting tries are their owner's to time out, so
+    only "does it still run?" matters here."""
+    return judge(
+        job,
+        pod,
+        now=now,
+        started=_created(job, now),
+        pod_start_timeout=float("inf"),
+        skip_on_exit_code=frozenset(),
+    )
 
 
 def _made_a_pod(job: dict[str, Any] | None) -> bool:
