@@ -263,6 +263,14 @@ class Component:
     argv: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     down_until: float | None = None
+    # Stopping in a thread of its own: an API server shutting down can take the whole
+    # minute before its SIGKILL, and the other faults are tended meanwhile.
+    stopping: threading.Thread | None = None
+
+    @property
+    def out(self) -> bool:
+        """Stopping, or stopped and not started again yet."""
+        return self.stopping is not None or self.down_until is not None
 
     @property
     def pid_file(self) -> Path:
@@ -356,6 +364,7 @@ class ClusterChaos:
         self.components = {n: Component(n) for n in ("kube-apiserver", "kubelet")}
         self.postgres_back_at: float | None = None
         self.unreachable_until: float | None = None
+        self.healing = False
         self.t0 = time.monotonic()
         self.started_at = datetime.now(UTC)
         self.collector = Collector(_node_ip(), workdir / "events.jsonl")
@@ -443,7 +452,11 @@ class ClusterChaos:
                 self._signal(pids, signal.SIGCONT)
                 del self.stopped[container]
         for component in self.components.values():
-            if component.down_until is not None and now >= component.down_until:
+            if (
+                component.stopping is None
+                and component.down_until is not None
+                and now >= component.down_until
+            ):
                 component.start()
                 self._wait_api()
         postgres = f"statefulset/{self.rel.fullname}-postgres"
@@ -462,6 +475,7 @@ class ClusterChaos:
 
     def _heal(self) -> None:
         """Every fault undone now (the window is over)."""
+        self.healing = True
         for container in list(self.stopped):
             self.stopped[container] = (0.0, self.stopped[container][1])
         for component in self.components.values():
@@ -480,7 +494,7 @@ class ClusterChaos:
     def _pending(self) -> bool:
         return bool(
             self.stopped
-            or any(c.down_until is not None for c in self.components.values())
+            or any(c.out for c in self.components.values())
             or self.postgres_back_at is not None
             or self.unreachable_until is not None
         )
@@ -578,21 +592,27 @@ class ClusterChaos:
     def _restart(self, name: str) -> Fault | None:
         """Stopped (SIGTERM; the API server's graceful shutdown can take the whole minute
         before its SIGKILL, serving no new request meanwhile), then down `seconds` more.
-        The fault is dated when the SIGTERM went, and says how long the stop took."""
+        The stop runs in a thread, so the other faults are undone on time meanwhile; the
+        fault is dated when the SIGTERM went, and says how long the stop took. Not while
+        the task API is unreachable: undoing that needs the API server."""
         component = self.components[name]
-        if any(c.down_until is not None for c in self.components.values()):
+        if any(c.out for c in self.components.values()):
             return None  # one control-plane outage at a time
+        if name == "kube-apiserver" and self.unreachable_until is not None:
+            return None
         seconds = self.rng.uniform(*COMPONENT_DOWN)
         at = self._t()
-        component.stop()
-        stopping = self._t() - at
-        component.down_until = time.monotonic() + seconds
-        return Fault(
-            at,
-            f"restart_{name.removeprefix('kube-')}",
-            name,
-            f"{stopping:.0f}s to stop, then {seconds:.0f}s down",
-        )
+        fault = Fault(at, f"restart_{name.removeprefix('kube-')}", name, f"{seconds:.0f}s down")
+
+        def stop() -> None:
+            component.stop()
+            fault.detail = f"{self._t() - at:.0f}s to stop, then {seconds:.0f}s down"
+            component.down_until = 0.0 if self.healing else time.monotonic() + seconds
+            component.stopping = None
+
+        component.stopping = threading.Thread(target=stop, name=f"stop-{name}", daemon=True)
+        component.stopping.start()
+        return fault
 
     def _fault_restart_apiserver(self) -> Fault | None:
         return self._restart("kube-apiserver")
@@ -633,6 +653,11 @@ class ClusterChaos:
         return self._kubectl("patch", service, "--type=merge", "-p", patch) is not None
 
     def _fault_task_api_unreachable(self) -> Fault | None:
+        # Not while the API server is out: undoing it needs the API server, and a task API
+        # unreachable past the kill threshold kills healthy pods by design (the fourth
+        # soak's did: the selector could not be put back until the API server returned).
+        if self.components["kube-apiserver"].out:
+            return None
         if self.unreachable_until is not None or not self._select_task_api("chaos-nowhere"):
             return None
         seconds = self.rng.uniform(*UNREACHABLE)
