@@ -152,3 +152,37 @@ def test_a_dead_replicas_try_gone_from_sight_is_a_zombie_only_once_its_heartbeat
     else:
         (event,) = plan.events
         assert (event.reason or "").startswith("zombie: no heartbeat since")
+
+
+def test_adopting_never_moves_a_tries_heartbeat_back(sessions: sessionmaker[Session]) -> None:
+    """An adoption stamps the adopter's time only if it is newer: a tick whose time was
+    taken before a long stall must not overwrite the pods' newer heartbeats (the cluster
+    chaos run killed two healthy pods a second after adopting them with a minute-old
+    time)."""
+    register(sessions, manifest("one", [{"name": "t"}]))
+    trigger(sessions, "one", T0)
+    with sessions() as session:
+        me = _replica(session, 0)
+        dead = _replica(session, 30, state="dead")
+        session.execute(
+            text(
+                "UPDATE task_instance SET state = 'running', try_number = 1,"
+                " running_by_job_id = :dead, start_date = :at, last_heartbeat_at = :at,"
+                " external_id = 'job-' || id"
+            ),
+            {"dead": dead, "at": T0},
+        )
+        session.commit()
+        (ti_id,) = session.execute(text("SELECT id FROM task_instance")).scalars()
+        stale_now = T0 - timedelta(seconds=69)
+        adoption = housekeeping.Adoption(
+            (ti_id, 1), dead, f"job-{ti_id}", elapsed=0.0, timeout=None,
+            skip_on_exit_code=frozenset(),
+        )  # fmt: skip
+        assert housekeeping.adopt_tries(session, [adoption], me, stale_now) == [adoption]
+        session.commit()
+        owner, beat = session.execute(
+            text("SELECT running_by_job_id, last_heartbeat_at FROM task_instance")
+        ).one()
+    assert owner == me
+    assert beat == T0

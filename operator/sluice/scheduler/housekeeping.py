@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy import ColumnElement, and_, insert, or_, select, text, tuple_, update
+from sqlalchemy import ColumnElement, and_, func, insert, or_, select, text, tuple_, update
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache
@@ -510,7 +510,11 @@ def _ended_while_unwatched(
 def adopt_tries(
     session: Session, adoptions: list[Adoption], job_id: int, now: datetime
 ) -> list[Adoption]:
-    """Take over live tries of dead replicas: compare-and-set on the previous owner."""
+    """Take over live tries of dead replicas: compare-and-set on the previous owner. The
+    adopter's silence window starts at `now`, but a heartbeat never moves back: a tick
+    whose `now` was taken before a long stall (its API calls blocked through an API server
+    outage) must not overwrite the pods' newer heartbeats with it (the fourth cluster run
+    of issue 29 killed two healthy pods a second after adopting them so)."""
     taken = []
     for adoption in adoptions:
         ti_id, try_number = adoption.key
@@ -522,7 +526,10 @@ def adopt_tries(
                 TaskInstance.state == TaskState.RUNNING,
                 TaskInstance.running_by_job_id.is_not_distinct_from(adoption.previous_owner),
             )
-            .values(running_by_job_id=job_id, last_heartbeat_at=now)
+            .values(
+                running_by_job_id=job_id,
+                last_heartbeat_at=func.greatest(TaskInstance.last_heartbeat_at, now),
+            )
             .returning(TaskInstance.id)
         ).first()
         if row is not None:

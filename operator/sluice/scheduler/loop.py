@@ -857,7 +857,9 @@ class SchedulerLoop:
             no_adoptions: list[housekeeping.Adoption] = []
             taken = self._transaction(
                 "adopt",
-                lambda s: housekeeping.adopt_tries(s, stale.adoptions, self.job_id, now),
+                # The time of the adoption, not of the tick's start: the plan's executor
+                # reads may have blocked long since (an unreachable API server).
+                lambda s: housekeeping.adopt_tries(s, stale.adoptions, self.job_id, self.clock()),
                 no_adoptions,
                 report,
             )
