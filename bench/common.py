@@ -422,3 +422,19 @@ def measured_trial(
         variant=knobs.variant,
         knobs=asdict(knobs),
     )
+
+
+def git(*args: str) -> str:
+    """`git ARGS` in the repository, its output stripped; "unknown" if git cannot say."""
+    try:
+        out = subprocess.run(
+            ["git", *args],
+            cwd=Path(__file__).resolve().parent.parent,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip()

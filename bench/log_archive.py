@@ -57,7 +57,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import Engine, text
 
-from bench.common import RESULTS, Postgres, cpu_seconds, machine_busy
+from bench.common import RESULTS, Postgres, cpu_seconds, git, machine_busy
 from bench.logtext import DESCRIPTION, log_text
 from sluice.archive import store as archive_store
 from sluice.archive.compress import read_archive
@@ -534,16 +534,6 @@ def _check(
 # -- the run ---------------------------------------------------------------------------
 
 
-def _git(*args: str) -> str:
-    try:
-        out = subprocess.run(
-            ["git", *args], cwd=REPO, capture_output=True, text=True, check=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return out.stdout.strip()
-
-
 def provenance(pg: Postgres) -> dict[str, Any]:
     import importlib.metadata
 
@@ -558,8 +548,8 @@ def provenance(pg: Postgres) -> dict[str, Any]:
     with pg.admin.connect() as conn:
         postgres = str(conn.execute(text("SHOW server_version")).scalar_one())
     return {
-        "commit": _git("rev-parse", "HEAD"),
-        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "commit": git("rev-parse", "HEAD"),
+        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
         "code": str(Path(sluice.__file__).resolve().parent),
         "versions": {
             "python": platform.python_version(),

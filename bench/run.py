@@ -33,7 +33,6 @@ import os
 import platform
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -46,7 +45,7 @@ from rich.console import Console
 from sqlalchemy import text
 
 from bench import report
-from bench.common import RESULTS, Knobs, Postgres, for_variant
+from bench.common import RESULTS, Knobs, Postgres, for_variant, git
 from bench.metrics import (
     AIRFLOW_SIDES,
     DEFAULTS,
@@ -162,16 +161,6 @@ def _saved_run(arg: str) -> tuple[dict[str, Any], list[Trial]]:
     return saved, trials
 
 
-def _git(*args: str) -> str:
-    try:
-        out = subprocess.run(
-            ["git", *args], cwd=REPO, capture_output=True, text=True, check=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return out.stdout.strip()
-
-
 def scheduler_code() -> Path:
     """The `sluice` package this interpreter imports, and so the replicas too (they are
     started with its environment): a checkout of another commit measures its own code
@@ -198,9 +187,9 @@ def provenance(pg: Postgres | None, airflow: dict[str, dict[str, Any]]) -> dict[
         with pg.admin.connect() as conn:
             postgres = str(conn.execute(text("SHOW server_version")).scalar_one())
     return {
-        "commit": _git("rev-parse", "HEAD"),
+        "commit": git("rev-parse", "HEAD"),
         "scheduler_code": str(scheduler_code()),
-        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
         "versions": {
             "python": platform.python_version(),
             "postgres": postgres,
