@@ -8,7 +8,7 @@ never come back for them.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from sqlalchemy import text
@@ -98,6 +98,28 @@ def test_a_dead_replica_s_try_is_adopted_past_more_stale_tries_of_a_live_one(
     assert set(owners.values()) == {live if many_owner == "another live replica" else me}
 
 
+def _a_dead_replicas_try(
+    sessions: sessionmaker[Session], *, claimed: datetime, beat: datetime
+) -> tuple[int, int]:
+    """One running try of a dead replica, claimed and last heartbeated then: (this
+    replica's id, the dead one's)."""
+    register(sessions, manifest("one", [{"name": "t"}]))
+    trigger(sessions, "one", T0)
+    with sessions() as session:
+        me = _replica(session, 0)
+        dead = _replica(session, 30, state="dead")
+        session.execute(
+            text(
+                "UPDATE task_instance SET state = 'running', try_number = 1,"
+                " running_by_job_id = :dead, start_date = :claimed,"
+                " last_heartbeat_at = :beat, external_id = 'job-' || id"
+            ),
+            {"dead": dead, "claimed": claimed, "beat": beat},
+        )
+        session.commit()
+    return me, dead
+
+
 class PodsGone(ScriptedExecutor):
     """Tries that heartbeat themselves, every pod gone without a result (deleted)."""
 
@@ -116,24 +138,11 @@ def test_a_dead_replicas_try_gone_from_sight_is_a_zombie_only_once_its_heartbeat
     if alive), but a zombie takes both signals: its pod gone, and silence for the
     threshold. Deleted 2.7 s after its last heartbeat, it waits (the third cluster soak
     judged it at once); silent for 61 s against 60, it is a zombie."""
-    register(sessions, manifest("one", [{"name": "t"}]))
-    trigger(sessions, "one", T0)
-    with sessions() as session:
-        me = _replica(session, 0)
-        dead = _replica(session, 30, state="dead")
-        session.execute(
-            text(
-                "UPDATE task_instance SET state = 'running', try_number = 1,"
-                " running_by_job_id = :dead, start_date = :claimed,"
-                " last_heartbeat_at = :beat, external_id = 'job-' || id"
-            ),
-            {
-                "dead": dead,
-                "claimed": T0 - timedelta(minutes=10),
-                "beat": T0 - timedelta(seconds=heartbeat_seconds_ago),
-            },
-        )
-        session.commit()
+    me, _ = _a_dead_replicas_try(
+        sessions,
+        claimed=T0 - timedelta(minutes=10),
+        beat=T0 - timedelta(seconds=heartbeat_seconds_ago),
+    )
 
     with sessions() as session:
         plan = housekeeping.plan_stale_tries(
@@ -159,20 +168,8 @@ def test_adopting_never_moves_a_tries_heartbeat_back(sessions: sessionmaker[Sess
     taken before a long stall must not overwrite the pods' newer heartbeats (the cluster
     chaos run killed two healthy pods a second after adopting them with a minute-old
     time)."""
-    register(sessions, manifest("one", [{"name": "t"}]))
-    trigger(sessions, "one", T0)
+    me, dead = _a_dead_replicas_try(sessions, claimed=T0, beat=T0)
     with sessions() as session:
-        me = _replica(session, 0)
-        dead = _replica(session, 30, state="dead")
-        session.execute(
-            text(
-                "UPDATE task_instance SET state = 'running', try_number = 1,"
-                " running_by_job_id = :dead, start_date = :at, last_heartbeat_at = :at,"
-                " external_id = 'job-' || id"
-            ),
-            {"dead": dead, "at": T0},
-        )
-        session.commit()
         (ti_id,) = session.execute(text("SELECT id FROM task_instance")).scalars()
         stale_now = T0 - timedelta(seconds=69)
         adoption = housekeeping.Adoption(
