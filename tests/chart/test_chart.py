@@ -728,10 +728,13 @@ def operator_objects(peerings: str) -> set[str]:
     return {
         *(
             f"sluice.io/{k} {v}"
-            for k in ("dags", "dagruns", "backfills")
+            for k in ("dags", "dagruns", "backfills", "taskactions")
             for v in ("list", "watch", "patch")
         ),
-        *(f"sluice.io/{k}/status patch" for k in ("dags", "dagruns", "backfills")),
+        *(
+            f"sluice.io/{k}/status patch"
+            for k in ("dags", "dagruns", "backfills", "taskactions")
+        ),
         "/events create",
         f"kopf.dev/{peerings} list",
         f"kopf.dev/{peerings} watch",
