@@ -731,10 +731,7 @@ def operator_objects(peerings: str) -> set[str]:
             for k in ("dags", "dagruns", "backfills", "taskactions")
             for v in ("list", "watch", "patch")
         ),
-        *(
-            f"sluice.io/{k}/status patch"
-            for k in ("dags", "dagruns", "backfills", "taskactions")
-        ),
+        *(f"sluice.io/{k}/status patch" for k in ("dags", "dagruns", "backfills", "taskactions")),
         "/events create",
         f"kopf.dev/{peerings} list",
         f"kopf.dev/{peerings} watch",

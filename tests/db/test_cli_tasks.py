@@ -61,7 +61,8 @@ def test_clear_dry_run_prints_what_it_would_clear_and_changes_nothing(
     result = sluice(db_url, "tasks", "clear", "etl", "--run", run_id, "-t", "extract", "-d",
                     "--dry-run")  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert "extract" in result.stdout and "load" in result.stdout
+    assert "extract" in result.stdout
+    assert "load" in result.stdout
     assert "upstream_failed" in result.stdout
     assert "dry run: nothing changed" in result.stdout
     assert _states(sessions) == {"extract": ("failed", 1), "load": ("upstream_failed", 0)}
