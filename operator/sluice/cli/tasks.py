@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -12,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy.orm import Session, sessionmaker
 
-from sluice.cli.common import DatabaseUrl, require_database
+from sluice.cli.common import DatabaseUrl, StateDir, database_or_state_dir
 from sluice.cli.errors import fail
 from sluice.db.dags import SpecCache
 from sluice.db.engine import make_engine, session_factory
@@ -54,6 +55,7 @@ def clear(
     dry_run: DryRun = False,
     yes: Yes = False,
     database_url: DatabaseUrl = None,
+    state_dir: StateDir = None,
 ) -> None:
     """Run tasks of a run again (all of them without --task): each goes back to no state
     with its retries again, try numbers counting on; a running try is stopped first; an
@@ -74,7 +76,7 @@ def clear(
             dry_run=dry,
         )
 
-    _run(database_url, action, "clear", dry_run=dry_run, yes=yes, wake=False)
+    _run(database_url, state_dir, action, "clear", dry_run=dry_run, yes=yes, wake=False)
 
 
 @app.command()
@@ -88,6 +90,7 @@ def mark(
     dry_run: DryRun = False,
     yes: Yes = False,
     database_url: DatabaseUrl = None,
+    state_dir: StateDir = None,
 ) -> None:
     """Set tasks of a run to success or failed (a running try is stopped); then, as
     Airflow does, the failed tasks downstream of them run again."""
@@ -112,14 +115,26 @@ def mark(
             dry_run=dry,
         )
 
-    _run(database_url, action, "mark", dry_run=dry_run, yes=yes, wake=True)
+    _run(database_url, state_dir, action, "mark", dry_run=dry_run, yes=yes, wake=True)
 
 
 def _run(
-    database_url: str | None, action: _Action, verb: str, *, dry_run: bool, yes: bool, wake: bool
+    database_url: str | None,
+    state_dir: Path | None,
+    action: _Action,
+    verb: str,
+    *,
+    dry_run: bool,
+    yes: bool,
+    wake: bool,
 ) -> None:
     """Print what the action would change; ask (on a terminal, without --yes); do it."""
-    engine = make_engine(require_database(database_url))
+    with database_or_state_dir(database_url, state_dir) as url:
+        _act(url, action, verb, dry_run=dry_run, yes=yes, wake=wake)
+
+
+def _act(url: str, action: _Action, verb: str, *, dry_run: bool, yes: bool, wake: bool) -> None:
+    engine = make_engine(url)
     sessions = session_factory(engine)
     try:
         planned = _attempt(sessions, action, dry=True)
