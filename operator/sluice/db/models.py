@@ -310,6 +310,10 @@ class TaskTry(Base):
     reason: Mapped[str | None] = mapped_column(Text)
     # A zombie verdict's evidence (migration 0007), kept here for every try.
     evidence: Mapped[dict[str, Any] | None] = mapped_column(JSONB(none_as_null=True))
+    # Where it ran, as its executor saw it end (migration 0018): the pod (namespace/name)
+    # and node, so its log is read by name.
+    pod: Mapped[str | None] = mapped_column(Text)
+    node: Mapped[str | None] = mapped_column(Text)
 
 
 class SlotPool(Base):

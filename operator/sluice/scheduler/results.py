@@ -57,8 +57,10 @@ _SETTLE = Prepared(
         SELECT * FROM unnest(
             CAST(:b_id AS bigint[]), CAST(:b_try AS int[]), CAST(:state AS text[]),
             CAST(:try_state AS text[]), CAST(:exit_code AS int[]), CAST(:reason AS text[]),
-            CAST(:next_retry_at AS timestamptz[]), CAST(:evidence AS text[])
-        ) AS v(id, try_number, state, try_state, exit_code, reason, next_retry_at, evidence)
+            CAST(:next_retry_at AS timestamptz[]), CAST(:evidence AS text[]),
+            CAST(:pod AS text[]), CAST(:node AS text[])
+        ) AS v(id, try_number, state, try_state, exit_code, reason, next_retry_at, evidence,
+               pod, node)
     ), settled AS (
         UPDATE task_instance ti SET
             state = v.state, end_date = :now, exit_code = v.exit_code, reason = v.reason,
@@ -73,7 +75,7 @@ _SETTLE = Prepared(
     )
     UPDATE task_try tt SET
         state = v.try_state, end_date = :now, exit_code = v.exit_code, reason = v.reason,
-        evidence = CAST(v.evidence AS jsonb)
+        evidence = CAST(v.evidence AS jsonb), pod = v.pod, node = v.node
     FROM settled JOIN v ON v.id = settled.id AND v.try_number = settled.try_number
     WHERE tt.task_instance_id = settled.id AND tt.try_number = settled.try_number
     """
@@ -109,6 +111,8 @@ _COLUMNS = (
     "reason",
     "next_retry_at",
     "evidence",
+    "pod",
+    "node",
 )
 
 
@@ -179,6 +183,8 @@ def apply_task_events(
                 "reason": event.reason,
                 "next_retry_at": next_retry_at,
                 "evidence": None if found is None else json.dumps(found),
+                "pod": event.pod,
+                "node": event.node,
             }
         )
         wakes = state in past.OK and past.has_waiters(specs, session, row.dag_version_id)
