@@ -574,6 +574,7 @@ class ChaosRun:
                     .scalars()
                     .all()
                 )
+            what = f"{run.dag_id}/{run.run_id}/{task}"
             try:
                 outcome = clearing.clear(
                     session, SpecCache(), run, [task], downstream=True,
@@ -581,14 +582,9 @@ class ChaosRun:
                 )  # fmt: skip
                 session.commit()
             except Exception as exc:
-                return Fault(self._t(), "clear_tasks", f"{run.dag_id}/{task}", f"failed: {exc}")
+                return Fault(self._t(), "clear_tasks", what, f"failed: {exc}")
         was = ", ".join(f"{c.task_id} {c.was}" for c in outcome.cleared)
-        return Fault(
-            self._t(),
-            "clear_tasks",
-            f"{run.dag_id}/{run.run_id}/{task}",
-            f"{was}; run {outcome.run_state}",
-        )
+        return Fault(self._t(), "clear_tasks", what, f"{was}; run {outcome.run_state}")
 
     def _fault_break_spec(self, rng: random.Random, up: list[Replica]) -> Fault | None:
         if self._broken_until is not None:
