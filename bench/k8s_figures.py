@@ -58,8 +58,12 @@ HEADLINE = [name for name, _, _ in TOTALS[:3]]
 # informer and writes jobs/status; the TTL controller's reads and deletes come an
 # hour after a Job finished.)
 SLUICE_JOB_VERBS = {"POST": "create", "GET": "get", "DELETE": "delete", "LIST": "list"}
-# Reads of a try's output: only the log archiver makes them in a trial (`--archive`).
-SLUICE_LOG_READ = ("GET", "pods", "log")
+# The log archiver's requests (`--archive`), one of each per try: it finds the try's pod
+# (a LIST by its labels) and reads its log (`pods/log`, which the API server counts under
+# the verb CONNECT). No Kubernetes component LISTs pods in a trial's window (their
+# informers list once, at their start); the executors' pod watches LIST once per (re)list.
+SLUICE_LOG_READ = ("CONNECT", "pods", "log")
+SLUICE_POD_LIST = ("LIST", "pods")
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -219,8 +223,9 @@ def without_watches(counts: Mapping[str, int]) -> dict[str, int]:
 
 
 def sluice_requests(counts: Mapping[str, int]) -> dict[str, int]:
-    """Sluice's requests in a trial, by the executor's verb names (see SLUICE_JOB_VERBS), and
-    the archiver's reads of the tries' logs (`log`)."""
+    """Sluice's requests in a trial, by the executor's verb names (see SLUICE_JOB_VERBS), the
+    archiver's reads of the tries' logs (`log`) and the pod LISTs (`pods list`: the
+    archiver's, one per try, and the executors' pod watches')."""
     out: dict[str, int] = {}
     for verb, name in SLUICE_JOB_VERBS.items():
         n = counts.get(request_key(verb, "jobs"), 0)
@@ -229,6 +234,9 @@ def sluice_requests(counts: Mapping[str, int]) -> dict[str, int]:
     logs = counts.get(request_key(*SLUICE_LOG_READ), 0)
     if logs:
         out["log"] = logs
+    pods = counts.get(request_key(*SLUICE_POD_LIST), 0)
+    if pods:
+        out["pods list"] = pods
     return out
 
 

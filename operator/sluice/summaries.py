@@ -14,7 +14,7 @@ was retried; `evidence`: what a zombie verdict saw); `sluice dags list
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -22,7 +22,7 @@ from rich.table import Table
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from sluice.db.models import Dag, DagRun, DagVersion, TaskInstance
+from sluice.db.models import Dag, DagRun, DagVersion, TaskInstance, TaskTry
 
 
 @dataclass(frozen=True)
@@ -107,8 +107,21 @@ def broken_lines(dags: list[DagSummary]) -> list[str]:
 
 
 @dataclass(frozen=True)
+class TrySummary:
+    """One try of a task instance, from its `task_try` row (kept across clears)."""
+
+    try_number: int
+    state: str
+    start: str | None
+    end: str | None
+    external_id: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
 class TaskSummary:
     task: str
+    # Airflow's `restarting` for a running try a clear asked to stop (`scheduler.clearing`).
     state: str
     try_number: int
     start: str | None
@@ -116,6 +129,7 @@ class TaskSummary:
     external_id: str | None = None
     reason: str | None = None
     evidence: dict[str, Any] | None = None
+    tries: list[TrySummary] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -161,21 +175,26 @@ def read_runs(
     runs = list(session.execute(query).scalars())
     tasks: dict[int, list[TaskSummary]] = defaultdict(list)
     if runs:
-        for ti in session.execute(
-            select(TaskInstance)
-            .where(TaskInstance.dag_run_id.in_([r.id for r in runs]))
-            .order_by(TaskInstance.id)
-        ).scalars():
+        instances = list(
+            session.execute(
+                select(TaskInstance)
+                .where(TaskInstance.dag_run_id.in_([r.id for r in runs]))
+                .order_by(TaskInstance.id)
+            ).scalars()
+        )
+        tries = _tries(session, [ti.id for ti in instances]) if run_id is not None else {}
+        for ti in instances:
             tasks[ti.dag_run_id].append(
                 TaskSummary(
                     ti.task_id,
-                    ti.state,
+                    "restarting" if ti.restarting_since is not None else ti.state,
                     ti.try_number,
                     _iso(ti.start_date),
                     _iso(ti.end_date),
                     ti.external_id,
                     ti.reason,
                     ti.evidence,
+                    tries.get(ti.id, []),
                 )
             )
     return [
@@ -191,6 +210,27 @@ def read_runs(
     ]
 
 
+def _tries(session: Session, ti_ids: list[int]) -> dict[int, list[TrySummary]]:
+    """Every try of these instances, in order (one run's: `read_runs` with a run id)."""
+    found: dict[int, list[TrySummary]] = defaultdict(list)
+    for row in session.execute(
+        select(TaskTry)
+        .where(TaskTry.task_instance_id.in_(ti_ids))
+        .order_by(TaskTry.task_instance_id, TaskTry.try_number)
+    ).scalars():
+        found[row.task_instance_id].append(
+            TrySummary(
+                row.try_number,
+                row.state,
+                _iso(row.start_date),
+                _iso(row.end_date),
+                row.external_id,
+                row.reason,
+            )
+        )
+    return found
+
+
 def as_json(runs: list[RunSummary]) -> dict[str, Any]:
     return {"runs": [asdict(run) for run in runs]}
 
@@ -200,6 +240,7 @@ _STATE_STYLE = {
     "failed": "red",
     "upstream_failed": "red",
     "running": "cyan",
+    "restarting": "cyan",
     "queued": "blue",
     "scheduled": "blue",
     "up_for_retry": "yellow",
@@ -241,11 +282,18 @@ def tasks_table(run: RunSummary) -> Table:
 
 
 def task_detail_lines(run: RunSummary) -> list[str]:
-    """One line per task that ran or has a reason: its latest try's external id (its Job
-    with the Job executor) and why it failed, was skipped or retried. Long, so not a column."""
+    """One line per try of each task that ran or has a reason, earlier tries (kept across
+    clears) first: the try's external id (its Job with the Job executor), how it ended and
+    why. Long, so not a column."""
     lines = []
     for t in run.tasks:
-        if t.external_id is None and t.reason is None:
+        own = t.external_id is not None or t.reason is not None
+        for old in t.tries:
+            if own and old.try_number == t.try_number:
+                continue  # the instance's own line below says more (its state now)
+            where = f" ({old.external_id})" if old.external_id else ""
+            lines.append(f"{t.task} try {old.try_number}{where}: {old.state}: {old.reason or '-'}")
+        if not own:
             continue
         where = f" ({t.external_id})" if t.external_id else ""
         lines.append(f"{t.task} try {t.try_number}{where}: {t.state}: {t.reason or '-'}")

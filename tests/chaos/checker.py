@@ -361,8 +361,11 @@ class Checker:
                 except ValueError:
                     continue
                 alerts[(int(e["ti_id"]), int(e["try_number"]))] += 1
+        # A try a clear ended (`clearing`: its row says so) did not fail: no alert is owed.
         failed = {
-            (t["task_instance_id"], t["try_number"]) for t in self.tries if t["state"] == "failed"
+            (t["task_instance_id"], t["try_number"])
+            for t in self.tries
+            if t["state"] == "failed" and not str(t.get("reason") or "").startswith("cleared")
         }
         bad = [
             f"task instance {k[0]} try {k[1]}: {alerts[k]} alerts"

@@ -56,12 +56,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, select, text
+from sqlalchemy.orm import Session
 
-from sluice.db.dags import sync_dag
+from sluice.db.dags import SpecCache, sync_dag
 from sluice.db.embedded import EmbeddedPostgres, start_embedded_postgres
 from sluice.db.engine import normalize_url
 from sluice.db.migrate import upgrade
+from sluice.db.models import DagRun, TaskInstance
+from sluice.scheduler import clearing
 from sluice.spec.validation import parse_dag_manifest
 from tests.chaos import workload
 
@@ -93,6 +96,7 @@ FAULT_KINDS = [
     "terminate_backend",
     "skew_clock",
     "break_spec",
+    "clear_tasks",
 ]
 
 
@@ -531,6 +535,56 @@ class ChaosRun:
     def _unskew(self, replica: Replica) -> None:
         self.control(replica, "skew").unlink(missing_ok=True)
         replica.skewed_until = None
+
+    def _fault_clear_tasks(self, rng: random.Random, up: list[Replica]) -> Fault | None:
+        """`sluice tasks clear` of a task with its downstream, as a user reruns one: a task
+        running now, if one is found (Airflow's RESTARTING: stopped, then run again), else
+        any task of any run (an ended run is queued again)."""
+        found = self._running_task(rng)
+        with Session(self._engine) as session:
+            if found is not None:
+                _, what = found
+                dag, rest = what.split("/", 1)
+                task = rest.split(" try ")[0]
+                run = session.execute(
+                    select(DagRun)
+                    .join(TaskInstance, TaskInstance.dag_run_id == DagRun.id)
+                    .where(
+                        TaskInstance.dag_id == dag,
+                        TaskInstance.task_id == task,
+                        TaskInstance.state == "running",
+                    )
+                    .limit(1)
+                ).scalar_one_or_none()
+            else:
+                run = None
+            if run is None:
+                runs = (
+                    session.execute(select(DagRun).where(DagRun.dag_id != workload.FRAGILE))
+                    .scalars()
+                    .all()
+                )
+                if not runs:
+                    return None
+                run = rng.choice(list(runs))
+                task = rng.choice(
+                    session.execute(
+                        select(TaskInstance.task_id).where(TaskInstance.dag_run_id == run.id)
+                    )
+                    .scalars()
+                    .all()
+                )
+            what = f"{run.dag_id}/{run.run_id}/{task}"
+            try:
+                outcome = clearing.clear(
+                    session, SpecCache(), run, [task], downstream=True,
+                    reason="cleared by the chaos run", now=datetime.now(UTC),
+                )  # fmt: skip
+                session.commit()
+            except Exception as exc:
+                return Fault(self._t(), "clear_tasks", what, f"failed: {exc}")
+        was = ", ".join(f"{c.task_id} {c.was}" for c in outcome.cleared)
+        return Fault(self._t(), "clear_tasks", what, f"{was}; run {outcome.run_state}")
 
     def _fault_break_spec(self, rng: random.Random, up: list[Replica]) -> Fault | None:
         if self._broken_until is not None:

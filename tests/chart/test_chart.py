@@ -728,10 +728,10 @@ def operator_objects(peerings: str) -> set[str]:
     return {
         *(
             f"sluice.io/{k} {v}"
-            for k in ("dags", "dagruns", "backfills")
+            for k in ("dags", "dagruns", "backfills", "taskactions")
             for v in ("list", "watch", "patch")
         ),
-        *(f"sluice.io/{k}/status patch" for k in ("dags", "dagruns", "backfills")),
+        *(f"sluice.io/{k}/status patch" for k in ("dags", "dagruns", "backfills", "taskactions")),
         "/events create",
         f"kopf.dev/{peerings} list",
         f"kopf.dev/{peerings} watch",
@@ -815,18 +815,21 @@ def test_rbac_for_every_namespace(helm: str) -> None:
 AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
 PEOPLE_VIEW = {
     f"sluice.io/{kind} {verb}"
-    for kind in ("dags", "dagruns", "backfills", "pools")
+    for kind in ("dags", "dagruns", "backfills", "taskactions", "pools")
     for verb in ("get", "list", "watch")
 }
 EDIT_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 PEOPLE_EDIT = {
-    f"sluice.io/{kind} {verb}" for kind in ("dags", "dagruns", "backfills") for verb in EDIT_VERBS
+    f"sluice.io/{kind} {verb}"
+    for kind in ("dags", "dagruns", "backfills", "taskactions")
+    for verb in EDIT_VERBS
 }
 
 
 def test_roles_for_people_are_aggregated_into_view_edit_and_admin(helm: str) -> None:
     """Whoever holds view, edit or admin in a namespace gets Sluice's kinds there: view
-    reads them, edit and admin also change DAGs, DagRuns and Backfills; Pools, which cap
+    reads them, edit and admin also change DAGs, DagRuns and Backfills and create
+    TaskActions (clear or mark their own namespace's tasks); Pools, which cap
     everyone, stay read-only, and no status is writable."""
     docs = render(helm)
     view = one(docs, "ClusterRole", "sluice-view")

@@ -4,7 +4,8 @@
 against the database with an in-process executor whose tries "run" for a few
 tens of milliseconds. Every start and end is appended to LOG_PATH as a JSON line
 (with this process's pid) before the database hears of it, so the checker can
-replay who ran what, when. Tasks named `flaky-*` fail their first try.
+replay who ran what, when. Tasks named `flaky-*` fail their first try; tasks named
+`slow-*` run for 2 s (long enough to be cleared while running).
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ class TimedExecutor:
     def start(self, launches: Sequence[TaskLaunch]) -> None:
         for launch in launches:
             self._write("start", launch)
-            self.running[launch.key] = (launch, time.monotonic() + self.random.uniform(0.01, 0.08))
+            took = 2.0 if launch.task_id.startswith("slow-") else self.random.uniform(0.01, 0.08)
+            self.running[launch.key] = (launch, time.monotonic() + took)
 
     def poll(self) -> list[TaskEvent]:
         now = time.monotonic()

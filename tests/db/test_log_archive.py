@@ -326,3 +326,42 @@ def test_sluice_logs_reads_a_standalone_run_from_its_state_dir(tmp_path: Path) -
     )
     assert missing.exit_code == 2
     assert "no `sluice standalone --state-dir` database there" in missing.stderr
+
+
+def test_the_pod_a_try_ended_in_is_recorded_and_handed_to_the_log_source(
+    runtime: LocalRuntime, tmp_path: Path
+) -> None:
+    """The Job executor reports the pod and node of a try that ended (`TaskEvent.pod`);
+    `task_try` keeps them (migration 0018) and the archiver gives them to the source,
+    which then reads that pod's log by name, without a LIST (issue 30's API budget)."""
+    from sluice.db.dags import SpecCache
+    from sluice.executors.base import TaskEvent
+    from sluice.scheduler.results import apply_task_events
+    from sluice.spec.states import TaskState
+    from tests.support import FakeClock, ScriptedExecutor, chain, make_loop, register
+    from tests.support import run_until_idle as idle
+
+    clock = FakeClock()
+    register(runtime.sessions, manifest("pods", chain("a")), clock.now)
+    trigger(runtime.sessions, "pods", clock.now)
+    executor = ScriptedExecutor()
+    executor.hold.add("a")
+    idle(make_loop(runtime.sessions, executor, clock))
+    worker.enable(runtime.engine)
+    ((ti, number),) = list(executor.running)
+    with runtime.sessions() as session:
+        event = TaskEvent(ti, number, TaskState.SUCCESS, 0, pod="team-a/pods-a-1-x", node="n2")
+        assert apply_task_events(session, [event], SpecCache(), clock.now)
+        session.commit()
+    assert _rows(runtime, "SELECT pod, node FROM task_try") == [("team-a/pods-a-1-x", "n2")]
+
+    given: list[TryRef] = []
+
+    class Recording:
+        def open(self, ref: TryRef, *, follow: bool = False, tail: int | None = None) -> Opened:
+            given.append(ref)
+            raise LogGone("recorded")
+
+    store = open_store((tmp_path / "archive").as_uri())
+    assert worker.LogArchiver(runtime.engine, store, Recording()).run_once() == 1
+    assert [(ref.pod, ref.node) for ref in given] == [("team-a/pods-a-1-x", "n2")]

@@ -146,7 +146,7 @@ def restart_apiserver(
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = ROOT / "crds"
 EXAMPLES = ROOT / "examples"
-CRD_NAMES = ["dags", "dagruns", "pools", "backfills"]
+CRD_NAMES = ["dags", "dagruns", "pools", "backfills", "taskactions"]
 
 
 def apply_crds(cluster: Cluster) -> None:

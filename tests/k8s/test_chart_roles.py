@@ -26,7 +26,12 @@ from .replicas import wait_for
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(900)]
 
 SMALL = ["--set", "scheduler.replicas=1", "--set", "operator.replicas=1"]
-SLUICE_KINDS = ("dags.sluice.io", "dagruns.sluice.io", "backfills.sluice.io")
+SLUICE_KINDS = (
+    "dags.sluice.io",
+    "dagruns.sluice.io",
+    "backfills.sluice.io",
+    "taskactions.sluice.io",
+)
 
 
 @pytest.fixture

@@ -108,3 +108,23 @@ def test_where_a_try_ran_follows_from_its_executor_and_the_latest_tries_id() -> 
     assert try_location("local", "local:v:try:7:3", ref) == "local:try:7:1"
     assert try_location(None, None, ref) is None
     assert try_location("noop", "noop", ref) is None
+
+
+def test_a_pod_its_executor_saw_end_is_read_by_name_without_a_list() -> None:
+    """`task_try.pod` (migration 0018): one request per archived log, not two."""
+    core = FakeCore()
+    ref = TryRef(7, 2, "etl", "manual__1", "load", "team-a/etl-load-2-abc",
+                 pod="team-a/etl-load-2-abc-x1", node="n2")  # fmt: skip
+    opened = PodLogs(core).open(ref)  # type: ignore[arg-type]
+    assert b"".join(opened.chunks) == b"a\nb\n"
+    assert opened.where == {"pod": "team-a/etl-load-2-abc-x1", "node": "n2"}
+    ((call, read),) = core.calls
+    assert (call, read["name"], read["namespace"], read["container"]) == (
+        "read",
+        "etl-load-2-abc-x1",
+        "team-a",
+        "main",
+    )
+    gone = FakeCore(read_error=404)
+    with pytest.raises(LogGone, match="team-a/etl-load-2-abc-x1 was deleted before"):
+        PodLogs(gone).open(ref)  # type: ignore[arg-type]

@@ -150,6 +150,15 @@ def test_sluice_requests_are_the_job_verbs_no_component_makes() -> None:
     assert sluice_requests(counts) == {"create": 1000, "get": 2, "delete": 1, "list": 3}
 
 
+def test_the_archivers_pod_lookup_and_log_read_are_sluices_too() -> None:
+    """As the API server counted them in an --archive trial of 200 tasks (2026-12-06): a
+    log read is a CONNECT on pods/log; the pod LISTs are the archiver's 200 and the
+    executor's watch's one; the Job controller's PATCH pods (its finalizer) is not ours."""
+    counts = {"POST jobs": 200, "LIST jobs": 1, "LIST pods": 201, "CONNECT pods/log": 200}
+    counts |= {"PATCH pods": 201, "GET pods": 1123, "POST pods": 200}
+    assert sluice_requests(counts) == {"create": 200, "list": 1, "log": 200, "pods list": 201}
+
+
 def test_background_scales_the_quiet_windows_rate() -> None:
     quiet = {"PUT leases": 2, "WATCH pods": 9, "GET -/readyz": 4}
     assert background(quiet, window_s=10, over_s=100) == 20

@@ -35,7 +35,7 @@ def test_dag_schema_has_every_spec_and_task_field() -> None:
 
 def test_kinds_names_and_columns() -> None:
     found = {crd["spec"]["names"]["kind"]: crd["spec"] for crd in crds.definitions().values()}
-    assert set(found) == {"DAG", "DagRun", "Pool", "Backfill"}
+    assert set(found) == {"DAG", "DagRun", "Pool", "Backfill", "TaskAction"}
     assert found["DAG"]["names"]["shortNames"] == ["dag"]
     assert found["DagRun"]["names"]["shortNames"] == ["dr"]
     for spec in found.values():
@@ -62,3 +62,14 @@ def test_kinds_names_and_columns() -> None:
     assert columns("DAG")[:6] == ["Schedule", "Paused", "Active", "Last Run", "Next Run", "Ready"]
     assert columns("Backfill")[:5] == ["DAG", "From", "To", "Progress", "State"]
     assert columns("Pool")[:4] == ["Slots", "Running", "Queued", "Open"]
+    assert columns("TaskAction") == ["DAG", "Run", "Action", "Phase", "Changed", "Age"]
+
+
+def test_a_task_action_is_done_once_so_its_spec_never_changes() -> None:
+    spec = crds.definitions()["taskactions.yaml"]["spec"]["versions"][0]["schema"][
+        "openAPIV3Schema"
+    ]["properties"]["spec"]
+    assert spec["required"] == ["dagName", "runId", "action"]
+    assert spec["properties"]["action"]["enum"] == ["clear", "markSuccess", "markFailed"]
+    rules = {rule["rule"] for rule in spec["x-kubernetes-validations"]}
+    assert "self == oldSelf" in rules

@@ -235,3 +235,40 @@ def test_the_operator_refuses_a_template_naming_sluices_own_secrets_and_accounts
     assert "Sluice's own ServiceAccounts cannot run a task" in str(caught.value)
     # Without the names (no chart, the policy off) the same DAG is a team's own business.
     assert objects.manifest_from_body(body).metadata.name == "hello"
+
+
+def _action_body(**spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "rerun", "namespace": "team-a", "uid": "u-9"},
+        "spec": {"dagName": "etl", "runId": "manual__x", **spec},
+    }
+
+
+def test_task_action_request_reads_every_field() -> None:
+    request = objects.task_action_request(
+        _action_body(action="clear", tasks=["extract"], downstream=True, onlyFailed=True)
+    )
+    assert request.issues == []
+    assert (request.dag_id, request.namespace, request.name, request.uid) == (
+        "etl",
+        "team-a",
+        "rerun",
+        "u-9",
+    )
+    assert (request.run_id, request.action, request.tasks) == ("manual__x", "clear", ["extract"])
+    assert (request.downstream, request.upstream, request.only_failed) == (True, False, True)
+
+
+@pytest.mark.parametrize(
+    ("spec", "path"),
+    [
+        ({"action": "rerun"}, "spec.action"),
+        ({"action": "markSuccess"}, "spec.tasks"),
+        ({"action": "markFailed", "tasks": ["a"], "onlyFailed": True}, "spec.onlyFailed"),
+        ({"action": "clear", "tasks": "a"}, "spec.tasks"),
+        ({"action": "clear", "runId": ""}, "spec.runId"),
+    ],
+)
+def test_task_action_request_problems_name_the_field(spec: dict[str, Any], path: str) -> None:
+    issues = objects.task_action_request(_action_body(**spec)).issues
+    assert [issue.path for issue in issues] == [path]

@@ -237,6 +237,8 @@ def test_a_try_is_judged_again_only_when_its_job_or_pod_changed(
     executor.cache._apply(pods, {"type": "MODIFIED", "object": _pod(job, 3, ended)})
     (event,) = executor.poll()
     assert (event.state, event.key) == (TaskState.SUCCESS, launch().key)
+    # Where it ran goes with its end: the archiver reads that pod's log by name.
+    assert (event.pod, event.node) == (f"work/{job['metadata']['name']}-x", None)
     assert executor.alive() == []
 
 

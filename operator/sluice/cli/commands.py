@@ -12,6 +12,7 @@ from sluice.cli import logs as logs_cli
 from sluice.cli import operator as operator_cli
 from sluice.cli import scheduler as scheduler_cli
 from sluice.cli import standalone as standalone_cli
+from sluice.cli import tasks as tasks_cli
 
 app = typer.Typer(
     name="sluice",
@@ -22,6 +23,7 @@ app = typer.Typer(
 )
 app.add_typer(dags_cli.app, name="dags")
 app.add_typer(db_cli.app, name="db")
+app.add_typer(tasks_cli.app, name="tasks")
 app.command("scheduler")(scheduler_cli.scheduler)
 app.command("standalone")(standalone_cli.standalone)
 app.command("backfill")(backfill_cli.backfill)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated
@@ -34,6 +36,36 @@ LogStoreUrl = Annotated[
         show_envvar=True,
     ),
 ]
+
+
+StateDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--state-dir",
+        help="a `sluice standalone --state-dir` directory: its embedded database (and logs)",
+    ),
+]
+
+
+@contextmanager
+def database_or_state_dir(database_url: str | None, state_dir: Path | None) -> Iterator[str]:
+    """The database to use: a `sluice standalone --state-dir` directory's embedded Postgres
+    (started for the command, stopped after it), else the URL from the option or the
+    environment; exits saying what to give."""
+    if state_dir is None:
+        yield require_database(database_url)
+        return
+    if database_url is not None:
+        fail("--state-dir and --database-url: give one (--state-dir has its own database)")
+    if not (state_dir / "pgdata").is_dir():
+        fail(f"--state-dir {state_dir}: no `sluice standalone --state-dir` database there")
+    from sluice.db.embedded import start_embedded_postgres
+
+    postgres = start_embedded_postgres(state_dir / "pgdata")
+    try:
+        yield postgres.url
+    finally:
+        postgres.stop()
 
 
 def require_database(database_url: str | None) -> str:

@@ -11,7 +11,14 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from sluice.cli.common import DatabaseUrl, load_manifests, parse_datetime, require_database
+from sluice.cli.common import (
+    DatabaseUrl,
+    StateDir,
+    database_or_state_dir,
+    load_manifests,
+    parse_datetime,
+    require_database,
+)
 from sluice.cli.dags_validate import validate_command
 from sluice.cli.errors import fail
 from sluice.config import ConfigError, require_database_url
@@ -200,16 +207,19 @@ def runs(
     last: Annotated[int, typer.Option(help="how many of the latest runs")] = 10,
     output: Output = "table",
     database_url: DatabaseUrl = None,
+    state_dir: StateDir = None,
 ) -> None:
-    """A DAG's latest runs; with --run, that run's tasks with each try's Job and the reason
-    it failed, was skipped or retried (with --output json, the zombie evidence too)."""
+    """A DAG's latest runs; with --run, that run's tasks with every try (across clears), its
+    Job and the reason it failed, was skipped or retried (with --output json, the zombie
+    evidence too)."""
     _check_output(output)
     if last < 1:
         fail(f"--last must be at least 1 (got {last})")
-    engine = make_engine(_database(database_url))
-    with session_factory(engine)() as session:
-        found = read_runs(session, dag_id=dag, run_id=run, limit=None if run else last)
-    engine.dispose()
+    with database_or_state_dir(database_url, state_dir) as url:
+        engine = make_engine(url)
+        with session_factory(engine)() as session:
+            found = read_runs(session, dag_id=dag, run_id=run, limit=None if run else last)
+        engine.dispose()
     if run is not None and not found:
         fail(f"DAG {dag!r} has no run {run!r}; list its runs with `sluice dags runs {dag}`")
     if output == "json":

@@ -15,9 +15,14 @@ import typer
 from sluice.archive.compress import read_archive
 from sluice.archive.keys import key_for
 from sluice.archive.store import StoreError, open_store
-from sluice.cli.common import DatabaseUrl, LogStoreUrl, require_database
+from sluice.cli.common import (
+    DatabaseUrl,
+    LogStoreUrl,
+    StateDir,
+    database_or_state_dir,
+    require_database,
+)
 from sluice.cli.errors import fail
-from sluice.db.embedded import start_embedded_postgres
 from sluice.db.engine import make_engine, session_factory
 from sluice.executors.local import log_file
 from sluice.executors.logsources import (
@@ -54,12 +59,7 @@ def logs(
         Path | None,
         typer.Option(help="to read a running try's pod (default: in-cluster, else $KUBECONFIG)"),
     ] = None,
-    state_dir: Annotated[
-        Path | None,
-        typer.Option(
-            help="a `sluice standalone --state-dir` directory: its embedded database and logs"
-        ),
-    ] = None,
+    state_dir: StateDir = None,
 ) -> None:
     """A try's stdout and stderr, after a one-line header (on stderr: which try, its Job or
     pod, node, start, end, state). An ended try's log comes from the log archive, whether or
@@ -68,20 +68,11 @@ def logs(
     after the scheduler's --log-retention-days."""
     if tail is not None and tail < 0:
         fail(f"--tail must be 0 or more (got {tail})")
-    postgres = None
     if state_dir is not None:
-        if database_url is not None:
-            fail("--state-dir and --database-url: give one (--state-dir has its own database)")
-        if not (state_dir / "pgdata").is_dir():
-            fail(f"--state-dir {state_dir}: no `sluice standalone --state-dir` database there")
-        postgres = start_embedded_postgres(state_dir / "pgdata")
-        database_url, log_dir = postgres.url, state_dir / "logs"
-    try:
-        _show(dag, run, task, try_number, follow, tail, database_url, log_store, log_dir,
+        log_dir = state_dir / "logs"
+    with database_or_state_dir(database_url, state_dir) as url:
+        _show(dag, run, task, try_number, follow, tail, url, log_store, log_dir,
               kubeconfig)  # fmt: skip
-    finally:
-        if postgres is not None:
-            postgres.stop()
 
 
 def _show(

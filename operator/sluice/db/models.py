@@ -258,6 +258,9 @@ class TaskInstance(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer)
     reason: Mapped[str | None] = mapped_column(Text)
     evidence: Mapped[dict[str, Any] | None] = mapped_column(JSONB(none_as_null=True))
+    # A running try a clear asked to stop (migration 0017, `scheduler.clearing`): once it
+    # has ended the instance goes back to `none`.
+    restarting_since: Mapped[datetime | None]
 
     __table_args__ = (
         UniqueConstraint("dag_run_id", "task_id", name="uq_task_instance_run_task"),
@@ -307,6 +310,10 @@ class TaskTry(Base):
     reason: Mapped[str | None] = mapped_column(Text)
     # A zombie verdict's evidence (migration 0007), kept here for every try.
     evidence: Mapped[dict[str, Any] | None] = mapped_column(JSONB(none_as_null=True))
+    # Where it ran, as its executor saw it end (migration 0018): the pod (namespace/name)
+    # and node, so its log is read by name.
+    pod: Mapped[str | None] = mapped_column(Text)
+    node: Mapped[str | None] = mapped_column(Text)
 
 
 class SlotPool(Base):
@@ -441,6 +448,23 @@ class TaskLog(Base):
             postgresql_where=text("state = 'archived'"),
         ),
     )
+
+
+class TaskAction(Base):
+    """A TaskAction object the operator has done (migration 0017): by uid, once, with what
+    it did (`scheduler.clearing.Outcome`, as its status shows it)."""
+
+    __tablename__ = "task_action"
+
+    uid: Mapped[str] = mapped_column(Text, primary_key=True)
+    namespace: Mapped[str] = mapped_column(Text)
+    name: Mapped[str] = mapped_column(Text)
+    dag_run_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("dag_run.id", ondelete="CASCADE")
+    )
+    action: Mapped[str] = mapped_column(Text)
+    outcome: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    done_at: Mapped[datetime] = mapped_column(server_default=func.now())
 
 
 class RunPublication(Base):

@@ -73,6 +73,9 @@ class TaskEvent:
     state: TaskState  # success, failed or skipped
     exit_code: int | None = None
     reason: str | None = None
+    # Where it ran, when the executor knows: its pod (namespace/name) and node.
+    pod: str | None = None
+    node: str | None = None
 
     @property
     def key(self) -> tuple[int, int]:

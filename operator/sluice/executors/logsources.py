@@ -37,6 +37,10 @@ class TryRef:
     run_id: str
     task_id: str
     external_id: str | None  # where it ran (`try_location`); None: it never started
+    # Its pod (namespace/name) and node when its executor saw it end (`task_try.pod`): read
+    # by name, without listing the try's pods.
+    pod: str | None = None
+    node: str | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,10 @@ class PodLogs:
         if not ref.external_id or "/" not in ref.external_id:
             raise LogGone("the try has no Job to read its log from (it never started)")
         namespace = ref.external_id.split("/", 1)[0] or self.default_namespace
+        if ref.pod is not None and not follow:
+            pod_namespace, _, pod_name = ref.pod.partition("/")
+            where = {"pod": ref.pod, "node": ref.node or ""}
+            return self._read(pod_namespace or namespace, pod_name, where, False, tail)
         try:
             listed: Any = self.core.list_namespaced_pod(
                 namespace,
@@ -113,6 +121,11 @@ class PodLogs:
         pod = max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""))
         name = pod["metadata"]["name"]
         where = {"pod": f"{namespace}/{name}", "node": pod["spec"].get("nodeName") or ""}
+        return self._read(namespace, name, where, follow, tail)
+
+    def _read(
+        self, namespace: str, name: str, where: dict[str, str], follow: bool, tail: int | None
+    ) -> Opened:
         try:
             response: Any = self.core.read_namespaced_pod_log(
                 name,

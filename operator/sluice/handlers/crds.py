@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from sluice.handlers.objects import TASK_ACTIONS
 from sluice.spec import podpolicy, podschema
 from sluice.spec.models import TriggerRule, WeightRule
 from sluice.spec.states import Reprocess
@@ -461,6 +462,59 @@ def _backfill_schema() -> Schema:
     return {"type": "object", "required": ["spec"], "properties": {"spec": spec, "status": status}}
 
 
+def _task_action_schema() -> Schema:
+    spec: Schema = {
+        "type": "object",
+        "required": ["dagName", "runId", "action"],
+        "properties": {
+            "dagName": _str(63, "the DAG, in this namespace", pattern=DNS_LABEL),
+            "runId": _str(512, "the run's id (a DagRun object's status.runId)", minLength=1),
+            "action": {
+                "type": "string",
+                "enum": list(TASK_ACTIONS),
+                "description": "clear: run the tasks again (Airflow's Clear); markSuccess, "
+                "markFailed: set their state (Airflow's Mark), then clear the failed tasks "
+                "downstream of them",
+            },
+            "tasks": {
+                "type": "array",
+                "maxItems": MAX_TASKS,
+                "items": _str(63, pattern=DNS_LABEL),
+                "description": "the tasks (a clear without any takes every task of the run)",
+            },
+            "downstream": _bool("and every task after them"),
+            "upstream": _bool("and every task before them"),
+            "onlyFailed": _bool("a clear of failed and upstream_failed tasks only"),
+        },
+        "x-kubernetes-validations": [
+            {"rule": "self == oldSelf", "message": "a TaskAction's spec cannot change"},
+            {
+                "rule": "self.action == 'clear' || (has(self.tasks) && size(self.tasks) > 0)",
+                "message": "a mark needs at least one task",
+                "fieldPath": ".tasks",
+            },
+            {
+                "rule": "self.action == 'clear' || !has(self.onlyFailed) || !self.onlyFailed",
+                "message": "only a clear takes onlyFailed",
+                "fieldPath": ".onlyFailed",
+            },
+        ],
+    }
+    status: Schema = {
+        "type": "object",
+        "properties": {
+            "conditions": _conditions(),
+            "observedGeneration": _int(minimum=0, format="int64"),
+            "phase": {"type": "string", "enum": ["Done", "Failed"]},
+            "runState": _str(32, "the run's state right after the action"),
+            "cleared": {"type": "array", "maxItems": MAX_TASKS, "items": _str(63)},
+            "marked": {"type": "array", "maxItems": MAX_TASKS, "items": _str(63)},
+            "summary": _str(64, "what changed, for kubectl get"),
+        },
+    }
+    return {"type": "object", "required": ["spec"], "properties": {"spec": spec, "status": status}}
+
+
 def _column(name: str, json_path: str, type_: str = "string", **extra: Any) -> Schema:
     return {"name": name, "type": type_, "jsonPath": json_path, **extra}
 
@@ -567,6 +621,19 @@ def definitions() -> dict[str, dict[str, Any]]:
                 _column("To", ".spec.endDate"),
                 _column("Progress", ".status.progress"),
                 _column("State", ".status.state"),
+                _AGE,
+            ],
+        ),
+        "taskactions.yaml": _crd(
+            "TaskAction",
+            "taskactions",
+            _task_action_schema(),
+            [
+                _column("DAG", ".spec.dagName"),
+                _column("Run", ".spec.runId"),
+                _column("Action", ".spec.action"),
+                _column("Phase", ".status.phase"),
+                _column("Changed", ".status.summary"),
                 _AGE,
             ],
         ),

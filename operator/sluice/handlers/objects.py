@@ -18,7 +18,7 @@ DAG identity across namespaces (the decision):
   namespace NULL) may be claimed by any namespace, but the CLI cannot take a
   namespace's DAG: `sync_dag` applies the rule (`spec.names.ownership_problem`)
   to every writer.
-- A DagRun or Backfill refers to a DAG in its own namespace only.
+- A DagRun, Backfill or TaskAction refers to a DAG in its own namespace only.
 """
 
 from __future__ import annotations
@@ -275,6 +275,72 @@ def trigger_request(body: Mapping[str, Any]) -> TriggerRequest:
         issues=issues,
         object_name=str(meta.get("name") or "") or None,
         object_uid=str(meta.get("uid") or "") or None,
+    )
+
+
+# A TaskAction's `spec.action`: Airflow's "Clear", "Mark success" and "Mark failed".
+TASK_ACTIONS = ("clear", "markSuccess", "markFailed")
+
+
+@dataclass(frozen=True)
+class TaskActionRequest:
+    """What a TaskAction object asks of one run's tasks (`scheduler.clearing`); problems are
+    in `issues` (the CRD checks most)."""
+
+    dag_id: str
+    namespace: str | None
+    name: str
+    uid: str
+    run_id: str
+    action: str
+    tasks: list[str]
+    downstream: bool
+    upstream: bool
+    only_failed: bool
+    issues: list[SpecIssue] = field(default_factory=list)
+
+
+def task_action_request(body: Mapping[str, Any]) -> TaskActionRequest:
+    meta, spec = _meta_and_spec(body)
+    issues: list[SpecIssue] = []
+    dag_name = _dag_name(spec, issues)
+    run_id = spec.get("runId")
+    if not isinstance(run_id, str) or not run_id:
+        issues.append(
+            SpecIssue(
+                "spec.runId",
+                "required: the run's id (`kubectl get dagrun NAME -o jsonpath={.status.runId}`)",
+            )
+        )
+        run_id = ""
+    action = spec.get("action")
+    if action not in TASK_ACTIONS:
+        issues.append(
+            SpecIssue("spec.action", f"must be one of {', '.join(TASK_ACTIONS)}, got {action!r}")
+        )
+        action = ""
+    raw_tasks = spec.get("tasks", [])
+    if not isinstance(raw_tasks, list) or not all(isinstance(t, str) and t for t in raw_tasks):
+        issues.append(SpecIssue("spec.tasks", "must be a list of task names"))
+        raw_tasks = []
+    if action != "clear" and action and not raw_tasks:
+        issues.append(SpecIssue("spec.tasks", f"{action} needs at least one task"))
+    flags = {key: spec.get(key) is True for key in ("downstream", "upstream", "onlyFailed")}
+    if action != "clear" and flags["onlyFailed"]:
+        issues.append(SpecIssue("spec.onlyFailed", "only a clear takes onlyFailed"))
+    namespace = meta.get("namespace")
+    return TaskActionRequest(
+        dag_id=dag_name,
+        namespace=namespace if isinstance(namespace, str) else None,
+        name=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+        run_id=run_id,
+        action=str(action),
+        tasks=list(raw_tasks),
+        downstream=flags["downstream"],
+        upstream=flags["upstream"],
+        only_failed=flags["onlyFailed"],
+        issues=issues,
     )
 
 

@@ -28,6 +28,8 @@ from sluice.db.models import DEFAULT_POOL
 from sluice.handlers import objects, ownership, status, store
 from sluice.handlers.crds import GROUP, VERSION
 from sluice.scheduler.backfill import BackfillError
+from sluice.scheduler.clearing import ActionError
+from sluice.scheduler.past import wake_next_runs
 from sluice.scheduler.triggers import TriggerError
 from sluice.spec.errors import SpecError, SpecIssue
 
@@ -365,6 +367,79 @@ def backfill_deleted(meta: kopf.Meta, name: str | None, namespace: str | None, *
         uid = str(meta.get("uid") or "")
         cancelled = store.cancel_backfill(session, namespace, uid, reason, _now())
     log.info("Backfill %s/%s deleted: %d runs cancelled", namespace, name, cancelled)
+
+
+# ---- TaskAction ----
+
+
+@kopf.on.create(GROUP, VERSION, "taskactions")
+def task_action_created(
+    body: kopf.Body, meta: kopf.Meta, patch: kopf.Patch, retry: int, **_: Any
+) -> None:
+    """A TaskAction object clears or marks tasks of one run of its namespace's DAG, once
+    (by its uid, whatever replays it: ADR 0038); what it did goes in its status, and an
+    Event on it and on the run's DagRun object."""
+    now = _now()
+    request = objects.task_action_request(body)
+    record = _store_or_reject(
+        body,
+        patch,
+        retry,
+        request.issues,
+        lambda session: store.apply_task_action(session, request, now),
+        status.ACTION_FAILED,
+        ActionError,
+    )
+    if record is None:
+        _set_status(patch, {"phase": "Failed"})
+        return
+    if record["marked"]:
+        # What was marked may be what the next run's dependsOnPast tasks wait for.
+        with transaction() as session:
+            wake_next_runs(session, [store.run_pk(session, request.dag_id, request.run_id)])
+    message = _action_message(request.action, record)
+    reason = status.TASKS_CLEARED if request.action == "clear" else status.TASKS_MARKED
+    _set_status(
+        patch,
+        status.ready_status(
+            body.get("status"),
+            ok=True,
+            reason=reason,
+            message=message,
+            generation=_generation(meta),
+            now=now,
+            extra={
+                "phase": "Done",
+                "runState": record["runState"],
+                "cleared": record["cleared"],
+                "marked": record["marked"],
+                "summary": f"{len(record['marked'])} marked, {len(record['cleared'])} cleared",
+            },
+        ),
+    )
+    kopf.info(body, reason=reason, message=status.event_message(message))
+    run_object = record.get("dagRun")
+    if run_object:
+        kopf.info(
+            kopf.Body(
+                {"apiVersion": f"{GROUP}/{VERSION}", "kind": "DagRun", "metadata": run_object}
+            ),
+            reason=reason,
+            message=status.event_message(
+                f"{message} (TaskAction {request.namespace}/{request.name})"
+            ),
+        )
+
+
+def _action_message(action: str, record: Mapping[str, Any]) -> str:
+    parts = []
+    if record["marked"]:
+        target = "success" if action == "markSuccess" else "failed"
+        parts.append(f"marked {target}: {', '.join(record['marked'])}")
+    if record["cleared"]:
+        parts.append(f"cleared: {', '.join(record['cleared'])}")
+    did = "; ".join(parts) or "nothing matched: no task instance changed"
+    return f"run {record['runId']}: {did}; the run is {record['runState']}"
 
 
 # ---- Pool ----

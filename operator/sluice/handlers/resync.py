@@ -35,7 +35,7 @@ GROUP = "sluice.io"
 VERSION = "v1alpha1"
 HANDLED = f"{GROUP}/last-handled-configuration"
 NUDGED = f"{GROUP}/resync-requested-at"
-NAMESPACED = ("dags", "dagruns", "backfills")
+NAMESPACED = ("dags", "dagruns", "backfills", "taskactions")
 CLUSTER_SCOPED = ("pools",)
 # Objects per list request: a namespace with a year of DagRun objects is read in pages,
 # never in one response held whole in memory.

@@ -27,6 +27,9 @@ MARKED = "Marked"
 MARK_REFUSED = "MarkRefused"
 BACKFILL_FAILED = "BackfillFailed"
 POOL_SYNCED = "Synced"
+TASKS_CLEARED = "TasksCleared"
+TASKS_MARKED = "TasksMarked"
+ACTION_FAILED = "ActionFailed"
 DEFAULT_POOL_PROTECTED = "DefaultPoolProtected"
 
 # The CRDs cap condition messages at 32768 characters; Events at 1024 bytes.

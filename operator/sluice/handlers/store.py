@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import delete, func, literal, select, union, update
 from sqlalchemy.dialects.postgresql import insert
@@ -24,6 +25,7 @@ from sluice.db.models import (
     SlotPool,
     StatusOutbox,
     StatusSink,
+    TaskAction,
     TaskInstance,
 )
 from sluice.handlers import ownership
@@ -31,10 +33,12 @@ from sluice.handlers.objects import (
     BackfillRequest,
     DagRunObject,
     PoolSpec,
+    TaskActionRequest,
     TriggerRequest,
     run_id_for_object,
     scheduler_object_name,
 )
+from sluice.scheduler import clearing
 from sluice.scheduler.backfill import BackfillError, BackfillPlan, create_backfill
 from sluice.scheduler.endings import end_runs, mark_run
 from sluice.scheduler.triggers import TriggerError, trigger_run
@@ -372,3 +376,77 @@ def delete_pool(session: Session, name: str) -> bool:
         return False
     session.execute(delete(SlotPool).where(SlotPool.name == name))
     return True
+
+
+def apply_task_action(
+    session: Session, request: TaskActionRequest, now: datetime
+) -> dict[str, Any]:
+    """Clear or mark tasks of a run as a TaskAction object asks, once per object uid: a
+    replay (a retry, an operator restarted before it patched the status) returns what the
+    first time did. Raises DagNotRegistered, or ActionError (no such run or task)."""
+    done = session.get(TaskAction, request.uid)
+    if done is not None:
+        return done.outcome
+    _require_dag(session, request.dag_id, request.namespace, "TaskAction")
+    run = clearing.find_run(session, request.dag_id, request.run_id)
+    reason = f"{request.action} by TaskAction {request.namespace}/{request.name}"
+    if request.action == "clear":
+        outcome = clearing.clear(
+            session,
+            SpecCache(),
+            run,
+            request.tasks,
+            upstream=request.upstream,
+            downstream=request.downstream,
+            only_failed=request.only_failed,
+            reason=reason,
+            now=now,
+        )
+    else:
+        target = TaskState.SUCCESS if request.action == "markSuccess" else TaskState.FAILED
+        outcome = clearing.mark(
+            session,
+            SpecCache(),
+            run,
+            request.tasks,
+            target,
+            upstream=request.upstream,
+            downstream=request.downstream,
+            reason=reason,
+            now=now,
+        )
+    record = {
+        "runId": outcome.run_id,
+        "runState": outcome.run_state,
+        "cleared": [change.task_id for change in outcome.cleared],
+        "marked": [change.task_id for change in outcome.marked],
+        "dagRun": _run_object(session, run),
+    }
+    session.add(
+        TaskAction(
+            uid=request.uid,
+            namespace=request.namespace or "",
+            name=request.name,
+            dag_run_id=run.id,
+            action=request.action,
+            outcome=record,
+            done_at=now,
+        )
+    )
+    return record
+
+
+def _run_object(session: Session, run: DagRun) -> dict[str, str] | None:
+    """The DagRun object of a run (a user's, or the one the scheduler published), for an
+    Event on it; None if it has none."""
+    if run.object_namespace and run.object_name and run.object_uid:
+        return {"namespace": run.object_namespace, "name": run.object_name, "uid": run.object_uid}
+    published = session.get(RunPublication, run.id)
+    if published is None or published.uid is None or published.gone:
+        return None
+    return {"namespace": published.namespace, "name": published.object_name, "uid": published.uid}
+
+
+def run_pk(session: Session, dag_id: str, run_id: str) -> int:
+    """The database id of a DAG's run."""
+    return clearing.find_run(session, dag_id, run_id).id

@@ -61,7 +61,7 @@ _TAKE = text(
     )
     SELECT taken.id, taken.task_instance_id, taken.try_number, taken.attempts,
            ti.dag_id, r.run_id, ti.task_id, tt.external_id AS executor,
-           ti.external_id AS latest_external_id
+           ti.external_id AS latest_external_id, tt.pod, tt.node
     FROM taken
     LEFT JOIN task_try tt
       ON tt.task_instance_id = taken.task_instance_id AND tt.try_number = taken.try_number
@@ -276,5 +276,7 @@ def _taken(row: Any) -> Taken:
                 row.latest_external_id,
                 (row.task_instance_id, row.try_number, row.dag_id, row.run_id, row.task_id),
             ),
+            pod=row.pod,
+            node=row.node,
         )
     return Taken(row.id, row.attempts, ref)

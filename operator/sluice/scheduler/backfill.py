@@ -21,20 +21,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache, StoredSpecError
-from sluice.db.models import Backfill, DagRun, TaskInstance
+from sluice.db.models import Backfill, DagRun
+from sluice.scheduler import clearing
 from sluice.scheduler.runs import RunRequest, insert_runs
-from sluice.scheduler.transitions import Settled, lock_runs, propagate
+from sluice.scheduler.transitions import lock_runs
 from sluice.spec.states import (
     TERMINAL_RUN_STATES,
-    TERMINAL_TASK_STATES,
     Reprocess,
     RunState,
     RunType,
-    TaskState,
 )
 from sluice.spec.timetables import CronTimetable
 
@@ -130,7 +129,7 @@ def create_backfill(
             requests.append(RunRequest(compiled, RunType.BACKFILL, info, backfill_id=backfill.id))
         elif all(reprocesses(reprocess, run.state) for run in prior):
             for run in prior:
-                clear_tasks(session, specs, run.id, CLEARED_BY[reprocess], backfill_id=backfill.id)
+                _reprocess(session, specs, run.id, reprocess, backfill.id, now)
                 plan.rerun.append(run.run_id)
         else:
             why = ", ".join(f"run {run.run_id} exists ({run.state})" for run in prior)
@@ -145,15 +144,6 @@ def create_backfill(
     return plan
 
 
-# The tasks of a reprocessed run that go back to `none`: with `failed` only those that
-# failed (Airflow 2.10.5's --rerun-failed-tasks), with `completed` every task.
-CLEARED_BY: dict[Reprocess, frozenset[TaskState]] = {
-    Reprocess.NONE: frozenset(),
-    Reprocess.FAILED: frozenset({TaskState.FAILED, TaskState.UPSTREAM_FAILED}),
-    Reprocess.COMPLETED: TERMINAL_TASK_STATES,
-}
-
-
 def reprocesses(reprocess: Reprocess, state: str) -> bool:
     """Whether a backfill with this choice runs again a date whose run is in `state`."""
     match reprocess:
@@ -165,51 +155,25 @@ def reprocesses(reprocess: Reprocess, state: str) -> bool:
             return state in TERMINAL_RUN_STATES
 
 
-def clear_tasks(
+def _reprocess(
     session: Session,
     specs: SpecCache,
     run_id: int,
-    states: frozenset[TaskState],
-    *,
-    backfill_id: int | None,
-) -> int:
-    """Put a finished run's tasks in `states` back to `none` and queue the run again."""
+    reprocess: Reprocess,
+    backfill_id: int,
+    now: datetime,
+) -> None:
+    """Clear an ended run as the backfill's choice says (`failed`: its failed and
+    upstream_failed tasks, Airflow 2.10.5's --rerun-failed-tasks; `completed`: every task)
+    and queue it again under the backfill."""
     lock_runs(session, [run_id])
     run = session.get_one(DagRun, run_id)
-    compiled = specs.get(session, run.dag_version_id)
-    cleared = (
-        session.execute(
-            select(TaskInstance)
-            .where(
-                TaskInstance.dag_run_id == run_id,
-                TaskInstance.state.in_(sorted(states)),
-            )
-            .order_by(TaskInstance.id)
-            .with_for_update()
-        )
-        .scalars()
-        .all()
-    )
-    for ti in cleared:
-        ti.state = TaskState.NONE
-        ti.max_tries = ti.try_number + compiled.tasks[ti.task_id].retries
-        ti.needs_eval = True
-        ti.end_date = None
-        ti.reason = None
-    session.flush()
-    propagate(
+    clearing.reopen(session, run, backfill_id=backfill_id)  # then the clear finds it queued
+    clearing.clear(
         session,
-        [Settled(run_id, ti.task_id, ti.downstream_task_ids, None) for ti in cleared],
+        specs,
+        run,
+        only_failed=reprocess == Reprocess.FAILED,
+        reason=f"cleared by backfill {backfill_id} (--reprocess {reprocess.value})",
+        now=now,
     )
-    session.execute(
-        update(DagRun)
-        .where(DagRun.id == run_id)
-        .values(
-            state=RunState.QUEUED,
-            start_date=None,
-            end_date=None,
-            deadline=None,
-            backfill_id=backfill_id,
-        )
-    )
-    return len(cleared)

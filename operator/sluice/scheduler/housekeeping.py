@@ -130,10 +130,13 @@ def mark_dead_schedulers(
 
 @dataclass(frozen=True)
 class Fence:
-    """Tries this replica must stop: killed (no longer wanted) or released (adopted)."""
+    """Tries this replica must stop: killed (no longer wanted) or released (adopted).
+    `restarting`: those killed because a clear asked them to stop (still `running` in the
+    database until their end is applied: `clearing`)."""
 
     kill: list[tuple[int, int]]
     release: list[tuple[int, int]]
+    restarting: list[tuple[int, int]] = field(default_factory=list)
 
 
 _HEARTBEAT = Prepared(
@@ -145,6 +148,7 @@ _HEARTBEAT = Prepared(
       FROM unnest(CAST(:ids AS bigint[]), CAST(:tries AS int[]), CAST(:exts AS text[]))
            AS v(id, try_number, ext)
      WHERE t.id = v.id AND t.try_number = v.try_number AND t.state = 'running'
+       AND t.restarting_since IS NULL
        AND (t.running_by_job_id = :job OR t.running_by_job_id IS NULL)
     RETURNING t.id, t.try_number
     """
@@ -159,6 +163,7 @@ _CONFIRM = Prepared(
       FROM unnest(CAST(:ids AS bigint[]), CAST(:tries AS int[]), CAST(:exts AS text[]))
            AS v(id, try_number, ext)
      WHERE t.id = v.id AND t.try_number = v.try_number AND t.state = 'running'
+       AND t.restarting_since IS NULL
        AND (t.running_by_job_id = :job OR t.running_by_job_id IS NULL)
     RETURNING t.id, t.try_number
     """
@@ -208,24 +213,37 @@ def heartbeat_tries(
     lost = [key for key in keys if key not in confirmed]
     if not lost:
         return Fence([], [])
+    rows = session.execute(
+        select(
+            TaskInstance.id,
+            TaskInstance.try_number,
+            TaskInstance.state,
+            TaskInstance.restarting_since,
+            TaskInstance.running_by_job_id,
+        ).where(tuple_(TaskInstance.id, TaskInstance.try_number).in_(lost))
+    ).all()
+    # Adopted: another replica runs it now (same try, still live), or saw it end (a
+    # replica taken for dead that came back after its tries ran to the end elsewhere:
+    # killing it would delete the Job of a try that other replica saw through). A try a
+    # clear asked to stop is this replica's to kill, whoever else it is.
+    restarting = {
+        (row.id, row.try_number)
+        for row in rows
+        if row.restarting_since is not None and row.running_by_job_id in (job_id, None)
+    }
     adopted = {
-        (row[0], row[1])
-        for row in session.execute(
-            select(TaskInstance.id, TaskInstance.try_number).where(
-                tuple_(TaskInstance.id, TaskInstance.try_number).in_(lost),
-                or_(
-                    TaskInstance.state.in_((TaskState.RUNNING, TaskState.QUEUED)),
-                    # Adopted and ended meanwhile: killing it would delete the Job of a
-                    # try that another replica saw through (a replica taken for dead
-                    # that came back after its tries ran to the end elsewhere).
-                    TaskInstance.running_by_job_id != job_id,
-                ),
-            )
+        (row.id, row.try_number)
+        for row in rows
+        if (row.id, row.try_number) not in restarting
+        and (
+            row.state in (TaskState.RUNNING, TaskState.QUEUED)
+            or (row.running_by_job_id is not None and row.running_by_job_id != job_id)
         )
     }
     return Fence(
         kill=[key for key in lost if key not in adopted],
         release=[key for key in lost if key in adopted],
+        restarting=[key for key in lost if key in restarting],
     )
 
 

@@ -697,15 +697,20 @@ class SchedulerLoop:
                 None,
                 report,
             )
+        restarting = set(fence.restarting)
         for key in fence.kill:
-            self._executor_call(
+            stopped = self._executor_call(
                 "kill",
-                lambda key=key: self.executor.kill(  # type: ignore[misc]
-                    key, "the database no longer has this try running", beat.get(key)
-                ),
-                None,
+                lambda key=key: self._kill(key, beat.get(key)),  # type: ignore[misc]
+                False,
                 report,
             )
+            if stopped and key in restarting:
+                # A try a clear asked to stop has been stopped: its end goes in with the
+                # next reports, its instance back to `none` (`results`, `clearing`).
+                self._pending_events.append(
+                    TaskEvent(*key, TaskState.FAILED, None, "stopped by its replica")
+                )
         for key in fence.release:
             self._executor_call(
                 "release",
@@ -714,7 +719,13 @@ class SchedulerLoop:
                 report,
             )
         self._wake_past(applied, report)
-        return len(applied)
+        # A restart's end waiting to go in makes the tick busy: the next one follows at once.
+        return len(applied) + sum(key in restarting for key in fence.kill)
+
+    def _kill(self, key: tuple[int, int], external_id: str | None) -> bool:
+        """Kill a try the database no longer has running here; True once it is stopped."""
+        self.executor.kill(key, "the database no longer has this try running", external_id)
+        return True
 
     def _wake_past(self, applied: list[Applied], report: TickReport) -> None:
         """Committed settlements may free the next run's dependsOnPast tasks: flag them,

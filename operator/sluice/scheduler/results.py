@@ -26,6 +26,7 @@ from sluice.db.models import Outbox
 from sluice.db.prepared import Prepared
 from sluice.executors.base import TaskEvent
 from sluice.scheduler import past
+from sluice.scheduler.clearing import RESET_COLUMNS
 from sluice.scheduler.examine import follow_up
 from sluice.scheduler.transitions import Settled, lock_runs_of, propagate, run_progress
 from sluice.spec.retries import retry_delay
@@ -39,7 +40,7 @@ ALERT = "alert"
 _READ = Prepared(
     """
     SELECT ti.id, ti.try_number, ti.max_tries, ti.state, ti.task_id, ti.dag_run_id,
-           ti.downstream_task_ids, r.dag_version_id
+           ti.downstream_task_ids, ti.restarting_since, r.dag_version_id
     FROM task_instance ti JOIN dag_run r ON r.id = ti.dag_run_id
     WHERE ti.id = ANY(:ids)
     ORDER BY ti.id
@@ -56,8 +57,10 @@ _SETTLE = Prepared(
         SELECT * FROM unnest(
             CAST(:b_id AS bigint[]), CAST(:b_try AS int[]), CAST(:state AS text[]),
             CAST(:try_state AS text[]), CAST(:exit_code AS int[]), CAST(:reason AS text[]),
-            CAST(:next_retry_at AS timestamptz[]), CAST(:evidence AS text[])
-        ) AS v(id, try_number, state, try_state, exit_code, reason, next_retry_at, evidence)
+            CAST(:next_retry_at AS timestamptz[]), CAST(:evidence AS text[]),
+            CAST(:pod AS text[]), CAST(:node AS text[])
+        ) AS v(id, try_number, state, try_state, exit_code, reason, next_retry_at, evidence,
+               pod, node)
     ), settled AS (
         UPDATE task_instance ti SET
             state = v.state, end_date = :now, exit_code = v.exit_code, reason = v.reason,
@@ -72,9 +75,31 @@ _SETTLE = Prepared(
     )
     UPDATE task_try tt SET
         state = v.try_state, end_date = :now, exit_code = v.exit_code, reason = v.reason,
-        evidence = CAST(v.evidence AS jsonb)
+        evidence = CAST(v.evidence AS jsonb), pod = v.pod, node = v.node
     FROM settled JOIN v ON v.id = settled.id AND v.try_number = settled.try_number
     WHERE tt.task_instance_id = settled.id AND tt.try_number = settled.try_number
+    """
+)
+# A try a clear asked to stop (`clearing`) has ended, however: its instance goes back to
+# `none` (its retries were given back by the clear) and the try's row says why it ended.
+_RESTARTED = Prepared(
+    f"""
+    WITH v AS (
+        SELECT * FROM unnest(
+            CAST(:ids AS bigint[]), CAST(:tries AS int[]), CAST(:exit_codes AS int[]),
+            CAST(:reasons AS text[])
+        ) AS v(id, try_number, exit_code, reason)
+    ), reset AS (
+        UPDATE task_instance ti SET {RESET_COLUMNS}
+        FROM v
+        WHERE ti.id = v.id AND ti.try_number = v.try_number AND ti.state = 'running'
+          AND ti.restarting_since IS NOT NULL
+        RETURNING ti.id, ti.try_number
+    )
+    UPDATE task_try tt SET state = 'failed', end_date = :now, exit_code = v.exit_code,
+        reason = v.reason
+    FROM reset JOIN v ON v.id = reset.id AND v.try_number = reset.try_number
+    WHERE tt.task_instance_id = reset.id AND tt.try_number = reset.try_number
     """
 )
 _COLUMNS = (
@@ -86,6 +111,8 @@ _COLUMNS = (
     "reason",
     "next_retry_at",
     "evidence",
+    "pod",
+    "node",
 )
 
 
@@ -125,10 +152,15 @@ def apply_task_events(
     updates: list[dict[str, Any]] = []
     settled: list[Settled] = []
     applied: list[Applied] = []
+    restarted: list[tuple[TaskEvent, datetime]] = []
     for row in rows:
         event = by_key.get((row.id, row.try_number))
         if event is None or row.state not in LIVE_STATES:
             continue  # a report for an older try, or for a try already settled
+        if row.restarting_since is not None:
+            restarted.append((event, row.restarting_since))
+            applied.append(Applied(row.id, row.try_number, TaskState.NONE))
+            continue
         state = event.state
         next_retry_at = None
         if state is TaskState.FAILED and retry and row.try_number <= row.max_tries:
@@ -151,14 +183,17 @@ def apply_task_events(
                 "reason": event.reason,
                 "next_retry_at": next_retry_at,
                 "evidence": None if found is None else json.dumps(found),
+                "pod": event.pod,
+                "node": event.node,
             }
         )
         wakes = state in past.OK and past.has_waiters(specs, session, row.dag_version_id)
         applied.append(Applied(row.id, row.try_number, state, row.dag_run_id if wakes else None))
         if state is not TaskState.UP_FOR_RETRY:
             settled.append(Settled(row.dag_run_id, row.task_id, row.downstream_task_ids, state))
+    _restart(session, restarted, now)
     if not updates:
-        return []
+        return applied
     columns = {name: [u[name] for u in updates] for name in _COLUMNS}
     moved = run_progress(settled)
     _SETTLE(
@@ -188,3 +223,23 @@ def apply_task_events(
             ],
         )
     return applied
+
+
+def _restart(session: Session, ended: Sequence[tuple[TaskEvent, datetime]], now: datetime) -> None:
+    """Tries a clear asked to stop, now ended: their instances back to `none`."""
+    if not ended:
+        return
+    _RESTARTED(
+        session,
+        {
+            "now": now,
+            "ids": [event.ti_id for event, _ in ended],
+            "tries": [event.try_number for event, _ in ended],
+            "exit_codes": [event.exit_code for event, _ in ended],
+            "reasons": [
+                f"cleared while running (at {since.isoformat()}); the try then ended: "
+                + (event.reason or event.state.value)
+                for event, since in ended
+            ],
+        },
+    )

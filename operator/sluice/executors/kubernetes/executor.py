@@ -499,7 +499,18 @@ class KubernetesExecutor:
                 if not deleted:
                     self._to_delete[(entry.namespace, entry.job_name)] = why
             del self._tries[key]
-            events.append(TaskEvent(key[0], key[1], verdict.state, verdict.exit_code, why or None))
+            ran_on = scope.cache.newest_pod(entry.job_name)
+            events.append(
+                TaskEvent(
+                    key[0],
+                    key[1],
+                    verdict.state,
+                    verdict.exit_code,
+                    why or None,
+                    pod=f"{entry.namespace}/{ran_on['metadata']['name']}" if ran_on else None,
+                    node=(ran_on.get("spec") or {}).get("nodeName") if ran_on else None,
+                )
+            )
         return events
 
     def _judge(self, entry: _Try, scope: Scope, now: datetime) -> tuple[Verdict, datetime | None]:
