@@ -42,14 +42,18 @@ def events(
     posted: list[tuple[str, str, str, str]] = []
     monkeypatch.setattr(operator, "_sessions", sessions)
 
-    def recorder(type_: str) -> Any:
-        def post(body: Any, *, reason: str, message: str) -> None:
-            posted.append((type_, body.get("kind", "TaskAction"), body["metadata"]["name"], reason))
+    def post(body: Any, *, type: str, reason: str, message: str) -> None:
+        posted.append((type, body.get("kind", "TaskAction"), body["metadata"]["name"], reason))
 
-        return post
+    def warn(body: Any, *, reason: str, message: str) -> None:
+        post(body, type="Warning", reason=reason, message=message)
 
-    monkeypatch.setattr(kopf, "warn", recorder("Warning"))
-    monkeypatch.setattr(kopf, "info", recorder("Normal"))
+    def info(body: Any, *, reason: str, message: str) -> None:
+        raise AssertionError("kopf.info posts nothing: the operator's posting level is WARNING")
+
+    monkeypatch.setattr(kopf, "warn", warn)
+    monkeypatch.setattr(kopf, "event", post)
+    monkeypatch.setattr(kopf, "info", info)
     return posted
 
 

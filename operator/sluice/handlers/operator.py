@@ -417,13 +417,16 @@ def task_action_created(
             },
         ),
     )
-    kopf.info(body, reason=reason, message=status.event_message(message))
+    # kopf.event, not kopf.info: the operator posts kopf's own messages from WARNING up only
+    # (`configure`), and these are Normal Events of ours.
+    kopf.event(body, type="Normal", reason=reason, message=status.event_message(message))
     run_object = record.get("dagRun")
     if run_object:
-        kopf.info(
+        kopf.event(
             kopf.Body(
                 {"apiVersion": f"{GROUP}/{VERSION}", "kind": "DagRun", "metadata": run_object}
             ),
+            type="Normal",
             reason=reason,
             message=status.event_message(
                 f"{message} (TaskAction {request.namespace}/{request.name})"
