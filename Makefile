@@ -4,7 +4,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: pod-template-schema install lint test test-unit test-db demo chaos chaos-soak clean helm chart-crds chart-test \
+.PHONY: pod-template-schema install lint test test-unit test-db demo chaos chaos-soak clean helm chart-crds chart-test browser \
 	s3-server conformance conformance-refresh conformance-standalone
 
 $(BIN)/.installed: pyproject.toml
@@ -25,7 +25,7 @@ lint: install
 # tests (helm lint/template only; they skip, saying why, when helm is absent,
 # unless SLUICE_REQUIRE_HELM=1, as .ci/run sets after `make helm`).
 test: lint
-	$(BIN)/pytest -m "not k8s" tests/unit tests/db tests/chart
+	$(BIN)/pytest -m "not k8s" tests/unit tests/db tests/chart tests/browser
 
 test-unit: install
 	$(BIN)/pytest tests/unit
@@ -42,6 +42,11 @@ helm:
 # those tests skip, saying so, unless SLUICE_REQUIRE_S3=1.
 s3-server:
 	bash hack/build-versitygw.sh
+
+# Debian's Chromium and chromedriver for the UI's real-browser tests (tests/browser).
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; }
 
 # The chart ships copies of crds/ (helm installs charts/sluice/crds/ before the
 # templates; it accepts only CRDs there, so the default-pool admission policy goes

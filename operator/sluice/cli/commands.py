@@ -13,6 +13,7 @@ from sluice.cli import operator as operator_cli
 from sluice.cli import scheduler as scheduler_cli
 from sluice.cli import standalone as standalone_cli
 from sluice.cli import tasks as tasks_cli
+from sluice.cli import ui as ui_cli
 
 app = typer.Typer(
     name="sluice",
@@ -29,6 +30,7 @@ app.command("standalone")(standalone_cli.standalone)
 app.command("backfill")(backfill_cli.backfill)
 app.command("operator")(operator_cli.operator)
 app.command("logs")(logs_cli.logs)
+app.command("ui")(ui_cli.ui)
 
 
 @app.command(

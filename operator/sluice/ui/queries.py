@@ -1,0 +1,194 @@
+"""What the UI's pages show, each page a fixed number of indexed statements (no N+1).
+
+- DAG list: one statement for the DAGs, one for the latest runs of all of them
+  (a LATERAL join on `ix_dag_run_dag_logical_date`, at most `RUNS_PER_DAG` each).
+- Grid: one for the DAG, one for its latest runs (the same index, paged back by
+  logical date), one for their task instances (`dag_run_id = ANY(...)`), and
+  the current version's spec for the task order (cached per version).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from sluice.db.dags import SpecCache
+
+RUNS_PER_DAG = 10
+GRID_RUNS = 25
+
+# The state a cell shows: Airflow's names, and `restarting` for a running try a clear asked
+# to stop (ADR 0038).
+STATE_LETTERS = {
+    "none": "·",
+    "scheduled": "s",
+    "queued": "q",
+    "running": "R",
+    "restarting": "↻",
+    "success": "S",
+    "failed": "F",
+    "skipped": "K",
+    "upstream_failed": "U",
+    "up_for_retry": "r",
+}
+
+
+@dataclass(frozen=True)
+class RunCell:
+    run_id: str
+    state: str
+    logical_date: datetime
+
+
+@dataclass
+class DagRow:
+    dag_id: str
+    namespace: str | None
+    schedule: str | None
+    paused: bool
+    active: bool
+    next_run_after: datetime | None
+    broken_reason: str | None
+    runs: list[RunCell] = field(default_factory=list)  # newest first
+
+
+_DAGS = text(
+    """
+    SELECT dag_id, namespace, schedule, is_paused, is_active, next_run_after, broken_reason
+    FROM dag
+    WHERE (CAST(:namespace AS text) IS NULL OR namespace = :namespace)
+      AND (CAST(:name AS text) IS NULL OR dag_id LIKE '%' || :name || '%')
+    ORDER BY dag_id
+    LIMIT :limit
+    """
+)
+
+_LATEST_RUNS = text(
+    """
+    SELECT d.dag_id, r.run_id, r.state, r.logical_date
+    FROM unnest(CAST(:dags AS text[])) AS d(dag_id)
+    CROSS JOIN LATERAL (
+        SELECT run_id, state, logical_date FROM dag_run
+        WHERE dag_run.dag_id = d.dag_id
+        ORDER BY logical_date DESC, id DESC
+        LIMIT :per_dag
+    ) r
+    """
+)
+
+
+def dag_rows(
+    session: Session, *, namespace: str | None = None, name: str | None = None, limit: int = 500
+) -> list[DagRow]:
+    """The DAGs (filtered by namespace and a part of the name), each with its latest runs."""
+    rows = [
+        DagRow(*row)
+        for row in session.execute(
+            _DAGS, {"namespace": namespace or None, "name": name or None, "limit": limit}
+        )
+    ]
+    by_id = {row.dag_id: row for row in rows}
+    if rows:
+        for dag_id, run_id, state, logical_date in session.execute(
+            _LATEST_RUNS, {"dags": list(by_id), "per_dag": RUNS_PER_DAG}
+        ):
+            by_id[dag_id].runs.append(RunCell(run_id, state, logical_date))
+    return rows
+
+
+@dataclass(frozen=True)
+class TaskCell:
+    state: str
+    try_number: int
+    start: datetime | None
+    end: datetime | None
+
+    @property
+    def seconds(self) -> float | None:
+        if self.start is None or self.end is None:
+            return None
+        return (self.end - self.start).total_seconds()
+
+
+@dataclass
+class Grid:
+    dag: DagRow
+    runs: list[RunCell]  # oldest first, as Airflow's grid reads left to right
+    tasks: list[str]
+    cells: dict[tuple[str, str], TaskCell]  # (run id, task id)
+    older: datetime | None  # the logical date to page back from, if there are older runs
+
+
+_GRID_RUNS = text(
+    """
+    SELECT id, run_id, state, logical_date FROM dag_run
+    WHERE dag_id = :dag AND (CAST(:before AS timestamptz) IS NULL OR logical_date < :before)
+    ORDER BY logical_date DESC, id DESC
+    LIMIT :limit
+    """
+)
+
+_GRID_CELLS = text(
+    """
+    SELECT dag_run_id, task_id, state, restarting_since IS NOT NULL AS restarting,
+           try_number, start_date, end_date
+    FROM task_instance WHERE dag_run_id = ANY(:runs)
+    """
+)
+
+_CURRENT_VERSION = text("SELECT current_version_id FROM dag WHERE dag_id = :dag")
+
+
+_ONE_DAG = text(
+    """
+    SELECT dag_id, namespace, schedule, is_paused, is_active, next_run_after, broken_reason,
+           current_version_id
+    FROM dag WHERE dag_id = :dag
+    """
+)
+
+
+def grid(
+    session: Session, specs: SpecCache, dag_id: str, *, before: datetime | None = None
+) -> Grid | None:
+    """A DAG's latest runs (those before `before`, paging back) by its tasks, in the
+    current version's order (tasks only older runs had come after); None if there is no
+    such DAG."""
+    found = session.execute(_ONE_DAG, {"dag": dag_id}).one_or_none()
+    if found is None:
+        return None
+    dag = DagRow(*found[:7])
+    rows = session.execute(
+        _GRID_RUNS, {"dag": dag_id, "before": before, "limit": GRID_RUNS + 1}
+    ).all()
+    older = rows[GRID_RUNS - 1].logical_date if len(rows) > GRID_RUNS else None
+    rows = list(reversed(rows[:GRID_RUNS]))
+    run_ids = {row.id: row.run_id for row in rows}
+    cells: dict[tuple[str, str], TaskCell] = {}
+    seen: list[str] = []
+    if rows:
+        for row in session.execute(_GRID_CELLS, {"runs": list(run_ids)}):
+            state = "restarting" if row.restarting else row.state
+            cells[(run_ids[row.dag_run_id], row.task_id)] = TaskCell(
+                state, row.try_number, row.start_date, row.end_date
+            )
+            if row.task_id not in seen:
+                seen.append(row.task_id)
+    order = _task_order(session, specs, found.current_version_id)
+    tasks = order + sorted(task for task in seen if task not in order)
+    runs = [RunCell(row.run_id, row.state, row.logical_date) for row in rows]
+    return Grid(dag, runs, tasks, cells, older)
+
+
+def _task_order(session: Session, specs: SpecCache, version_id: int | None) -> list[str]:
+    """The current version's tasks, each after its upstreams; none if it cannot be read
+    (the DAG's broken reason says why)."""
+    if version_id is None:
+        return []
+    try:
+        return list(specs.get(session, version_id).order)
+    except ValueError:  # StoredSpecError, or a spec that no longer validates
+        return []

@@ -1,0 +1,162 @@
+"""The web UI's pages on a real Postgres, through aiohttp's own test server (ADR 0039).
+
+What a pipeline owner opens in the morning: the DAG list with each DAG's latest
+runs as squares, and a DAG's grid (runs as columns, tasks as rows, each cell its
+task instance's state, told by a letter as well as a colour). Each page costs a
+fixed number of statements, however many DAGs there are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+from typer.testing import CliRunner
+
+from sluice.cli import app as cli
+from sluice.spec.states import TaskState
+from sluice.ui import queries
+from sluice.ui.app import make_app
+from tests.support import (
+    T0,
+    FakeClock,
+    ScriptedExecutor,
+    chain,
+    count_queries,
+    make_loop,
+    manifest,
+    register,
+    run_until_idle,
+    trigger,
+)
+
+
+def _client_call(
+    sessions: sessionmaker[Session], call: Callable[[TestClient[Any, Any]], Awaitable[Any]]
+) -> Any:
+    async def go() -> Any:
+        async with TestClient(TestServer(make_app(sessions))) as client:
+            return await call(client)
+
+    return asyncio.run(go())
+
+
+def _get(sessions: sessionmaker[Session], path: str) -> tuple[int, str]:
+    async def call(client: TestClient[Any, Any]) -> tuple[int, str]:
+        response = await client.get(path)
+        return response.status, await response.text()
+
+    result: tuple[int, str] = _client_call(sessions, call)
+    return result
+
+
+@pytest.fixture
+def two_runs(sessions: sessionmaker[Session]) -> list[str]:
+    """DAG `etl` (extract -> load), two manual runs: the first fails at load, the second
+    succeeds. Returns their run ids, oldest first."""
+    clock = FakeClock()
+    register(sessions, manifest("etl", chain("extract", "load"), schedule=None), clock.now)
+    register(sessions, manifest("other", chain("only"), schedule=None), clock.now)
+    trigger(sessions, "etl", clock.now - timedelta(hours=2))
+    executor = ScriptedExecutor({"load": [TaskState.FAILED]})
+    loop = make_loop(sessions, executor, clock)
+    run_until_idle(loop)
+    executor.outcomes.clear()
+    trigger(sessions, "etl", clock.now - timedelta(hours=1))
+    run_until_idle(loop)
+    from tests.support import runs
+
+    with sessions() as session:
+        return [run.run_id for run in runs(session, "etl")]
+
+
+def test_the_dag_list_shows_each_dag_with_its_latest_runs(
+    sessions: sessionmaker[Session], two_runs: list[str]
+) -> None:
+    status, html = _get(sessions, "/")
+    assert status == 200
+    assert 'href="/dags/etl/grid"' in html
+    assert 'href="/dags/other/grid"' in html
+    row = html[html.index('id="dag-etl"') :]
+    row = row[: row.index("</tr>")]
+    # Newest first, a letter for each state as well as a colour.
+    assert re.findall(r'title="([^"]+)">(\w)<', row) == [
+        (f"{two_runs[1]}: success", "S"),
+        (f"{two_runs[0]}: failed", "F"),
+    ]
+    status, filtered = _get(sessions, "/?name=oth")
+    assert 'href="/dags/other/grid"' in filtered
+    assert 'href="/dags/etl/grid"' not in filtered
+
+
+def test_the_grid_shows_runs_by_tasks_with_each_try(
+    sessions: sessionmaker[Session], two_runs: list[str]
+) -> None:
+    status, html = _get(sessions, "/dags/etl/grid")
+    assert status == 200
+    rows = re.findall(r"<tr>\s*<th>([\w-]+)</th>", html)
+    assert rows == ["extract", "load"]  # the DAG's order, upstream first
+    cells = re.findall(r'title="([\w-]+) in (\S+): (\w+), try (\d+)[^"]*">(\S)<', html)
+    assert cells == [
+        ("extract", two_runs[0], "success", "1", "S"),
+        ("extract", two_runs[1], "success", "1", "S"),
+        ("load", two_runs[0], "failed", "1", "F"),
+        ("load", two_runs[1], "success", "1", "S"),
+    ]
+
+
+def test_unknown_dags_and_bad_input_say_what_is_wrong(
+    sessions: sessionmaker[Session], two_runs: list[str]
+) -> None:
+    assert _get(sessions, "/dags/nope/grid") == (404, "no DAG named 'nope'")
+    status, text = _get(sessions, "/dags/etl/grid?before=yesterday")
+    assert (status, text) == (400, "before='yesterday' is not an ISO 8601 date-time")
+
+
+def test_the_grid_pages_back_by_logical_date(sessions: sessionmaker[Session]) -> None:
+    clock = FakeClock()
+    register(sessions, manifest("many", chain("a"), schedule=None), clock.now)
+    for hours in range(queries.GRID_RUNS + 3, 0, -1):
+        trigger(sessions, "many", T0 - timedelta(hours=hours))
+    _, first = _get(sessions, "/dags/many/grid")
+    assert len(re.findall(r'data-task="a"', first)) == queries.GRID_RUNS  # the latest 25
+    older = re.search(r'href="\?before=([^"]+)">Older runs', first)
+    assert older is not None
+    _, second = _get(sessions, f"/dags/many/grid?before={older.group(1)}")
+    assert "Older runs" not in second
+    assert len(re.findall(r'data-task="a"', second)) == 3
+
+
+def test_each_page_costs_the_same_statements_whatever_the_number_of_dags(
+    engine: Engine, sessions: sessionmaker[Session], two_runs: list[str]
+) -> None:
+    def statements(path: str) -> int:
+        with count_queries(engine) as seen:
+            status, _ = _get(sessions, path)
+        assert status == 200
+        return len(seen)
+
+    few = statements("/")
+    grid = statements("/dags/etl/grid")
+    for n in range(30):
+        register(sessions, manifest(f"more-{n}", chain("a"), schedule=None))
+        trigger(sessions, f"more-{n}", T0)
+    assert statements("/") == few <= 3
+    assert statements("/dags/etl/grid") == grid <= 5
+
+
+def test_sluice_ui_listens_on_loopback_only() -> None:
+    result = CliRunner().invoke(
+        cli, ["ui", "--host", "0.0.0.0", "--database-url", "postgresql://x"]
+    )
+    assert result.exit_code == 2
+    assert "--host 0.0.0.0: the UI has no login yet, so it listens on loopback only" in (
+        result.stderr
+    )
