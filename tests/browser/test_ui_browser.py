@@ -111,3 +111,11 @@ def test_a_failed_task_is_seen_cleared_and_turns_green(
     # The page, left open, follows the run: no reload.
     _until("load turns green", lambda: load_cell().get_attribute("class") == "cell state-success")
     assert "try 2" in load_cell().get_attribute("title")
+    # Its run's page keeps both tries: try 1 failed, try 2 succeeded.
+    load_cell().click()
+    rows = _until(
+        "the run's page",
+        lambda: browser.find_elements(By.CSS_SELECTOR, "tr.task-load[data-try]"),
+    )
+    assert [(row.get_attribute("data-try"), row.find_elements(By.TAG_NAME, "td")[1].text)
+            for row in rows] == [("1", "F failed"), ("2", "S success")]  # fmt: skip

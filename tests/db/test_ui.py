@@ -160,3 +160,38 @@ def test_sluice_ui_listens_on_loopback_only() -> None:
     assert "--host 0.0.0.0: the UI has no login yet, so it listens on loopback only" in (
         result.stderr
     )
+
+
+def test_a_runs_page_shows_every_task_with_each_try_across_a_clear(
+    engine: Engine, sessions: sessionmaker[Session], two_runs: list[str]
+) -> None:
+    from urllib.parse import quote
+
+    from sluice.db.dags import SpecCache
+    from sluice.db.models import DagRun
+    from sluice.scheduler import clearing
+
+    failed = two_runs[0]
+    path = f"/dags/etl/runs/{quote(failed, safe='')}"
+    status, grid = _get(sessions, "/dags/etl/grid")
+    assert f'href="{path}"' in grid  # each run's column and cells link to its page
+    status, html = _get(sessions, path)
+    assert status == 200
+    assert '<td id="run-state">failed</td>' in html
+    tries = re.findall(r'class="task-([\w-]+)" data-try="(\d+)">.*?</span> (\w+)</td>', html, re.S)
+    assert tries == [("extract", "1", "success"), ("load", "1", "failed")]
+
+    with sessions() as session:
+        run = session.query(DagRun).filter_by(dag_id="etl", run_id=failed).one()
+        clearing.clear(session, SpecCache(), run, ["load"], reason="ui test", now=T0)
+        session.commit()
+    with count_queries(engine) as seen:
+        _, cleared = _get(sessions, path)
+    assert len(seen) <= 4  # the run, its tasks, their tries (and the spec, once)
+    tries = re.findall(
+        r'class="task-([\w-]+)" data-try="(\w+)">.*?</span> (\w+)</td>', cleared, re.S
+    )
+    # load's try 1 is kept with how it ended; the instance is none again, to run as try 2.
+    assert tries == [("extract", "1", "success"), ("load", "1", "failed"), ("load", "next", "none")]
+    assert '<td id="run-state">queued</td>' in cleared
+    assert _get(sessions, "/dags/etl/runs/nope") == (404, "DAG 'etl' has no run 'nope'")

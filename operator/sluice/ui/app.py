@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -87,6 +87,15 @@ async def dag_grid(request: web.Request) -> web.Response:
     return _page(request, "grid.html", grid=found)
 
 
+async def run(request: web.Request) -> web.Response:
+    dag_id, run_id = request.match_info["dag"], request.match_info["run"]
+    specs = request.app[SPECS]
+    found = await _read(request, lambda s: queries.run_page(s, specs, dag_id, run_id))
+    if found is None:
+        raise web.HTTPNotFound(text=f"DAG {dag_id!r} has no run {run_id!r}")
+    return _page(request, "run.html", run=found, now=datetime.now(UTC))
+
+
 async def healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
@@ -98,6 +107,7 @@ def make_app(sessions: sessionmaker[Session]) -> web.Application:
     app[TEMPLATES] = _environment()
     app.router.add_get("/", dags)
     app.router.add_get("/dags/{dag}/grid", dag_grid)
+    app.router.add_get("/dags/{dag}/runs/{run}", run)
     app.router.add_get("/healthz", healthz)
     app.router.add_static("/static", HERE / "static")
     return app

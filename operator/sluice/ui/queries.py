@@ -5,12 +5,15 @@
 - Grid: one for the DAG, one for its latest runs (the same index, paged back by
   logical date), one for their task instances (`dag_run_id = ANY(...)`), and
   the current version's spec for the task order (cached per version).
+- Run: one for the run (its unique key), one for its task instances, one for
+  their tries with what became of each try's log.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.orm import Session
@@ -192,3 +195,128 @@ def _task_order(session: Session, specs: SpecCache, version_id: int | None) -> l
         return list(specs.get(session, version_id).order)
     except ValueError:  # StoredSpecError, or a spec that no longer validates
         return []
+
+
+@dataclass(frozen=True)
+class TryRow:
+    """One try of a task instance, from its `task_try` row (kept across clears)."""
+
+    try_number: int
+    state: str
+    start: datetime | None
+    end: datetime | None
+    external_id: str | None
+    pod: str | None
+    node: str | None
+    reason: str | None
+    evidence: dict[str, Any] | None
+    log: str | None  # what became of its log (`task_log.state`), if anything yet
+
+
+@dataclass
+class TaskRow:
+    task_id: str
+    state: str
+    try_number: int
+    reason: str | None
+    tries: list[TryRow] = field(default_factory=list)
+
+
+@dataclass
+class RunPage:
+    dag_id: str
+    run_id: str
+    run_type: str
+    state: str
+    logical_date: datetime
+    data_interval_start: datetime
+    data_interval_end: datetime
+    start: datetime | None
+    end: datetime | None
+    conf: dict[str, Any]
+    tasks: list[TaskRow]
+
+    def bar(self, one: TryRow, now: datetime) -> tuple[float, float] | None:
+        """Where a try's bar sits in the run's Gantt: (left, width) in percent of the span
+        from the run's first try's start to its last end (or now); None if it never
+        started."""
+        starts = [t.start for task in self.tasks for t in task.tries if t.start]
+        if one.start is None or not starts:
+            return None
+        ends = [t.end or now for task in self.tasks for t in task.tries if t.start]
+        first, last = min(starts), max(ends)
+        span = max((last - first).total_seconds(), 1e-6)
+        left = (one.start - first).total_seconds() / span * 100
+        width = max(((one.end or now) - one.start).total_seconds() / span * 100, 0.5)
+        return round(left, 2), round(min(width, 100 - left), 2)
+
+
+_RUN = text(
+    """
+    SELECT id, dag_id, run_id, run_type, state, logical_date, data_interval_start,
+           data_interval_end, start_date, end_date, conf, dag_version_id
+    FROM dag_run WHERE dag_id = :dag AND run_id = :run
+    """
+)
+
+_RUN_TASKS = text(
+    """
+    SELECT id, task_id, state, restarting_since IS NOT NULL AS restarting, try_number, reason
+    FROM task_instance WHERE dag_run_id = :run ORDER BY id
+    """
+)
+
+_RUN_TRIES = text(
+    """
+    SELECT tt.task_instance_id, tt.try_number, tt.state, tt.start_date, tt.end_date,
+           tt.external_id, tt.pod, tt.node, tt.reason, tt.evidence, l.state AS log
+    FROM task_try tt
+    JOIN task_instance ti ON ti.id = tt.task_instance_id
+    LEFT JOIN task_log l
+      ON l.task_instance_id = tt.task_instance_id AND l.try_number = tt.try_number
+    WHERE ti.dag_run_id = :run
+    ORDER BY tt.task_instance_id, tt.try_number
+    """
+)
+
+
+def run_page(session: Session, specs: SpecCache, dag_id: str, run_id: str) -> RunPage | None:
+    """One run: its dates and conf, every task (in the DAG's order) with each of its tries;
+    None if there is no such run. Three statements, whatever the run's size."""
+    run = session.execute(_RUN, {"dag": dag_id, "run": run_id}).one_or_none()
+    if run is None:
+        return None
+    tasks: dict[int, TaskRow] = {}
+    for row in session.execute(_RUN_TASKS, {"run": run.id}):
+        state = "restarting" if row.restarting else row.state
+        tasks[row.id] = TaskRow(row.task_id, state, row.try_number, row.reason)
+    for row in session.execute(_RUN_TRIES, {"run": run.id}):
+        tasks[row.task_instance_id].tries.append(
+            TryRow(
+                row.try_number,
+                row.state,
+                row.start_date,
+                row.end_date,
+                row.external_id,
+                row.pod,
+                row.node,
+                row.reason,
+                row.evidence,
+                row.log,
+            )
+        )
+    order = {name: i for i, name in enumerate(_task_order(session, specs, run.dag_version_id))}
+    ordered = sorted(tasks.values(), key=lambda t: (order.get(t.task_id, len(order)), t.task_id))
+    return RunPage(
+        run.dag_id,
+        run.run_id,
+        run.run_type,
+        run.state,
+        run.logical_date,
+        run.data_interval_start,
+        run.data_interval_end,
+        run.start_date,
+        run.end_date,
+        dict(run.conf or {}),
+        ordered,
+    )
