@@ -1,14 +1,33 @@
-"""Find a try and what became of its log, for `sluice logs`."""
+"""Find a try and what became of its log, and read its output: `sluice logs` and the UI."""
 
 from __future__ import annotations
 
+import collections
+import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from sluice.executors.logsources import TryRef, try_location
+from sluice.archive.compress import read_archive
+from sluice.archive.keys import key_for
+from sluice.archive.store import StoreError, open_store
+from sluice.executors.local import log_file
+from sluice.executors.logsources import (
+    FileLogs,
+    LogGone,
+    LogSource,
+    LogUnavailable,
+    PodLogs,
+    TryRef,
+    try_location,
+)
+
+# How often `follow` looks again for a try's output that is not there yet.
+FOLLOW_WAIT = 1.0
 
 _FIND = text(
     """
@@ -29,6 +48,15 @@ _TRY = text(
     WHERE tt.task_instance_id = :ti AND tt.try_number = :try
     """
 )
+
+
+class LogNotReadable(Exception):
+    """A try's output cannot be read, and why; `code` is the exit status `sluice logs` gives
+    (2 for a bad --log-store, 1 otherwise)."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class TryNotFound(LookupError):
@@ -140,3 +168,92 @@ def find_try(session: Session, dag: str, run: str, task: str, try_number: int | 
         raw_bytes=row.raw_bytes,
         expired_at=row.expired_at,
     )
+
+
+def read_output(
+    found: TryLog,
+    *,
+    follow: bool = False,
+    tail: int | None = None,
+    log_store: str | None,
+    log_dir: Path,
+    kubeconfig: Path | None = None,
+    running: Callable[[TryRef], bool] | None = None,
+) -> tuple[Iterable[bytes], dict[str, str] | None]:
+    """The try's output, and where it is being read from (None: the archive): the archive
+    once it is there, else its pod or local file (live with `follow`, while `running`
+    says it runs). Raises LogNotReadable saying why not (`sluice logs`, the UI)."""
+    if running is None:
+        running = lambda ref: False  # noqa: E731
+    ref = found.ref
+    which = f"try {ref.try_number} of {ref.dag_id} / {ref.run_id} / {ref.task_id}"
+    if found.log_state == "lost":
+        raise LogNotReadable(f"the log of {which} was lost: {found.log_reason}")
+    if found.log_state == "expired":
+        raise LogNotReadable(expiry_note(which, found))
+    if found.log_state == "archived":
+        if not log_store:
+            raise LogNotReadable(
+                f"the log of {which} is archived at {found.location}; pass --log-store (or set"
+                " SLUICE_LOG_STORE) and the store's credentials to read it"
+            )
+        try:
+            store = open_store(log_store)
+        except (ValueError, StoreError) as exc:
+            raise LogNotReadable(f"--log-store: {exc}", code=2) from exc
+        key = key_for(ref.dag_id, ref.run_id, ref.task_id, ref.try_number)
+        try:
+            return _last_lines(read_archive(store, key), tail), None
+        except StoreError as exc:
+            raise LogNotReadable(
+                f"cannot read the log of {which} from {found.location}: {exc}"
+            ) from exc
+    if ref.external_id is None:
+        raise LogNotReadable(f"{which} has not started ({found.state}): no output yet")
+    source: LogSource
+    if ref.external_id.startswith("local:"):
+        source = FileLogs(
+            lambda r: log_file(log_dir, r.dag_id, r.run_id, r.task_id, r.try_number),
+            running=running,
+        )
+    else:
+        from kubernetes import client
+
+        from sluice.executors.kubernetes.executor import client_factory
+
+        try:
+            api = client_factory(str(kubeconfig) if kubeconfig else None)()
+        except Exception as exc:
+            raise LogNotReadable(f"cannot reach the cluster to read {which}'s pod: {exc}") from exc
+        source = PodLogs(client.CoreV1Api(api))
+    following = follow and found.running
+    while True:
+        try:
+            opened = source.open(ref, follow=following, tail=tail)
+            return opened.chunks, opened.where
+        except (LogGone, LogUnavailable) as exc:
+            # Following a try whose container has not started yet (its image being
+            # pulled, its sidecar starting): wait for it, as long as the try runs.
+            if following and running(ref):
+                time.sleep(FOLLOW_WAIT)
+                continue
+            if isinstance(exc, LogUnavailable):
+                raise LogNotReadable(
+                    f"cannot read the log of {which} now: {exc}; try again"
+                ) from exc
+            why = "it ended, its log is not archived (yet)" if found.end else "it runs"
+            raise LogNotReadable(f"cannot read the log of {which}: {why}, and {exc}") from exc
+
+
+def _last_lines(chunks: Iterator[bytes], tail: int | None) -> Iterable[bytes]:
+    if tail is None:
+        return chunks
+    lines: collections.deque[bytes] = collections.deque(maxlen=tail)
+    partial = b""
+    for chunk in chunks:
+        parts = (partial + chunk).split(b"\n")
+        partial = parts.pop()
+        lines.extend(part + b"\n" for part in parts)
+    if partial:
+        lines.append(partial)
+    return list(lines)

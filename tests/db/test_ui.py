@@ -195,3 +195,69 @@ def test_a_runs_page_shows_every_task_with_each_try_across_a_clear(
     assert tries == [("extract", "1", "success"), ("load", "1", "failed"), ("load", "next", "none")]
     assert '<td id="run-state">queued</td>' in cleared
     assert _get(sessions, "/dags/etl/runs/nope") == (404, "DAG 'etl' has no run 'nope'")
+
+
+def test_a_tries_page_shows_its_output_from_its_file_then_from_the_archive(
+    db_url: str, tmp_path: Any
+) -> None:
+    """Real task processes (the local executor): the try's page shows its output from its
+    log file; once archived and the file gone, from the archive (the same reads as
+    `sluice logs`); a try that never ran says why there is nothing."""
+    from datetime import UTC, datetime
+    from urllib.parse import quote
+
+    from sluice.archive.store import open_store
+    from sluice.executors.local import log_file
+    from sluice.executors.logsources import FileLogs
+    from sluice.runtime import LocalRuntime
+    from sluice.scheduler import archiver
+
+    script = 'echo "hello from $SLUICE_TASK try $SLUICE_TRY_NUMBER"; exit 3'
+    dag = manifest(
+        "logs",
+        [{"name": "say", "args": [script]}, {"name": "after", "dependsOn": ["say"]}],
+        schedule=None,
+        defaults={"image": "busybox:1.36", "command": ["sh", "-c"]},
+    )
+    with LocalRuntime(database_url=db_url, state_dir=tmp_path / "st") as rt:
+        archiver.enable(rt.engine)
+        rt.register([dag])
+        trigger(rt.sessions, "logs", datetime.now(UTC))
+        rt.run(until=lambda: rt.is_idle(datetime.now(UTC)))
+        with rt.sessions() as session:
+            from tests.support import runs
+
+            (run,) = runs(session, "logs")
+            run_id = run.run_id
+        logs = rt.state_dir / "logs"
+        page = f"/dags/logs/runs/{quote(run_id, safe='')}/tasks/say/tries/1"
+
+        def get(path: str, **kw: Any) -> tuple[int, str]:
+            async def call(client: TestClient[Any, Any]) -> tuple[int, str]:
+                response = await client.get(path)
+                return response.status, await response.text()
+
+            async def go() -> tuple[int, str]:
+                app = make_app(rt.sessions, log_dir=logs, **kw)
+                async with TestClient(TestServer(app)) as client:
+                    return await call(client)
+
+            return asyncio.run(go())
+
+        status, html = get(page)
+        assert status == 200
+        assert '<pre class="log" id="log">hello from say try 1\n</pre>' in html
+        assert "logs / " + run_id + " / say, try 1: failed" in html
+
+        store_url = (tmp_path / "archive").as_uri()
+        files = FileLogs(lambda r: log_file(logs, r.dag_id, r.run_id, r.task_id, r.try_number))
+        assert archiver.LogArchiver(rt.engine, open_store(store_url), files).run_once() == 1
+        for path in logs.rglob("*.log"):
+            path.unlink()
+        _, archived = get(page, log_store=store_url)
+        assert '<pre class="log" id="log">hello from say try 1\n</pre>' in archived
+        _, unset = get(page)  # archived, but the UI was given no --log-store
+        assert "pass --log-store" in unset
+
+        never = f"/dags/logs/runs/{quote(run_id, safe='')}/tasks/after/tries/1"
+        assert get(never)[0] == 404  # `after` never ran: it has no try 1

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from sluice.cli.common import DatabaseUrl, StateDir, database_or_state_dir
+from sluice.cli.common import DatabaseUrl, LogStoreUrl, StateDir, database_or_state_dir
 from sluice.cli.errors import fail
 
 
@@ -27,10 +28,15 @@ def ui(
     ),
     port: Annotated[int, typer.Option(help="the port to listen on")] = 8080,
     database_url: DatabaseUrl = None,
+    log_store: LogStoreUrl = None,
+    log_dir: Annotated[
+        Path, typer.Option(help="the local executor's log directory (its --log-dir)")
+    ] = Path("sluice-logs"),
     state_dir: StateDir = None,
 ) -> None:
-    """Serve the web UI (DAGs and their runs' grid) at http://HOST:PORT/, read from the
-    metadata database. No login: it listens on loopback only, as `airflow standalone`
+    """Serve the web UI (DAGs, their runs' grid, each run's tries and their logs) at
+    http://HOST:PORT/, read from the metadata database (and the tries' logs as `sluice
+    logs` reads them). No login: it listens on loopback only, as `airflow standalone`
     does; on a cluster, reach it with `kubectl port-forward`."""
     if not loopback(host):
         fail(
@@ -43,10 +49,13 @@ def ui(
     from sluice.db.engine import make_engine, session_factory
     from sluice.ui.app import make_app
 
+    if state_dir is not None:
+        log_dir = state_dir / "logs"
     with database_or_state_dir(database_url, state_dir) as url:
         engine = make_engine(url, application_name="sluice-ui")
         try:
             print(f"Sluice UI: http://{host}:{port}/", flush=True)
-            web.run_app(make_app(session_factory(engine)), host=host, port=port, print=None)
+            app = make_app(session_factory(engine), log_store=log_store, log_dir=log_dir)
+            web.run_app(app, host=host, port=port, print=None)
         finally:
             engine.dispose()

@@ -10,7 +10,7 @@ request.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -21,6 +21,7 @@ from aiohttp import web
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.dags import SpecCache
+from sluice.trylogs import LogNotReadable, TryNotFound, find_try, read_output
 from sluice.ui import queries
 
 T = TypeVar("T")
@@ -29,6 +30,11 @@ REFRESH_SECONDS = 5
 SESSIONS: web.AppKey[sessionmaker[Session]] = web.AppKey("sessions", sessionmaker)
 SPECS: web.AppKey[SpecCache] = web.AppKey("specs", SpecCache)
 TEMPLATES: web.AppKey[jinja2.Environment] = web.AppKey("templates", jinja2.Environment)
+LOG_STORE: web.AppKey[str] = web.AppKey("log_store", str)
+LOG_DIR: web.AppKey[Path] = web.AppKey("log_dir", Path)
+# What a try's page shows of its output: `sluice logs` has it all.
+LOG_LINES = 2000
+LOG_BYTES = 1 << 20
 
 
 def _when(value: datetime | None) -> str:
@@ -96,18 +102,67 @@ async def run(request: web.Request) -> web.Response:
     return _page(request, "run.html", run=found, now=datetime.now(UTC))
 
 
+async def try_log(request: web.Request) -> web.Response:
+    """A try's output (its last `LOG_LINES` lines, at most `LOG_BYTES`), as `sluice logs`
+    reads it: the archive once it is there, else its pod or local file."""
+    match = request.match_info
+    dag_id, run_id, task_id = match["dag"], match["run"], match["task"]
+    try:
+        number = int(match["try"])
+    except ValueError:
+        raise web.HTTPBadRequest(text=f"try {match['try']!r} is not a number") from None
+    store, log_dir = request.app[LOG_STORE], request.app[LOG_DIR]
+
+    try:
+        found = await _read(request, lambda s: find_try(s, dag_id, run_id, task_id, number))
+    except TryNotFound as exc:
+        raise web.HTTPNotFound(text=str(exc)) from None
+
+    def output() -> tuple[str, str]:  # no database session held while the log is read
+        try:
+            chunks, where = read_output(
+                found, tail=LOG_LINES, log_store=store or None, log_dir=log_dir
+            )
+            return found.header(where), _capped(chunks)
+        except LogNotReadable as exc:
+            return found.header(), f"(no output to show: {exc})"
+
+    header, text = await asyncio.to_thread(output)
+    return _page(request, "try.html", found=found, header=header, text=text)
+
+
+def _capped(chunks: Iterable[bytes]) -> str:
+    """The output as text, its last LOG_BYTES bytes, with a note if more came before."""
+    kept = bytearray()
+    dropped = 0
+    for chunk in chunks:
+        kept += chunk
+        if len(kept) > LOG_BYTES:
+            dropped += len(kept) - LOG_BYTES
+            del kept[: len(kept) - LOG_BYTES]
+    note = f"[{dropped} bytes before these not shown: `sluice logs` prints them all]\n"
+    return (note if dropped else "") + kept.decode("utf-8", errors="replace")
+
+
 async def healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-def make_app(sessions: sessionmaker[Session]) -> web.Application:
+def make_app(
+    sessions: sessionmaker[Session], *, log_store: str | None = None, log_dir: Path | None = None
+) -> web.Application:
+    """The UI on this database; tries' logs from `log_store` (the schedulers' --log-store)
+    once archived, else from their pods or from `log_dir` (the local executor's)."""
     app = web.Application()
     app[SESSIONS] = sessions
+    app[LOG_STORE] = log_store or ""
+    app[LOG_DIR] = log_dir or Path("sluice-logs")
     app[SPECS] = SpecCache()
     app[TEMPLATES] = _environment()
     app.router.add_get("/", dags)
     app.router.add_get("/dags/{dag}/grid", dag_grid)
     app.router.add_get("/dags/{dag}/runs/{run}", run)
+    app.router.add_get("/dags/{dag}/runs/{run}/tasks/{task}/tries/{try}", try_log)
     app.router.add_get("/healthz", healthz)
     app.router.add_static("/static", HERE / "static")
     return app
