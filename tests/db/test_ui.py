@@ -261,3 +261,93 @@ def test_a_tries_page_shows_its_output_from_its_file_then_from_the_archive(
 
         never = f"/dags/logs/runs/{quote(run_id, safe='')}/tasks/after/tries/1"
         assert get(never)[0] == 404  # `after` never ran: it has no try 1
+
+
+def _actions(
+    sessions: sessionmaker[Session],
+    page: str,
+    posts: list[tuple[str, dict[str, str], dict[str, str]]],
+) -> list[tuple[int, str]]:
+    """GET `page` (its CSRF cookie and token), then each POST (path, form, headers) with the
+    token unless the form says `csrf`; each POST's status and Location or text."""
+
+    async def call(client: TestClient[Any, Any]) -> list[tuple[int, str]]:
+        html = await (await client.get(page)).text()
+        token = re.search(r'name="csrf" value="(\w+)"', html)
+        assert token is not None
+        out = []
+        for path, form, headers in posts:
+            data = {"csrf": token.group(1), **form}
+            response = await client.post(path, data=data, headers=headers, allow_redirects=False)
+            out.append((response.status, response.headers.get("Location") or await response.text()))
+        return out
+
+    result: list[tuple[int, str]] = _client_call(sessions, call)
+    return result
+
+
+def test_actions_clear_mark_pause_and_trigger_through_the_cli_s_code(
+    sessions: sessionmaker[Session], two_runs: list[str]
+) -> None:
+    from urllib.parse import quote, unquote
+
+    from sluice.db.models import Dag, DagRun, TaskInstance
+
+    failed = two_runs[0]
+    run_page = f"/dags/etl/runs/{quote(failed, safe='')}"
+    results = _actions(
+        sessions,
+        run_page,
+        [
+            (f"{run_page}/tasks/load", {"action": "clear"}, {}),
+            ("/dags/etl/pause", {"paused": "true"}, {}),
+            ("/dags/etl/trigger", {"conf": '{"k": 1}'}, {}),
+        ],
+    )
+    assert (results[0][0], unquote(results[0][1])) == (303, unquote(run_page))
+    assert results[1] == (303, "/dags/etl/grid")
+    assert results[2][0] == 303
+    assert results[2][1].startswith("/dags/etl/runs/manual__")
+    with sessions() as session:
+        run = session.query(DagRun).filter_by(dag_id="etl", run_id=failed).one()
+        load = session.query(TaskInstance).filter_by(dag_run_id=run.id, task_id="load").one()
+        assert (run.state, load.state, load.max_tries) == ("queued", "none", 1)
+        assert session.get_one(Dag, "etl").is_paused
+        newest = session.query(DagRun).filter_by(dag_id="etl").order_by(DagRun.id.desc()).first()
+        assert newest is not None
+        assert newest.conf == {"k": 1}
+
+    marked = _actions(sessions, run_page, [(f"{run_page}/tasks/load", {"action": "success"}, {})])
+    assert [(status, unquote(where)) for status, where in marked] == [(303, unquote(run_page))]
+    with sessions() as session:
+        load = session.query(TaskInstance).filter_by(dag_run_id=run.id, task_id="load").one()
+        assert load.state == "success"
+
+
+def test_actions_without_the_pages_token_or_from_another_site_are_refused(
+    sessions: sessionmaker[Session], two_runs: list[str]
+) -> None:
+    from urllib.parse import quote
+
+    from sluice.db.models import Dag
+
+    run_page = f"/dags/etl/runs/{quote(two_runs[0], safe='')}"
+    refused = _actions(
+        sessions,
+        run_page,
+        [
+            ("/dags/etl/pause", {"paused": "true", "csrf": "forged"}, {}),
+            ("/dags/etl/pause", {"paused": "true"}, {"Origin": "https://evil.example"}),
+            (f"{run_page}/tasks/nope", {"action": "clear"}, {}),
+            ("/dags/etl/trigger", {"conf": "{not json"}, {}),
+            (f"{run_page}/tasks/load", {"action": "explode"}, {}),
+        ],
+    )
+    assert [status for status, _ in refused] == [403, 403, 400, 400, 400]
+    assert "CSRF token" in refused[0][1]
+    assert "another site" in refused[1][1]
+    assert "refused: --task 'nope': DAG 'etl' has no such task" in refused[2][1]
+    assert "conf is not JSON" in refused[3][1]
+    assert "one of clear, success, failed" in refused[4][1]
+    with sessions() as session:
+        assert not session.get_one(Dag, "etl").is_paused

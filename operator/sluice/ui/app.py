@@ -22,16 +22,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.dags import SpecCache
 from sluice.trylogs import LogNotReadable, TryNotFound, find_try, read_output
-from sluice.ui import queries
+from sluice.ui import actions, queries
+from sluice.ui.keys import LOG_DIR, LOG_STORE, SECRET, SESSIONS, SPECS, TEMPLATES
 
 T = TypeVar("T")
 HERE = Path(__file__).parent
 REFRESH_SECONDS = 5
-SESSIONS: web.AppKey[sessionmaker[Session]] = web.AppKey("sessions", sessionmaker)
-SPECS: web.AppKey[SpecCache] = web.AppKey("specs", SpecCache)
-TEMPLATES: web.AppKey[jinja2.Environment] = web.AppKey("templates", jinja2.Environment)
-LOG_STORE: web.AppKey[str] = web.AppKey("log_store", str)
-LOG_DIR: web.AppKey[Path] = web.AppKey("log_dir", Path)
 # What a try's page shows of its output: `sluice logs` has it all.
 LOG_LINES = 2000
 LOG_BYTES = 1 << 20
@@ -65,8 +61,11 @@ async def _read(request: web.Request, work: Callable[[Session], T]) -> T:
 
 
 def _page(request: web.Request, template: str, **context: Any) -> web.Response:
-    html = request.app[TEMPLATES].get_template(template).render(**context)
-    return web.Response(text=html, content_type="text/html")
+    token = actions.csrf_token(request.app)
+    html = request.app[TEMPLATES].get_template(template).render(csrf=token, **context)
+    response = web.Response(text=html, content_type="text/html")
+    response.set_cookie(actions.CSRF_COOKIE, token, httponly=True, samesite="Strict")
+    return response
 
 
 async def dags(request: web.Request) -> web.Response:
@@ -157,12 +156,16 @@ def make_app(
     app[SESSIONS] = sessions
     app[LOG_STORE] = log_store or ""
     app[LOG_DIR] = log_dir or Path("sluice-logs")
+    app[SECRET] = actions.new_secret()
     app[SPECS] = SpecCache()
     app[TEMPLATES] = _environment()
     app.router.add_get("/", dags)
     app.router.add_get("/dags/{dag}/grid", dag_grid)
     app.router.add_get("/dags/{dag}/runs/{run}", run)
     app.router.add_get("/dags/{dag}/runs/{run}/tasks/{task}/tries/{try}", try_log)
+    app.router.add_post("/dags/{dag}/pause", actions.pause)
+    app.router.add_post("/dags/{dag}/trigger", actions.trigger)
+    app.router.add_post("/dags/{dag}/runs/{run}/tasks/{task}", actions.task_action)
     app.router.add_get("/healthz", healthz)
     app.router.add_static("/static", HERE / "static")
     return app

@@ -1,0 +1,144 @@
+"""The UI's actions: the same code the CLI and kubectl paths run, behind a CSRF check.
+
+- Pause or unpause a DAG (`sluice dags pause|unpause`: `db.dags.set_paused`).
+- Trigger a run, with a conf (`sluice dags trigger`: `scheduler.triggers.trigger_run`).
+- Clear a task of a run, with its downstream if asked, or mark it success or failed
+  (`sluice tasks clear|mark`: `scheduler.clearing`).
+
+Every action is a form POST. CSRF: each page carries a token (an HMAC of the
+process's secret) in a `SameSite=Strict` cookie and in every form; a POST whose
+form token does not match its cookie, or whose `Origin` is another site, is
+refused with 403. A refused action (an unknown task, a bad conf) is a 400 page
+saying why; nothing changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import secrets
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from aiohttp import web
+from sqlalchemy.orm import Session
+
+from sluice.db.dags import SpecCache, set_paused
+from sluice.scheduler import clearing
+from sluice.scheduler.past import wake_next_runs
+from sluice.scheduler.triggers import TriggerError, trigger_run
+from sluice.spec.states import TaskState
+from sluice.ui.keys import SECRET, SESSIONS
+
+# An action's work, in one transaction: (session, form) -> where to go next, and the run
+# whose next runs' dependsOnPast tasks may wake (woken in a transaction of its own).
+Work = Callable[[Session, Any], tuple[str, int | None]]
+
+CSRF_COOKIE = "sluice_csrf"
+CSRF_FIELD = "csrf"
+
+
+def csrf_token(app: web.Application) -> str:
+    return hmac.new(app[SECRET], b"sluice-ui-csrf", "sha256").hexdigest()
+
+
+def new_secret() -> bytes:
+    return secrets.token_bytes(32)
+
+
+def _checked(request: web.Request, form: Any) -> None:
+    """403 unless the form's token is the page's (double submit) and the POST comes from
+    this site."""
+    expected = csrf_token(request.app)
+    cookie = request.cookies.get(CSRF_COOKIE, "")
+    given = str(form.get(CSRF_FIELD, ""))
+    if not (hmac.compare_digest(cookie, expected) and hmac.compare_digest(given, expected)):
+        raise web.HTTPForbidden(text="refused: the form's CSRF token is missing or stale; reload")
+    origin = request.headers.get("Origin")
+    if origin and urlsplit(origin).netloc != request.host:
+        raise web.HTTPForbidden(text=f"refused: a POST from another site ({origin})")
+
+
+def _path(*parts: str) -> str:
+    return "/" + "/".join(quote(part, safe="") for part in parts)
+
+
+async def _act(request: web.Request, work: Work) -> web.Response:
+    """Check the form, do the work in one transaction, redirect where it says."""
+    form = await request.post()
+    _checked(request, form)
+    sessions = request.app[SESSIONS]
+
+    def run() -> str:
+        with sessions() as session:
+            try:
+                target, woken = work(session, form)
+            except (clearing.ActionError, TriggerError, ValueError) as exc:
+                session.rollback()
+                raise web.HTTPBadRequest(text=f"refused: {exc}") from None
+            session.commit()
+        if woken is not None:
+            with sessions() as session:
+                wake_next_runs(session, [woken])
+                session.commit()
+        return target
+
+    target = await asyncio.to_thread(run)
+    raise web.HTTPSeeOther(target)
+
+
+async def pause(request: web.Request) -> web.Response:
+    dag_id = request.match_info["dag"]
+
+    def work(session: Session, form: Any) -> tuple[str, int | None]:
+        paused = form.get("paused") == "true"
+        if not set_paused(session, dag_id, paused):
+            raise clearing.ActionError(f"no DAG named {dag_id!r}")
+        return _path("dags", dag_id, "grid"), None
+
+    return await _act(request, work)
+
+
+async def trigger(request: web.Request) -> web.Response:
+    dag_id = request.match_info["dag"]
+
+    def work(session: Session, form: Any) -> tuple[str, int | None]:
+        text = str(form.get("conf") or "").strip()
+        try:
+            conf = json.loads(text) if text else None
+        except ValueError as exc:
+            raise ValueError(f'conf is not JSON ({exc}); e.g. {{"key": "value"}}') from None
+        new = trigger_run(session, SpecCache(), dag_id, datetime.now(UTC), conf=conf)
+        return _path("dags", dag_id, "runs", new.run_id), None
+
+    return await _act(request, work)
+
+
+async def task_action(request: web.Request) -> web.Response:
+    """Clear (with its downstream when asked) or mark a task of a run."""
+    dag_id, run_id, task_id = (request.match_info[k] for k in ("dag", "run", "task"))
+
+    def work(session: Session, form: Any) -> tuple[str, int | None]:
+        run = clearing.find_run(session, dag_id, run_id)
+        action = str(form.get("action") or "")
+        downstream = form.get("downstream") == "true"
+        now = datetime.now(UTC)
+        target = _path("dags", dag_id, "runs", run_id)
+        if action == "clear":
+            clearing.clear(
+                session, SpecCache(), run, [task_id], downstream=downstream,
+                reason="cleared from the UI", now=now,
+            )  # fmt: skip
+            return target, None
+        if action in ("success", "failed"):
+            clearing.mark(
+                session, SpecCache(), run, [task_id], TaskState(action),
+                downstream=downstream, reason=f"marked {action} from the UI", now=now,
+            )  # fmt: skip
+            return target, run.id
+        raise ValueError(f"action {action!r}: one of clear, success, failed")
+
+    return await _act(request, work)
