@@ -13,8 +13,9 @@ upstream_failed tasks downstream of it. One session per run, committed as the
 request's is. Prints what each call set.
 
 Airflow 2.10.5: `DagBag(read_dags_from_db=True).get_dag(dag_id)`, the webserver's
-DAG bag (a SerializedDAG, a subclass of DAG). Airflow 3.3.2: `DBDagBag`, the
-DAG version the run was created with, as the API's PATCH takes it.
+DAG bag (a SerializedDAG, a subclass of DAG). Airflow 3.3.2: the SerializedDAG
+`DBDagBag().get_latest_version_of_dag(dag_id)` gives, as the PATCH takes it
+(`_patch_ti_validate_request`).
 """
 
 from __future__ import annotations
@@ -24,16 +25,14 @@ import sys
 from typing import Any
 
 
-def _dag(dag_id: str, run_id: str, session: Any, major: int) -> Any:
+def _dag(dag_id: str, session: Any, major: int) -> Any:
     if major < 3:
         from airflow.models.dagbag import DagBag
 
         return DagBag(read_dags_from_db=True, load_op_links=False).get_dag(dag_id, session=session)
-    from airflow.models.dag import DagRun
     from airflow.models.dagbag import DBDagBag
 
-    run = session.query(DagRun).filter_by(dag_id=dag_id, run_id=run_id).one()
-    return DBDagBag().get_dag_for_run(run, session=session)
+    return DBDagBag().get_latest_version_of_dag(dag_id, session=session)
 
 
 def main(job: dict[str, Any]) -> None:
@@ -44,7 +43,7 @@ def main(job: dict[str, Any]) -> None:
     major = int(airflow.__version__.split(".", 1)[0])
     for run_id in job["run_ids"]:
         with create_session() as session:
-            dag = _dag(job["dag_id"], run_id, session, major)
+            dag = _dag(job["dag_id"], session, major)
             changed = dag.set_task_instance_state(
                 task_id=job["task_id"],
                 run_id=run_id,
