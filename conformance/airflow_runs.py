@@ -49,7 +49,14 @@ from bench.common import Postgres
 from sqlalchemy import Engine, create_engine, text
 
 from conformance.cases import Case, instant
-from conformance.executions import Ran, order_of, run_record, trigger_record
+from conformance.executions import (
+    BUSY_TASK_STATES,
+    ENDED_RUN_STATES,
+    Ran,
+    order_of,
+    run_record,
+    trigger_record,
+)
 
 API = {
     "runs": (
@@ -369,8 +376,9 @@ class AirflowRuns:
         home: Path,
         procs: dict[str, subprocess.Popen[bytes]],
     ) -> int:
-        """The case's clear or mark on the runs it is for, once each has ended, with the
-        scheduler still running; how many runs the DAG has (all to end again).
+        """The case's clear or mark on the runs it is for, once each has ended (or has no
+        task under way: it waits on another run), with the scheduler still running; how
+        many runs the DAG has (all to end again).
 
         Clear: `airflow tasks clear DAG [-t TASKS] -s DATE -e DATE [-d] [-u] [-f] -y`, one
         per run asked for (one over every run's dates when none is), which queues the
@@ -390,8 +398,17 @@ class AirflowRuns:
                     ),
                     {"dag": case.name},
                 ).all()
+                busy = set(
+                    conn.execute(
+                        text(
+                            "SELECT DISTINCT run_id FROM task_instance WHERE dag_id = :dag"
+                            " AND state = ANY(:busy)"
+                        ),
+                        {"dag": case.name, "busy": list(BUSY_TASK_STATES)},
+                    ).scalars()
+                )
             chosen = [run for run in runs if ask.covers(run.logical_date)]
-            if all(run.state in ("success", "failed") for run in chosen):
+            if all(run.state in ENDED_RUN_STATES or run.run_id not in busy for run in chosen):
                 break
             for name, proc in procs.items():
                 if proc.poll() is not None:

@@ -50,6 +50,10 @@ from typing import Any, NamedTuple
 from conformance.cases import Case, instant
 
 TEST_DATABASE_URL = "SLUICE_TEST_DATABASE_URL"
+# A run a clearing case acts on has ended, or at least has no task in these states (it
+# waits on another run): no try is under way when the action lands, on either side.
+ENDED_RUN_STATES = ("success", "failed")
+BUSY_TASK_STATES = ("scheduled", "queued", "running", "restarting", "up_for_retry", "deferred")
 # Alembic loads its env.py into shared module state: two threads migrating at once (the
 # standalones' groups prepare their databases side by side) break each other's run.
 _MIGRATING = threading.Lock()
@@ -370,10 +374,15 @@ def action_commands(
         raise RuntimeError(
             f"{case.name}: no run to act on ({', '.join(map(str, missing)) or 'the DAG has none'})"
         )
-    unended = [run["run_id"] for run in chosen if run["state"] not in ("success", "failed")]
-    if unended:
+    busy = [
+        run["run_id"]
+        for run in chosen
+        if run["state"] not in ENDED_RUN_STATES
+        and any(task["state"] in BUSY_TASK_STATES for task in run["tasks"])
+    ]
+    if busy:
         raise RuntimeError(
-            f"{case.name}: the runs to act on had not ended ({', '.join(unended)}); "
+            f"{case.name}: the runs to act on had a task under way ({', '.join(busy)}); "
             "give action-after more seconds"
         )
     options = [option for flag, option in ((ask.downstream, "-d"), (ask.upstream, "-u")) if flag]
