@@ -58,9 +58,10 @@ written as annotations, so one file says it all:
   runs the clear or mark acts on (default: every run the DAG has then);
 - `conformance.sluice.io/action-after: SECONDS`: act this many seconds after the
   DAG's first run appeared instead of once every run has ended (for runs that
-  wait on the one acted on, e.g. under dependsOnPast); each run acted on must by
-  then have ended, or at least have no task under way (scheduled, queued,
-  running, up for retry): one waiting on another run may be acted on.
+  wait on the one acted on, e.g. under dependsOnPast); the action then waits
+  until each run acted on has ended, or at least has no task under way
+  (scheduled, queued, running, up for retry): one waiting on another run may be
+  acted on.
 """
 
 from __future__ import annotations

@@ -330,37 +330,57 @@ def _standalone_actions(
     return summaries, triggered
 
 
-def _act(selected: Sequence[Case], url: str) -> None:
-    """Each case's `sluice tasks clear|mark` commands on the runs the database has now."""
+def _act(selected: Sequence[Case], url: str, timeout: float = 300.0) -> None:
+    """Each case's `sluice tasks clear|mark` commands on the runs the database has, once
+    the runs acted on have no task under way (the standalone may still be running, as
+    Airflow's side waits for them too), at most `timeout` seconds."""
     import json
+    import time
 
     from conformance.standalone import sluice_command
     from sluice.db.engine import make_engine, session_factory
     from sluice.summaries import as_json, read_runs
 
     engine = make_engine(url)
+    deadline = time.monotonic() + timeout
     try:
-        with session_factory(engine)() as session:
-            runs = json.loads(json.dumps(as_json(read_runs(session))))["runs"]
+        while True:
+            with session_factory(engine)() as session:
+                runs = json.loads(json.dumps(as_json(read_runs(session))))["runs"]
+            try:
+                commands = [
+                    (case, command)
+                    for case in selected
+                    for command in action_commands(case, runs, url)
+                ]
+                break
+            except NotReady:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
     finally:
         engine.dispose()
-    for case in selected:
-        for command in action_commands(case, runs, url):
-            result = subprocess.run(
-                [*sluice_command(), *command], capture_output=True, text=True, check=False
+    for case, command in commands:
+        result = subprocess.run(
+            [*sluice_command(), *command], capture_output=True, text=True, check=False
+        )
+        if result.returncode:
+            raise RuntimeError(
+                f"{case.name}: sluice {' '.join(command[:2])} exited {result.returncode}:"
+                f"\n{result.stdout}{result.stderr}"
             )
-            if result.returncode:
-                raise RuntimeError(
-                    f"{case.name}: sluice {' '.join(command[:2])} exited {result.returncode}:"
-                    f"\n{result.stdout}{result.stderr}"
-                )
+
+
+class NotReady(RuntimeError):
+    """A run a clearing case acts on still has a task under way."""
 
 
 def action_commands(
     case: Case, runs: Sequence[Mapping[str, Any]], database_url: str
 ) -> list[list[str]]:
     """`sluice tasks clear|mark` (its arguments, after `sluice`) for each of the case's runs
-    the action is for, from a standalone's JSON `runs`; each must have ended."""
+    the action is for, from a standalone's JSON `runs`; each must have ended, or have no
+    task under way (else NotReady)."""
     ask = case.action
     assert ask is not None
     chosen = [
@@ -381,10 +401,7 @@ def action_commands(
         and any(task["state"] in BUSY_TASK_STATES for task in run["tasks"])
     ]
     if busy:
-        raise RuntimeError(
-            f"{case.name}: the runs to act on had a task under way ({', '.join(busy)}); "
-            "give action-after more seconds"
-        )
+        raise NotReady(f"{case.name}: the runs to act on have a task under way ({', '.join(busy)})")
     options = [option for flag, option in ((ask.downstream, "-d"), (ask.upstream, "-u")) if flag]
     if ask.only_failed:
         options.append("--only-failed")

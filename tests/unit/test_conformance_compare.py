@@ -645,7 +645,7 @@ def test_a_clearing_case_reads_its_action_and_makes_sluice_s_commands(tmp_path: 
     runs[1].update(state="running", tasks=[{"task": "work", "state": "none"}])
     assert len(executions.action_commands(case, runs, "postgresql://db")) == 1  # it waits
     runs[1]["tasks"] = [{"task": "work", "state": "running"}]
-    with pytest.raises(RuntimeError, match="had a task under way"):
+    with pytest.raises(executions.NotReady, match="have a task under way"):
         executions.action_commands(case, runs, "postgresql://db")
 
     mark = cases.load(
