@@ -78,9 +78,10 @@ conformance: install
 # 3.3.2 (installed under ~/.cache/sluice the first time, as the benchmark's: a few minutes).
 # The executed cases run on Airflow's own processes, one case after another unless JOBS says.
 #   make conformance-refresh AIRFLOW=3.3.2 JOBS=2   one of them, two cases at a time
+#   make conformance-refresh AREA=clearing          one area's cases
 conformance-refresh: install
 	PYTHONPATH=. $(BIN)/python -m conformance refresh $(if $(AIRFLOW),--airflow $(AIRFLOW)) \
-		$(if $(JOBS),--jobs $(JOBS))
+		$(if $(JOBS),--jobs $(JOBS)) $(if $(AREA),--area $(AREA))
 
 # The in-process Sluice side of `make conformance` against `sluice standalone` (embedded
 # Postgres, ~100 runs of the cases the clock does not change; a minute or two).

@@ -1,7 +1,8 @@
-"""`python -m conformance [check|refresh|standalone] [--case NAME ...] [--airflow VERSION ...]`.
+"""`python -m conformance [check|refresh|standalone] [--area AREA] [--case NAME] [--airflow V]`.
 
 check: Sluice against the recorded observations; refresh: record them from Airflow
-first; standalone: the in-process Sluice side against `sluice standalone`.
+first; standalone: the in-process Sluice side against `sluice standalone`. Each option
+repeats; --area and --case narrow the cases.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ def main(argv: list[str] | None = None) -> int:
         "command", choices=("check", "refresh", "standalone"), nargs="?", default="check"
     )
     parser.add_argument("--case", action="append", default=[], help="only this case (repeatable)")
+    parser.add_argument(
+        "--area", action="append", default=[], help="only this area's cases (repeatable)"
+    )
     parser.add_argument(
         "--airflow",
         action="append",
@@ -37,6 +41,11 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"no such case(s): {', '.join(unknown)}")
         selected = [case for case in selected if case.name in args.case]
+    if args.area:
+        unknown = sorted(set(args.area) - {case.area for case in cases.load_all()})
+        if unknown:
+            parser.error(f"no such area(s): {', '.join(unknown)}")
+        selected = [case for case in selected if case.area in args.area]
     if args.command == "standalone":
         from conformance import standalone
 

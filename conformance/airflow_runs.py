@@ -17,8 +17,12 @@ with `max_active_runs` Airflow creates the next run only once one ends, so
 and still after a few seconds more, its `dag_run` and `task_instance` rows are
 read (run state by logical date; each task's state and try_number; where the
 case asks, the order from each task's start_date and end_date), the processes
-are stopped and the database dropped. Cases run `jobs` at a time; each keeps its processes'
-logs under ~/.cache/sluice/logs/conformance-runs-VERSION/CASE/.
+are stopped and the database dropped. A `clearing` case is acted on first, once
+its runs have ended (or `action-after` seconds after its first run), with the
+processes still running (`_act`: `airflow tasks clear`, or `airflow_mark.py`
+for a mark), and read once every run has ended again. Cases run `jobs` at a
+time; each keeps its processes' logs under
+~/.cache/sluice/logs/conformance-runs-VERSION/CASE/.
 
 This module runs in Sluice's venv and talks to Airflow only through its CLI and
 its database; it imports nothing from Airflow.
@@ -27,7 +31,9 @@ its database; it imports nothing from Airflow.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -35,6 +41,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -42,7 +49,14 @@ from bench.common import Postgres
 from sqlalchemy import Engine, create_engine, text
 
 from conformance.cases import Case, instant
-from conformance.executions import Ran, order_of, run_record, trigger_record
+from conformance.executions import (
+    BUSY_TASK_STATES,
+    ENDED_RUN_STATES,
+    Ran,
+    order_of,
+    run_record,
+    trigger_record,
+)
 
 API = {
     "runs": (
@@ -59,7 +73,17 @@ API = {
         "airflow dags trigger DAG --exec-date (2.x) / --logical-date (3.x) DATE once "
         "serialized_dag has the DAG: created if it exits 0, else refused"
     ),
+    "action": (
+        "once the runs acted on have ended, the scheduler still running: airflow tasks "
+        "clear DAG [-t TASKS] -s DATE -e DATE [-d] [-u] [-f] -y (2.x: -t a regex, "
+        "^(TASK)$; 3.x: a task name, matched as a substring); or, to mark, "
+        "set_task_instance_state(task_id, run_id, state, upstream, downstream, "
+        "commit=True) on the DAG read from serialized_dag (conformance/airflow_mark.py), "
+        "what the REST API's PATCH of a task instance calls; then until every run has "
+        "ended again"
+    ),
 }
+MARKER = Path(__file__).resolve().parent / "airflow_mark.py"
 SETTLE = 3.0
 CASE_TIMEOUT = 300.0
 JWT_SECRET = "sluice-conformance-not-a-secret"
@@ -200,7 +224,15 @@ class AirflowRuns:
             triggered = self._trigger(engine, case, env, home, started)
             created = sum(item["created"] for item in triggered)
             expected = expected_runs(case) + created
-            if case.backfill is None:
+            if case.action is not None:
+                ask = case.action
+                if ask.after is None:
+                    self._wait_for_runs(engine, case.name, max(1, expected), started, home)
+                else:
+                    self._wait_since_first_run(engine, case.name, ask.after, started, home)
+                total = max(self._act(engine, case, env, home, started), expected)
+                self._wait_for_runs(engine, case.name, total, started, home)
+            elif case.backfill is None:
                 self._wait_for_runs(engine, case.name, max(1, expected), started, home, case.wait)
             else:
                 if expected:
@@ -335,6 +367,142 @@ class AirflowRuns:
             log.write(f"$ airflow {' '.join(command)}\nexit {result.returncode}\n")
             log.write(f"{result.stdout}{result.stderr}\n")
         return len(dates | backfill_dates(case))
+
+    def _act(
+        self,
+        engine: Engine,
+        case: Case,
+        env: dict[str, str],
+        home: Path,
+        procs: dict[str, subprocess.Popen[bytes]],
+    ) -> int:
+        """The case's clear or mark on the runs it is for, once each has ended (or has no
+        task under way: it waits on another run), with the scheduler still running; how
+        many runs the DAG has (all to end again).
+
+        Clear: `airflow tasks clear DAG [-t TASKS] -s DATE -e DATE [-d] [-u] [-f] -y`, one
+        per run asked for (one over every run's dates when none is), which queues the
+        runs it cleared for the running scheduler. Mark: `airflow_mark.py` in Airflow's
+        venv, `set_task_instance_state(..., commit=True)` per run, what the REST API's
+        PATCH of a task instance calls."""
+        ask = case.action
+        assert ask is not None
+        logical = "execution_date" if self.major < 3 else "logical_date"
+        deadline = time.monotonic() + CASE_TIMEOUT
+        while True:
+            with engine.connect() as conn:
+                runs = conn.execute(
+                    text(
+                        f"SELECT run_id, {logical} AS logical_date, state FROM dag_run"
+                        " WHERE dag_id = :dag ORDER BY 2, 1"
+                    ),
+                    {"dag": case.name},
+                ).all()
+                busy = set(
+                    conn.execute(
+                        text(
+                            "SELECT DISTINCT run_id FROM task_instance WHERE dag_id = :dag"
+                            " AND state = ANY(:busy)"
+                        ),
+                        {"dag": case.name, "busy": list(BUSY_TASK_STATES)},
+                    ).scalars()
+                )
+            chosen = [run for run in runs if ask.covers(run.logical_date)]
+            if all(run.state in ENDED_RUN_STATES or run.run_id not in busy for run in chosen):
+                break
+            for name, proc in procs.items():
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{case.name}: airflow {name} exited; see {home}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{case.name}: the runs to act on never ended; see {home}")
+            time.sleep(0.5)
+        found = {run.logical_date for run in chosen}
+        missing = [instant(when) for when in ask.runs if when not in found]
+        if missing or not chosen:
+            raise RuntimeError(f"{case.name}: no run to act on at {missing}; see {home}")
+        if ask.verb == "clear":
+            windows = (
+                [(when, when) for when in sorted(found)] if ask.runs else [(min(found), max(found))]
+            )
+            commands = [self.clear_command(case, start, end) for start, end in windows]
+        else:
+            commands = [self.mark_command(case, [run.run_id for run in chosen])]
+        with (home / "action.log").open("w") as log:
+            for command in commands:
+                result = subprocess.run(
+                    command,
+                    env=env,
+                    cwd=home,
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                    timeout=CASE_TIMEOUT,
+                )
+                log.write(f"$ {' '.join(command)}\nexit {result.returncode}\n")
+                log.write(f"{result.stdout}{result.stderr}\n")
+                if result.returncode:
+                    raise RuntimeError(
+                        f"{case.name}: {command[1]} exited {result.returncode}; see {home}"
+                    )
+        return len(runs)
+
+    def clear_command(self, case: Case, start: datetime, end: datetime) -> list[str]:
+        """`airflow tasks clear` of the case's tasks over these logical dates. The task
+        option is a regex in 2.10.5 (`re.findall` on each task id: anchored here), a
+        substring in 3.3.2 (`partial_subset(task_ids=...)` with a string): a case's task
+        names are then chosen so that none is part of another."""
+        ask = case.action
+        assert ask is not None
+        command = [self.airflow, "tasks", "clear", case.name]
+        if ask.tasks:
+            if self.major < 3:
+                command += ["-t", "^(" + "|".join(re.escape(task) for task in ask.tasks) + ")$"]
+            else:
+                if len(ask.tasks) != 1:
+                    raise ValueError(f"{case.name}: Airflow 3's -t selects one task name")
+                command += ["-t", ask.tasks[0]]
+        command += ["-s", str(instant(start)), "-e", str(instant(end))]
+        command += [flag for on, flag in ((ask.downstream, "-d"), (ask.upstream, "-u")) if on]
+        command += ["-f"] if ask.only_failed else []
+        return [*command, "-y"]
+
+    def mark_command(self, case: Case, run_ids: Sequence[str]) -> list[str]:
+        ask = case.action
+        assert ask is not None
+        job = {
+            "dag_id": case.name,
+            "task_id": ask.tasks[0],
+            "state": ask.state,
+            "upstream": ask.upstream,
+            "downstream": ask.downstream,
+            "run_ids": list(run_ids),
+        }
+        return [str(Path(self.airflow).parent / "python"), str(MARKER), json.dumps(job)]
+
+    def _wait_since_first_run(
+        self,
+        engine: Engine,
+        dag_id: str,
+        seconds: float,
+        procs: dict[str, subprocess.Popen[bytes]],
+        home: Path,
+    ) -> None:
+        """Until `seconds` after the DAG's first run appeared, ended or not."""
+        deadline = time.monotonic() + CASE_TIMEOUT
+        while True:
+            with engine.connect() as conn:
+                total = conn.execute(
+                    text("SELECT count(*) FROM dag_run WHERE dag_id = :dag"), {"dag": dag_id}
+                ).scalar_one()
+            if total:
+                time.sleep(seconds)
+                return
+            for name, proc in procs.items():
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{dag_id}: airflow {name} exited; see {home}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{dag_id}: no run appeared; see {home}")
+            time.sleep(0.5)
 
     def _wait_for_runs(
         self,

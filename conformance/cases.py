@@ -44,7 +44,24 @@ written as annotations, so one file says it all:
   `--rerun-failed-tasks` and `completed` is `--reset-dagruns`;
 - `conformance.sluice.io/backfill-max-active-runs: N`: the backfill's own limit
   (Airflow 3.3.2's `--max-active-runs`, Sluice's `--max-active-runs`); Airflow
-  2.10.5's backfill has no such option and is limited by the DAG's `max_active_runs`.
+  2.10.5's backfill has no such option and is limited by the DAG's `max_active_runs`;
+- `conformance.sluice.io/clear: "TASKS [downstream] [upstream] [only-failed]"` (the
+  `clearing` area): once the DAG's runs have ended, clear these tasks (names
+  joined by commas, or `*` for every task of the run), with everything
+  downstream and/or upstream of them, only those failed or upstream_failed;
+  then the DAG's runs once every one has ended again. `airflow tasks clear` on
+  Airflow, `sluice tasks clear` on Sluice;
+- `conformance.sluice.io/mark: "TASK success|failed [downstream] [upstream]"` (the
+  `clearing` area, instead of `clear`): mark one task so, with its relatives when
+  asked (Airflow's `set_task_instance_state`, `sluice tasks mark`), then the same;
+- `conformance.sluice.io/action-runs: "DATE [DATE...]"`: the logical dates of the
+  runs the clear or mark acts on (default: every run the DAG has then);
+- `conformance.sluice.io/action-after: SECONDS`: act this many seconds after the
+  DAG's first run appeared instead of once every run has ended (for runs that
+  wait on the one acted on, e.g. under dependsOnPast); the action then waits
+  until each run acted on has ended, or at least has no task under way
+  (scheduled, queued, running, up for retry): one waiting on another run may be
+  acted on.
 """
 
 from __future__ import annotations
@@ -64,11 +81,17 @@ CASES = ROOT / "cases"
 PREFIX = "conformance.sluice.io/"
 # Areas whose cases run their tasks (real schedulers, a fresh database), compared once
 # their runs have ended; every other area is decided in-process at the case's `now`.
-EXECUTED_AREAS = frozenset({"dependencies", "retries", "limits", "across-runs", "backfill"})
+EXECUTED_AREAS = frozenset(
+    {"dependencies", "retries", "limits", "across-runs", "backfill", "clearing"}
+)
 # What a backfill may do with a date that already has an ended run (see the module doc).
 REPROCESS_CHOICES = ("none", "failed", "completed")
 # What `observe` may ask for beyond each run's and task's end state.
 OBSERVABLE = frozenset({"order"})
+# A clear's and a mark's options (after the tasks, and a mark's state), in this spelling.
+CLEAR_OPTIONS = ("downstream", "upstream", "only-failed")
+MARK_OPTIONS = ("downstream", "upstream")
+MARK_STATES = ("success", "failed")
 
 
 class CaseError(ValueError):
@@ -83,6 +106,24 @@ class BackfillAsk:
     end: datetime
     reprocess: str = "none"
     max_active_runs: int | None = None
+
+
+@dataclass(frozen=True)
+class ActionAsk:
+    """The clear or mark a `clearing` case asks for once its runs have ended."""
+
+    verb: str  # "clear" or "mark"
+    tasks: tuple[str, ...]  # () for a clear of every task of the run
+    state: str | None = None  # a mark's: success or failed
+    downstream: bool = False
+    upstream: bool = False
+    only_failed: bool = False
+    runs: tuple[datetime, ...] = ()  # logical dates; () for every run the DAG has
+    after: float | None = None  # act this long after the first run, ended or not
+
+    def covers(self, logical_date: datetime) -> bool:
+        """Whether the action is for the run of this logical date."""
+        return not self.runs or logical_date in self.runs
 
 
 @dataclass(frozen=True)
@@ -101,6 +142,7 @@ class Case:
     triggers: tuple[datetime, ...] = ()
     wait: float | None = None
     backfill: BackfillAsk | None = None
+    action: ActionAsk | None = None
 
     @property
     def executes(self) -> bool:
@@ -144,6 +186,17 @@ class Case:
                 "end": instant(self.backfill.end),
                 "reprocess": self.backfill.reprocess,
                 "max_active_runs": self.backfill.max_active_runs,
+            }
+        if self.action is not None:
+            inputs["action"] = {
+                "verb": self.action.verb,
+                "tasks": list(self.action.tasks),
+                "state": self.action.state,
+                "downstream": self.action.downstream,
+                "upstream": self.action.upstream,
+                "only_failed": self.action.only_failed,
+                "runs": [instant(when) for when in self.action.runs],
+                "after": self.action.after,
             }
         canonical = json.dumps(inputs, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
@@ -212,6 +265,7 @@ def load(path: Path) -> Case:
             f"known: {', '.join(sorted(OBSERVABLE))}"
         )
     backfill = _backfill(notes, area, path)
+    action = _action(notes, area, path, manifest)
     return Case(
         name=name,
         area=area,
@@ -229,6 +283,7 @@ def load(path: Path) -> Case:
         triggers=triggers,
         wait=float(wait_text) if wait_text is not None else None,
         backfill=backfill,
+        action=action,
     )
 
 
@@ -258,6 +313,72 @@ def _backfill(notes: dict[str, str], area: str, where: object) -> BackfillAsk | 
             f" got {limit_text!r}"
         )
     return BackfillAsk(start, end, reprocess, int(limit_text) if limit_text else None)
+
+
+def _action(
+    notes: dict[str, str], area: str, where: object, manifest: DagManifest
+) -> ActionAsk | None:
+    """The case's clear or mark: one of them required in the `clearing` area, refused
+    elsewhere."""
+    keys = [key for key in _ACTION_ANNOTATIONS if PREFIX + key in notes]
+    if area != "clearing":
+        if keys:
+            raise CaseError(f"{where}: {PREFIX}{keys[0]} is for the clearing area's cases")
+        return None
+    verbs = [verb for verb in ("clear", "mark") if PREFIX + verb in notes]
+    if len(verbs) != 1:
+        raise CaseError(
+            f"{where}: a clearing case says either {PREFIX}clear: 'TASKS [OPTION...]' or "
+            f"{PREFIX}mark: 'TASK success|failed [OPTION...]'"
+        )
+    verb = verbs[0]
+    words = notes[PREFIX + verb].split()
+    if not words:
+        raise CaseError(f"{where}: {PREFIX}{verb} names no task (`*` is every task)")
+    names = tuple(name for name in words[0].split(",") if name)
+    known = {task.name for task in manifest.spec.tasks}
+    tasks: tuple[str, ...] = () if names == ("*",) else names
+    unknown = sorted(set(tasks) - known)
+    if unknown or not names:
+        raise CaseError(f"{where}: {PREFIX}{verb}: no task named {', '.join(unknown) or '?'}")
+    state = None
+    options = words[1:]
+    if verb == "mark":
+        if len(tasks) != 1:
+            raise CaseError(
+                f"{where}: {PREFIX}mark names one task (as Airflow's API marks one at a time)"
+            )
+        if not options or options[0] not in MARK_STATES:
+            raise CaseError(f"{where}: {PREFIX}mark: 'TASK success|failed [OPTION...]'")
+        state, options = options[0], options[1:]
+    allowed = CLEAR_OPTIONS if verb == "clear" else MARK_OPTIONS
+    wrong = sorted(set(options) - set(allowed))
+    if wrong:
+        raise CaseError(
+            f"{where}: {PREFIX}{verb}: unknown option(s) {', '.join(wrong)};"
+            f" known: {', '.join(allowed)}"
+        )
+    if not tasks and ({"downstream", "upstream"} & set(options)):
+        raise CaseError(f"{where}: {PREFIX}clear: `*` takes every task; drop downstream/upstream")
+    after_text = notes.get(PREFIX + "action-after")
+    if after_text is not None and not after_text.isdigit():
+        raise CaseError(
+            f"{where}: {PREFIX}action-after is a whole number of seconds, got {after_text!r}"
+        )
+    if PREFIX + "wait" in notes:
+        raise CaseError(f"{where}: a clearing case waits with {PREFIX}action-after, not wait")
+    return ActionAsk(
+        verb=verb,
+        tasks=tasks,
+        state=state,
+        downstream="downstream" in options,
+        upstream="upstream" in options,
+        only_failed="only-failed" in options,
+        runs=tuple(
+            parse_instant(text, where) for text in notes.get(PREFIX + "action-runs", "").split()
+        ),
+        after=float(after_text) if after_text is not None else None,
+    )
 
 
 def _pools(text: str, where: object) -> tuple[tuple[str, int], ...]:
@@ -295,8 +416,13 @@ _ANNOTATIONS = (
     "backfill",
     "backfill-reprocess",
     "backfill-max-active-runs",
+    "clear",
+    "mark",
+    "action-runs",
+    "action-after",
 )
 _BACKFILL_ANNOTATIONS = ("backfill", "backfill-reprocess", "backfill-max-active-runs")
+_ACTION_ANNOTATIONS = ("clear", "mark", "action-runs", "action-after")
 
 
 def parse_instant(text: str, where: object = "") -> datetime:

@@ -19,6 +19,11 @@ is how tasks ended, not when; a case that asks for the order
 (`observe: order`) has limits of its own that decide it, which the other
 cases, each a DAG of its own in a default pool far from full, do not touch.
 
+The `clearing` cases run on databases of their own too (`_standalone_actions`):
+a standalone until idle, `sluice tasks clear|mark` per case and run, then a
+second standalone until idle; a case that acts `action-after` seconds in has a
+database and standalone of its own, and is acted on while that runs.
+
 The order (`order_of`) is read from each task's last try's start and end, on
 both sides: a task's wave is one more than the highest wave among the tasks
 that had ended when it started (a task nothing ended before is in wave 1), so
@@ -45,6 +50,10 @@ from typing import Any, NamedTuple
 from conformance.cases import Case, instant
 
 TEST_DATABASE_URL = "SLUICE_TEST_DATABASE_URL"
+# A run a clearing case acts on has ended, or at least has no task in these states (it
+# waits on another run): no try is under way when the action lands, on either side.
+ENDED_RUN_STATES = ("success", "failed")
+BUSY_TASK_STATES = ("scheduled", "queued", "running", "restarting", "up_for_retry", "deferred")
 # Alembic loads its env.py into shared module state: two threads migrating at once (the
 # standalones' groups prepare their databases side by side) break each other's run.
 _MIGRATING = threading.Lock()
@@ -155,9 +164,26 @@ def sluice_runs(selected: Sequence[Case]) -> dict[str, dict[str, Any]]:
     # not return).
     # The backfill cases run on a third database: their backfills start once their other
     # runs have ended, between two standalones (`_standalone_backfills`).
-    ending = [case for case in selected if case.wait is None and case.backfill is None]
+    ending = [
+        case
+        for case in selected
+        if case.wait is None and case.backfill is None and case.action is None
+    ]
     waiting = [case for case in selected if case.wait is not None]
     backfilling = [case for case in selected if case.backfill is not None]
+    # The clearing cases likewise, between two standalones (`_standalone_actions`): those
+    # that act once their runs have ended on a database of their own, and each that acts
+    # a fixed time after its first run (`action-after`) on one of its own.
+    acting = [case for case in selected if case.action is not None]
+    action_groups: list[tuple[list[Case], float | None]] = []
+    at_end = [case for case in acting if case.action and case.action.after is None]
+    if at_end:
+        action_groups.append((at_end, None))
+    action_groups.extend(
+        ([case], case.action.after)
+        for case in acting
+        if case.action and case.action.after is not None
+    )
     groups = [
         (group, stop_after)
         for group, stop_after in (
@@ -171,7 +197,7 @@ def sluice_runs(selected: Sequence[Case]) -> dict[str, dict[str, Any]]:
     with (
         tempfile.TemporaryDirectory(prefix="sluice-conformance-") as tmp,
         database_server(Path(tmp)) as admin_url,
-        ThreadPoolExecutor(max_workers=3) as pool,
+        ThreadPoolExecutor(max_workers=3 + len(action_groups)) as pool,
     ):
         jobs = [
             pool.submit(_standalone, group, admin_url, Path(tmp) / str(number), stop_after)
@@ -181,6 +207,12 @@ def sluice_runs(selected: Sequence[Case]) -> dict[str, dict[str, Any]]:
             jobs.append(
                 pool.submit(_standalone_backfills, backfilling, admin_url, Path(tmp) / "backfill")
             )
+        jobs.extend(
+            pool.submit(
+                _standalone_actions, group, admin_url, Path(tmp) / f"action-{number}", after
+            )
+            for number, (group, after) in enumerate(action_groups)
+        )
         for job in jobs:
             found, asked = job.result()
             summaries.extend(found)
@@ -254,6 +286,143 @@ def backfill_command(case: Case, database_url: str) -> list[str]:
     if ask.max_active_runs is not None:
         command += ["--max-active-runs", str(ask.max_active_runs)]
     return [*command, "--database-url", database_url]
+
+
+def _standalone_actions(
+    selected: Sequence[Case], admin_url: str, workdir: Path, after: float | None
+) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """The clearing cases, on a new database of the server, with the manual runs asked for
+    first: every run, and those manual runs.
+
+    Without `after`: `sluice standalone --until-idle` runs the DAGs' runs to the end,
+    `sluice tasks clear|mark` (the CLI, as a subprocess) acts on each case's runs, and a
+    second standalone on the same database runs them to the end again. With `after`
+    (one case): the action comes that many seconds after the standalone started, while
+    it runs (a run may be waiting on the one acted on, a task still running), and the
+    same standalone runs until idle; if it was idle before then, as without."""
+    from conformance.standalone import run_standalone
+
+    workdir.mkdir()
+    with fresh_database(admin_url) as url:
+        create_pools(url, selected)
+        triggered = trigger_runs(url, selected)
+        acted: list[bool] = []
+
+        def act() -> None:
+            _act(selected, url)
+            acted.append(True)
+
+        if after is None:
+            run_standalone(selected, workdir / "before", database_url=url, failed_runs_ok=True)
+        else:
+            summaries = run_standalone(
+                selected,
+                workdir / "during",
+                database_url=url,
+                failed_runs_ok=True,
+                during=(after, act),
+            )
+        if not acted:
+            act()
+            summaries = run_standalone(
+                selected, workdir / "after", database_url=url, failed_runs_ok=True
+            )
+    return summaries, triggered
+
+
+def _act(selected: Sequence[Case], url: str, timeout: float = 300.0) -> None:
+    """Each case's `sluice tasks clear|mark` commands on the runs the database has, once
+    the runs acted on have no task under way (the standalone may still be running, as
+    Airflow's side waits for them too), at most `timeout` seconds."""
+    import json
+    import time
+
+    from conformance.standalone import sluice_command
+    from sluice.db.engine import make_engine, session_factory
+    from sluice.summaries import as_json, read_runs
+
+    engine = make_engine(url)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            with session_factory(engine)() as session:
+                runs = json.loads(json.dumps(as_json(read_runs(session))))["runs"]
+            try:
+                commands = [
+                    (case, command)
+                    for case in selected
+                    for command in action_commands(case, runs, url)
+                ]
+                break
+            except NotReady:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+    finally:
+        engine.dispose()
+    for case, command in commands:
+        result = subprocess.run(
+            [*sluice_command(), *command], capture_output=True, text=True, check=False
+        )
+        if result.returncode:
+            raise RuntimeError(
+                f"{case.name}: sluice {' '.join(command[:2])} exited {result.returncode}:"
+                f"\n{result.stdout}{result.stderr}"
+            )
+
+
+class NotReady(RuntimeError):
+    """A run a clearing case acts on still has a task under way."""
+
+
+def action_commands(
+    case: Case, runs: Sequence[Mapping[str, Any]], database_url: str
+) -> list[list[str]]:
+    """`sluice tasks clear|mark` (its arguments, after `sluice`) for each of the case's runs
+    the action is for, from a standalone's JSON `runs`; each must have ended, or have no
+    task under way (else NotReady)."""
+    ask = case.action
+    assert ask is not None
+    chosen = [
+        run
+        for run in sorted(runs, key=lambda r: r["logical_date"])
+        if run["dag"] == case.name and ask.covers(datetime.fromisoformat(run["logical_date"]))
+    ]
+    found = {datetime.fromisoformat(run["logical_date"]) for run in chosen}
+    missing = [instant(when) for when in ask.runs if when not in found]
+    if missing or not chosen:
+        raise RuntimeError(
+            f"{case.name}: no run to act on ({', '.join(map(str, missing)) or 'the DAG has none'})"
+        )
+    busy = [
+        run["run_id"]
+        for run in chosen
+        if run["state"] not in ENDED_RUN_STATES
+        and any(task["state"] in BUSY_TASK_STATES for task in run["tasks"])
+    ]
+    if busy:
+        raise NotReady(f"{case.name}: the runs to act on have a task under way ({', '.join(busy)})")
+    options = [option for flag, option in ((ask.downstream, "-d"), (ask.upstream, "-u")) if flag]
+    if ask.only_failed:
+        options.append("--only-failed")
+    commands = []
+    for run in chosen:
+        verb = ["clear", case.name] if ask.verb == "clear" else ["mark", case.name, str(ask.state)]
+        tasks = [item for task in ask.tasks for item in ("--task", task)]
+        commands.append(
+            [
+                "tasks",
+                *verb,
+                "--run",
+                run["run_id"],
+                *tasks,
+                *options,
+                "--yes",
+                "--database-url",
+                database_url,
+            ]
+        )
+    return commands
 
 
 def create_pools(url: str, selected: Sequence[Case]) -> None:

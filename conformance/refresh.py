@@ -159,6 +159,8 @@ def refresh(airflow: Airflow, selected: Sequence[Case], jobs: int = 1) -> list[P
     paths = []
     for case in selected:
         observations = observed["cases"][case.name]
+        # How a clearing case's runs were acted on, beside what was observed of them.
+        named = [*observations, *(["action"] if case.action is not None else [])]
         paths.append(
             records.save(
                 records.Record(
@@ -166,7 +168,7 @@ def refresh(airflow: Airflow, selected: Sequence[Case], jobs: int = 1) -> list[P
                     python=observed["python"],
                     recorded_at=recorded_at,
                     case_sha256=case.digest,
-                    api={key: api[key] for key in observations},
+                    api={key: api[key] for key in named},
                     observations=observations,
                 ),
                 case,

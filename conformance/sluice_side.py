@@ -55,6 +55,12 @@ API = {
         "db.dags.sync_dag, then scheduler.triggers.trigger_run(logical_date=DATE) before "
         "the standalone starts: created, or refused with its TriggerError"
     ),
+    "action": (
+        "sluice tasks clear DAG --run RUN [--task T] [-d] [-u] [--only-failed] --yes, or "
+        "sluice tasks mark DAG STATE --run RUN --task T [-d] [-u] --yes, per run acted on, "
+        "between two sluice standalone on the same database (the first until idle, or "
+        "stopped after action-after seconds)"
+    ),
 }
 
 # Executed cases' observations by (name, digest): `make conformance`'s report and each

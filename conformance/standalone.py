@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -61,13 +61,16 @@ def run_standalone(
     database_url: str | None = None,
     failed_runs_ok: bool = False,
     stop_after: float | None = None,
+    during: tuple[float, Callable[[], None]] | None = None,
 ) -> list[dict[str, Any]]:
     """`sluice standalone` over the cases' manifests until idle: the runs its JSON lists.
 
     Its own embedded Postgres in `workdir` unless `database_url` is given. It exits 1
     when a run failed; `failed_runs_ok` when that is what some cases expect. With
     `stop_after`, it runs that many seconds instead and is stopped with SIGTERM (it then
-    prints the runs as they are, ended or not)."""
+    prints the runs as they are, ended or not). With `during` (SECONDS, ACTION), ACTION
+    is called that many seconds after it started, while it runs, unless it was idle
+    before."""
     dags = workdir / "dags"
     dags.mkdir(parents=True)
     for case in selected:
@@ -93,7 +96,19 @@ def run_standalone(
         text=True,
     )
     try:
-        stdout, stderr = process.communicate(timeout=stop_after or 900)
+        if during is not None:
+            try:
+                stdout, stderr = process.communicate(timeout=during[0])
+            except subprocess.TimeoutExpired:
+                try:
+                    during[1]()
+                except BaseException:
+                    process.kill()
+                    process.communicate()
+                    raise
+                stdout, stderr = process.communicate(timeout=900)
+        else:
+            stdout, stderr = process.communicate(timeout=stop_after or 900)
     except subprocess.TimeoutExpired:
         if stop_after is None:
             process.kill()

@@ -7,6 +7,7 @@ against Airflow's records) is tests/conformance, run by `make conformance`.
 from __future__ import annotations
 
 import ast
+import json
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -581,6 +582,190 @@ def test_a_backfill_case_reads_its_backfill(tmp_path: Path) -> None:
     ],
 )
 def test_backfill_annotations_are_checked(
+    tmp_path: Path, notes: str, area: str, message: str
+) -> None:
+    with pytest.raises(cases.CaseError, match=message):
+        cases.load(
+            write_case(tmp_path, '    conformance.sluice.io/about: "x"\n' + notes, area_name=area)
+        )
+
+
+def test_a_clearing_case_reads_its_action_and_makes_sluice_s_commands(tmp_path: Path) -> None:
+    case = cases.load(
+        write_case(
+            tmp_path,
+            '    conformance.sluice.io/about: "x"\n'
+            '    conformance.sluice.io/clear: "work downstream only-failed"\n'
+            '    conformance.sluice.io/action-runs: "2026-11-02T00:00:00Z"\n'
+            '    conformance.sluice.io/action-after: "30"',
+            area_name="clearing",
+        )
+    )
+    assert case.executes
+    assert case.action == cases.ActionAsk(
+        "clear",
+        ("work",),
+        downstream=True,
+        only_failed=True,
+        runs=(datetime(2026, 11, 2, tzinfo=UTC),),
+        after=30.0,
+    )
+    runs = [
+        {
+            "dag": "a-case",
+            "run_id": f"r{day}",
+            "logical_date": f"2026-11-0{day}T00:00:00+00:00",
+            "state": "failed",
+        }
+        for day in (1, 2)
+    ] + [
+        {
+            "dag": "other",
+            "run_id": "x",
+            "logical_date": "2026-11-02T00:00:00+00:00",
+            "state": "running",
+        }
+    ]
+    assert executions.action_commands(case, runs, "postgresql://db") == [
+        [
+            "tasks",
+            "clear",
+            "a-case",
+            "--run",
+            "r2",
+            "--task",
+            "work",
+            "-d",
+            "--only-failed",
+            "--yes",
+            "--database-url",
+            "postgresql://db",
+        ]
+    ]
+    runs[1].update(state="running", tasks=[{"task": "work", "state": "none"}])
+    assert len(executions.action_commands(case, runs, "postgresql://db")) == 1  # it waits
+    runs[1]["tasks"] = [{"task": "work", "state": "running"}]
+    with pytest.raises(executions.NotReady, match="have a task under way"):
+        executions.action_commands(case, runs, "postgresql://db")
+
+    mark = cases.load(
+        write_case(
+            tmp_path,
+            '    conformance.sluice.io/about: "x"\n'
+            '    conformance.sluice.io/mark: "work failed upstream"',
+            "b-case",
+            "clearing",
+        )
+    )
+    assert mark.action == cases.ActionAsk("mark", ("work",), "failed", upstream=True)
+    every = [dict(run, dag="b-case", state="success") for run in runs[:2]]
+    assert [command[:6] for command in executions.action_commands(mark, every, "u")] == [
+        ["tasks", "mark", "b-case", "failed", "--run", "r1"],
+        ["tasks", "mark", "b-case", "failed", "--run", "r2"],
+    ]
+    assert mark.digest != case.digest
+    whole = cases.load(
+        write_case(
+            tmp_path,
+            '    conformance.sluice.io/about: "x"\n    conformance.sluice.io/clear: "*"',
+            "c-case",
+            "clearing",
+        )
+    )
+    assert whole.action is not None
+    assert whole.action.tasks == ()
+    assert "--task" not in executions.action_commands(whole, [dict(runs[0], dag="c-case")], "u")[0]
+    with pytest.raises(RuntimeError, match="no run to act on"):
+        executions.action_commands(whole, every, "u")
+
+
+def test_airflow_s_clear_and_mark_commands(tmp_path: Path) -> None:
+    from conformance.airflow_runs import MARKER, AirflowRuns
+
+    case = cases.load(
+        write_case(
+            tmp_path,
+            '    conformance.sluice.io/about: "x"\n'
+            '    conformance.sluice.io/clear: "work upstream only-failed"',
+            area_name="clearing",
+        )
+    )
+    day = datetime(2026, 11, 2, tzinfo=UTC)
+    commands = {}
+    for version in ("2.10.5", "3.3.2"):
+        runner = object.__new__(AirflowRuns)  # no Postgres: only the commands
+        runner.major, runner.airflow = int(version[0]), "/venv/bin/airflow"
+        commands[version] = runner.clear_command(case, day, day)
+    tail = ["-s", "2026-11-02T00:00:00Z", "-e", "2026-11-02T00:00:00Z", "-u", "-f", "-y"]
+    assert commands["2.10.5"] == [
+        "/venv/bin/airflow",
+        "tasks",
+        "clear",
+        "a-case",
+        "-t",
+        "^(work)$",
+        *tail,
+    ]
+    assert commands["3.3.2"] == [
+        "/venv/bin/airflow",
+        "tasks",
+        "clear",
+        "a-case",
+        "-t",
+        "work",
+        *tail,
+    ]
+    mark = cases.load(
+        write_case(
+            tmp_path,
+            '    conformance.sluice.io/about: "x"\n'
+            '    conformance.sluice.io/mark: "work success downstream"',
+            "b-case",
+            "clearing",
+        )
+    )
+    python, script, job = runner.mark_command(mark, ["r1", "r2"])
+    assert (python, script) == ("/venv/bin/python", str(MARKER))
+    assert json.loads(job) == {
+        "dag_id": "b-case",
+        "task_id": "work",
+        "state": "success",
+        "upstream": False,
+        "downstream": True,
+        "run_ids": ["r1", "r2"],
+    }
+
+
+@pytest.mark.parametrize(
+    ("notes", "area", "message"),
+    [
+        ("", "clearing", "says either"),
+        (
+            '    conformance.sluice.io/clear: "work"\n'
+            '    conformance.sluice.io/mark: "work success"',
+            "clearing",
+            "says either",
+        ),
+        ('    conformance.sluice.io/clear: "nope"', "clearing", "no task named nope"),
+        ('    conformance.sluice.io/clear: "work sideways"', "clearing", "unknown option"),
+        ('    conformance.sluice.io/clear: "* downstream"', "clearing", "drop downstream"),
+        ('    conformance.sluice.io/mark: "work"', "clearing", "success|failed"),
+        ('    conformance.sluice.io/mark: "work skipped"', "clearing", "success|failed"),
+        ('    conformance.sluice.io/mark: "work success only-failed"', "clearing", "unknown"),
+        (
+            '    conformance.sluice.io/clear: "work"\n    conformance.sluice.io/action-after: "x"',
+            "clearing",
+            "whole number of seconds",
+        ),
+        (
+            '    conformance.sluice.io/clear: "work"\n    conformance.sluice.io/wait: "9"',
+            "clearing",
+            "not wait",
+        ),
+        ('    conformance.sluice.io/clear: "work"', "limits", "for the clearing area"),
+    ],
+)
+def test_clearing_annotations_are_checked(
     tmp_path: Path, notes: str, area: str, message: str
 ) -> None:
     with pytest.raises(cases.CaseError, match=message):
