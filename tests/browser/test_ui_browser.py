@@ -66,9 +66,16 @@ def ui(db_url: str) -> Iterator[str]:
 
 
 def _until(what: str, check: Any, timeout: float = 20) -> Any:
+    """`check()` once it is true. The page replaces its <main> every few seconds (it
+    follows the runs), so an element found a moment ago may be gone: look again."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        found = check()
+        try:
+            found = check()
+        except StaleElementReferenceException:
+            found = None
         if found:
             return found
         time.sleep(0.25)
@@ -88,23 +95,32 @@ def test_a_failed_task_is_seen_cleared_and_turns_green(
     run_until_idle(loop)
 
     browser.get(ui)
-    link = browser.find_element(By.LINK_TEXT, "etl")
-    runs = browser.find_elements(By.CSS_SELECTOR, "#dag-etl .runs .cell")
+    runs = _until(
+        "etl's runs", lambda: browser.find_elements(By.CSS_SELECTOR, "#dag-etl .runs .cell")
+    )
     assert [cell.text for cell in runs] == ["F"]
-    link.click()
-    assert browser.find_element(By.TAG_NAME, "h1").text == "etl"
+    _until("etl's grid", lambda: browser.find_element(By.LINK_TEXT, "etl").click() or True)
+    _until("etl's grid", lambda: browser.find_element(By.TAG_NAME, "h1").text == "etl")
 
     def load_cell() -> Any:
         return browser.find_element(By.CSS_SELECTOR, '.cell[data-task="load"]')
 
-    cell = load_cell()
-    assert (cell.text, cell.get_attribute("class")) == ("F", "cell state-failed")
+    failed = ("F", "cell state-failed")
+    _until("load failed", lambda: (load_cell().text, load_cell().get_attribute("class")) == failed)
 
     # The run's page: load's try 1 failed. Clear it there, with the UI's own button.
-    cell.click()
-    rows = _until("the run's page", lambda: browser.find_elements(By.CSS_SELECTOR, "tr.task-load"))
-    assert rows[0].find_elements(By.TAG_NAME, "td")[1].text == "F failed"
-    rows[0].find_element(By.CSS_SELECTOR, 'button[value="clear"]').click()
+    _until("the run's page", lambda: load_cell().click() or True)
+
+    def clear_load() -> bool:
+        rows = browser.find_elements(By.CSS_SELECTOR, 'tr.task-load[data-try="1"]')
+        if not rows:
+            return False  # the run's page is still loading
+        (row,) = rows
+        assert row.find_elements(By.TAG_NAME, "td")[1].text == "F failed"
+        row.find_element(By.CSS_SELECTOR, 'button[value="clear"]').click()
+        return True
+
+    _until("load's clear button", clear_load)
     _until(
         "load waiting to run again",
         lambda: browser.find_elements(By.CSS_SELECTOR, 'tr.task-load[data-try="next"]'),
@@ -121,5 +137,6 @@ def test_a_failed_task_is_seen_cleared_and_turns_green(
             == [("1", "F failed"), ("2", "S success")]
         ),
     )
-    browser.find_element(By.LINK_TEXT, "etl").click()
-    assert load_cell().get_attribute("class") == "cell state-success"
+    _until("back to the grid", lambda: browser.find_element(By.LINK_TEXT, "etl").click() or True)
+    green = "cell state-success"
+    _until("load green in the grid", lambda: load_cell().get_attribute("class") == green)
