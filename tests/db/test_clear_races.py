@@ -12,13 +12,8 @@ recount gives.
 
 from __future__ import annotations
 
-import itertools
-import json
 import random
-import subprocess
-import sys
 import time
-from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -32,6 +27,7 @@ from sluice.db.models import DagRun
 from sluice.scheduler import clearing
 from sluice.scheduler.reconcile import COUNTER_FIXES, read_metric, reconcile_counters
 from sluice.spec.states import RunState, TaskState
+from tests.db.race_fleet import RaceFleet, replay
 from tests.support import manifest, register
 
 REPLICAS = 3
@@ -92,21 +88,15 @@ def test_clears_and_marks_race_three_replicas_without_breaking_invariants(
     now = datetime.now(UTC)
     for m in _workload(now):
         register(sessions, m, now)
-    log_path, stop_file = tmp_path / "tries.jsonl", tmp_path / "stop"
-    workers = [
-        subprocess.Popen(
-            [sys.executable, "-m", "tests.db.race_worker", db_url, str(log_path), str(stop_file)],
-            stderr=(tmp_path / f"worker-{i}.log").open("w"),
-        )
-        for i in range(REPLICAS)
-    ]
+    fleet = RaceFleet(db_url, tmp_path, REPLICAS)
+    fleet.start()
     rng = random.Random(20261206)
     changed: list[str] = []
     try:
         until = time.monotonic() + CLEARING_SECONDS
         while time.monotonic() < until:
             changed.extend(_clear_or_mark(sessions, rng))
-            assert all(w.poll() is None for w in workers), "a scheduler replica crashed"
+            fleet.assert_alive()
             time.sleep(rng.uniform(0.05, 0.3))
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
@@ -116,19 +106,12 @@ def test_clears_and_marks_race_three_replicas_without_breaking_invariants(
                 s in (RunState.SUCCESS, RunState.FAILED) for s in states
             ):
                 break
-            assert all(w.poll() is None for w in workers), "a scheduler replica crashed"
+            fleet.assert_alive()
             time.sleep(0.1)
     finally:
-        stop_file.touch()
-        for worker in workers:
-            worker.wait(timeout=30)
+        fleet.stop()
 
-    errors = [
-        line
-        for i in range(REPLICAS)
-        for line in (tmp_path / f"worker-{i}.log").read_text().splitlines()
-        if "phase failed" in line
-    ]
+    errors = fleet.phase_errors()
     assert not errors, errors[:5]
     # The clears met tasks in every state that matters, running ones among them.
     assert {"running", "success", "none"} <= set(changed), sorted(set(changed))
@@ -140,22 +123,5 @@ def test_clears_and_marks_race_three_replicas_without_breaking_invariants(
         assert reconcile_counters(session) == 0
         assert read_metric(session, COUNTER_FIXES) == 0
 
-    starts: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
-    ends: dict[tuple[int, int], dict[str, Any]] = {}
-    for line in log_path.read_text().splitlines():
-        record = json.loads(line)
-        key = (record["ti"], record["try"])
-        if record["event"] == "start":
-            starts[key].append(record)
-        else:
-            ends[key] = record
-    twice = {key: [s["pid"] for s in v] for key, v in starts.items() if len(v) > 1}
-    assert not twice, f"tries started more than once: {twice}"
-    assert set(starts) == set(ends)
-    by_ti: dict[int, list[tuple[int, float, float]]] = defaultdict(list)
-    for (ti, try_number), (start,) in starts.items():
-        by_ti[ti].append((try_number, start["t"], ends[(ti, try_number)]["t"]))
-    for ti, tries in by_ti.items():
-        tries.sort()
-        for (_, _, prev_end), (number, next_start, _) in itertools.pairwise(tries):
-            assert next_start >= prev_end, f"try {number} of task instance {ti} overlapped"
+    # Every try started once and ended; a cleared running try was stopped before the next.
+    replay(fleet.log_path)

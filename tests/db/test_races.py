@@ -10,10 +10,6 @@ never overlapped, and no pool was ever over its size.
 
 from __future__ import annotations
 
-import itertools
-import json
-import subprocess
-import sys
 import time
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
@@ -27,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sluice.db.models import DagRun, SlotPool, TaskInstance
 from sluice.scheduler.reconcile import COUNTER_FIXES, read_metric, reconcile_counters
 from sluice.spec.states import RunState
+from tests.db.race_fleet import RaceFleet, replay
 from tests.support import manifest, register
 
 REPLICAS = 3
@@ -88,14 +85,8 @@ def test_three_replicas_race_without_breaking_invariants(
     for m in _workload(now):
         register(sessions, m, now)
 
-    log_path, stop_file = tmp_path / "tries.jsonl", tmp_path / "stop"
-    workers = [
-        subprocess.Popen(
-            [sys.executable, "-m", "tests.db.race_worker", db_url, str(log_path), str(stop_file)],
-            stderr=(tmp_path / f"worker-{i}.log").open("w"),
-        )
-        for i in range(REPLICAS)
-    ]
+    fleet = RaceFleet(db_url, tmp_path, REPLICAS)
+    fleet.start()
     expected_runs = DAGS * HOURS
     max_seen: dict[str, int] = defaultdict(int)
     deadline = time.monotonic() + 180
@@ -109,19 +100,12 @@ def test_three_replicas_race_without_breaking_invariants(
                 s in (RunState.SUCCESS, RunState.FAILED) for s in states
             ):
                 break
-            assert all(w.poll() is None for w in workers), "a scheduler replica crashed"
+            fleet.assert_alive()
             time.sleep(0.05)
     finally:
-        stop_file.touch()
-        for worker in workers:
-            worker.wait(timeout=30)
+        fleet.stop()
 
-    errors = [
-        line
-        for i in range(REPLICAS)
-        for line in (tmp_path / f"worker-{i}.log").read_text().splitlines()
-        if "phase failed" in line
-    ]
+    errors = fleet.phase_errors()
     assert not errors, errors[:5]
 
     with sessions() as session:
@@ -131,27 +115,9 @@ def test_three_replicas_race_without_breaking_invariants(
         assert reconcile_counters(session) == 0
         assert read_metric(session, COUNTER_FIXES) == 0
 
-    records = [json.loads(line) for line in log_path.read_text().splitlines()]
-    starts: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
-    ends: dict[tuple[int, int], dict[str, Any]] = {}
-    for r in records:
-        key = (r["ti"], r["try"])
-        if r["event"] == "start":
-            starts[key].append(r)
-        else:
-            ends[key] = r
-    twice = {key: [s["pid"] for s in v] for key, v in starts.items() if len(v) > 1}
-    assert not twice, f"tries started more than once: {twice}"
-    assert set(starts) == set(ends)
-
-    # Tries of one task instance never overlap, and their numbers only go up.
-    by_ti: dict[int, list[tuple[int, float, float]]] = defaultdict(list)
-    for (ti, try_number), (start,) in starts.items():
-        by_ti[ti].append((try_number, start["t"], ends[(ti, try_number)]["t"]))
-    for ti, tries in by_ti.items():
-        tries.sort()
-        for (_, _, prev_end), (_, next_start, _) in itertools.pairwise(tries):
-            assert next_start >= prev_end, f"tries of task instance {ti} overlapped"
+    # Every try started once and ended; tries of one task instance never overlapped.
+    tries = replay(fleet.log_path)
+    starts, ends = tries.starts, tries.ends
 
     # Replay the logs: the tight pool never held more than its slots.
     slots_of = {f"work-{i}": (2 if i % 3 == 0 else 1) for i in range(6)}
