@@ -351,3 +351,40 @@ def test_actions_without_the_pages_token_or_from_another_site_are_refused(
     assert "one of clear, success, failed" in refused[4][1]
     with sessions() as session:
         assert not session.get_one(Dag, "etl").is_paused
+
+
+def test_the_pools_and_backfills_pages(sessions: sessionmaker[Session]) -> None:
+    """A pool with a try running in it, and a backfill of two dates, one ended."""
+    from sqlalchemy import insert
+
+    from sluice.db.dags import SpecCache, clear_schedule
+    from sluice.db.models import SlotPool
+    from sluice.scheduler.backfill import create_backfill
+
+    clock = FakeClock()
+    with sessions.begin() as session:
+        session.execute(insert(SlotPool).values(name="tight", slots=2, description=""))
+    daily = {"schedule": "@daily", "startDate": "2026-11-01T00:00:00Z", "catchup": False}
+    register(sessions, manifest("bf", chain("a", pool="tight"), **daily), clock.now)
+    with sessions.begin() as session:
+        clear_schedule(session, "bf")
+        create_backfill(
+            session, SpecCache(), "bf", T0 - timedelta(days=2), T0 - timedelta(days=1), T0,
+            max_active_runs=1,
+        )  # fmt: skip
+    executor = ScriptedExecutor()
+    executor.hold.add("a")
+    loop = make_loop(sessions, executor, clock)
+    run_until_idle(loop)  # the first date's `a` runs, held (the backfill's limit is 1)
+    status, pools = _get(sessions, "/pools")
+    assert status == 200
+    row = re.search(r'id="pool-tight">(.*?)</tr>', pools)
+    assert row is not None
+    assert re.findall(r"<td>([\w-]+)</td>", row.group(1)) == ["tight", "2", "1", "0", "1"]
+    status, backfills = _get(sessions, "/backfills")
+    assert status == 200
+    assert '<td class="progress">0/2</td>' in backfills
+    assert "sluice backfill" in backfills
+    executor.hold.clear()
+    run_until_idle(loop)
+    assert '<td class="progress">2/2</td>' in _get(sessions, "/backfills")[1]

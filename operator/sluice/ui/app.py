@@ -143,6 +143,16 @@ def _capped(chunks: Iterable[bytes]) -> str:
     return (note if dropped else "") + kept.decode("utf-8", errors="replace")
 
 
+async def pools(request: web.Request) -> web.Response:
+    rows = await _read(request, queries.pool_rows)
+    return _page(request, "pools.html", pools=rows)
+
+
+async def backfills(request: web.Request) -> web.Response:
+    rows = await _read(request, queries.backfill_rows)
+    return _page(request, "backfills.html", backfills=rows)
+
+
 async def healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
@@ -166,6 +176,8 @@ def make_app(
     app.router.add_post("/dags/{dag}/pause", actions.pause)
     app.router.add_post("/dags/{dag}/trigger", actions.trigger)
     app.router.add_post("/dags/{dag}/runs/{run}/tasks/{task}", actions.task_action)
+    app.router.add_get("/pools", pools)
+    app.router.add_get("/backfills", backfills)
     app.router.add_get("/healthz", healthz)
     app.router.add_static("/static", HERE / "static")
     return app

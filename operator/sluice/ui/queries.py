@@ -320,3 +320,82 @@ def run_page(session: Session, specs: SpecCache, dag_id: str, run_id: str) -> Ru
         dict(run.conf or {}),
         ordered,
     )
+
+
+@dataclass(frozen=True)
+class PoolRow:
+    name: str
+    slots: int
+    running: int  # slots held by running tries
+    queued: int  # slots held by queued tries
+
+    @property
+    def open(self) -> int:
+        return self.slots - self.running - self.queued
+
+
+def pool_rows(session: Session) -> list[PoolRow]:
+    """Every pool with the slots its queued and running tries hold (two statements)."""
+    from sluice.status.store import pools_in_use
+
+    return [
+        PoolRow(name, slots, running, queued)
+        for name, (slots, running, queued) in sorted(pools_in_use(session).items())
+    ]
+
+
+@dataclass
+class BackfillRow:
+    id: int
+    dag_id: str
+    start: datetime
+    end: datetime
+    reprocess: str
+    max_active_runs: int
+    created_at: datetime
+    origin: str  # "Backfill ns/name", or "sluice backfill"
+    runs: dict[str, int] = field(default_factory=dict)  # by state
+
+    @property
+    def progress(self) -> str:
+        done = self.runs.get("success", 0) + self.runs.get("failed", 0)
+        return f"{done}/{sum(self.runs.values())}"
+
+
+_BACKFILLS = text(
+    """
+    SELECT id, dag_id, from_date, to_date, reprocess, max_active_runs, created_at,
+           object_namespace, object_name
+    FROM backfill ORDER BY id DESC LIMIT :limit
+    """
+)
+_BACKFILL_RUNS = text(
+    """
+    SELECT backfill_id, state, count(*) AS n FROM dag_run
+    WHERE backfill_id = ANY(:ids) GROUP BY backfill_id, state
+    """
+)
+
+
+def backfill_rows(session: Session, limit: int = 100) -> list[BackfillRow]:
+    """The latest backfills, newest first, with their runs counted by state."""
+    rows = [
+        BackfillRow(
+            row.id,
+            row.dag_id,
+            row.from_date,
+            row.to_date,
+            row.reprocess,
+            row.max_active_runs,
+            row.created_at,
+            f"Backfill {row.object_namespace}/{row.object_name}"
+            if row.object_name
+            else "sluice backfill",
+        )
+        for row in session.execute(_BACKFILLS, {"limit": limit})
+    ]
+    by_id = {row.id: row for row in rows}
+    if rows:
+        for backfill_id, state, n in session.execute(_BACKFILL_RUNS, {"ids": list(by_id)}):
+            by_id[backfill_id].runs[state] = int(n)
+    return rows
