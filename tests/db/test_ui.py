@@ -388,3 +388,39 @@ def test_the_pools_and_backfills_pages(sessions: sessionmaker[Session]) -> None:
     executor.hold.clear()
     run_until_idle(loop)
     assert '<td class="progress">2/2</td>' in _get(sessions, "/backfills")[1]
+
+
+def test_sluice_standalone_serves_the_ui_beside_its_scheduler(db_url: str, tmp_path: Any) -> None:
+    """`sluice standalone DIR --ui-port 0` prints the UI's address; the UI shows its DAGs
+    while the scheduler runs; SIGTERM stops both."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    sluice = Path(sys.executable).parent / "sluice"
+    proc = subprocess.Popen(
+        [str(sluice), "standalone", str(root / "examples" / "hello.yaml"), "--ui-port", "0",
+         "--database-url", db_url, "--state-dir", str(tmp_path / "st")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        url = None
+        deadline = time.monotonic() + 60
+        while url is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            assert line or proc.poll() is None, "standalone exited"
+            found = re.search(r"Sluice UI: (http://127\.0\.0\.1:\d+/)", line)
+            url = found.group(1) if found else None
+        assert url is not None
+        with urllib.request.urlopen(url, timeout=10) as response:
+            html = response.read().decode()
+        assert 'href="/dags/hello/grid"' in html
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    assert proc.returncode == 0

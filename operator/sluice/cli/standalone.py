@@ -47,6 +47,14 @@ def standalone(
             max=65535,
         ),
     ] = None,
+    ui_port: Annotated[
+        int | None,
+        typer.Option(
+            help="serve the web UI on 127.0.0.1:PORT beside the scheduler (0: any free port)",
+            min=0,
+            max=65535,
+        ),
+    ] = None,
 ) -> None:
     """Schedule every DAG in DIR locally: tasks run as subprocesses."""
     if output not in ("table", "json"):
@@ -78,6 +86,17 @@ def standalone(
             runtime.register(manifests)
         except DagNameTaken as exc:
             fail(f"{exc}, or leave it out of {dag_dir}")
+        if ui_port is not None:
+            from sluice.ui.server import UiServer
+
+            ui = UiServer(
+                runtime.sessions, host="127.0.0.1", port=ui_port, log_dir=runtime.state_dir / "logs"
+            )
+            try:
+                metrics.enter_context(ui)
+            except OSError as exc:
+                fail(f"--ui-port {ui_port}: {exc}")
+            console.print(f"[bold]Sluice UI[/bold]: {ui.url}")
         console.print(
             f"[bold]sluice standalone[/bold]: {len(manifests)} DAG(s) from {dag_dir}; "
             f"logs in {runtime.state_dir / 'logs'}"
