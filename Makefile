@@ -4,16 +4,22 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: pod-template-schema install lint test test-unit test-db demo chaos chaos-soak clean helm chart-crds chart-test browser \
+.PHONY: pod-template-schema install lint test test-unit test-db demo chaos chaos-soak clean helm chart-crds chart-test browser ui-assets \
 	s3-server conformance conformance-refresh conformance-standalone
 
 $(BIN)/.installed: pyproject.toml
+	bash hack/ui-assets.sh
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
 install: $(BIN)/.installed
+	@bash hack/ui-assets.sh
+
+# The UI's vendored JavaScript (the graph's layout library), from the npm registry.
+ui-assets:
+	bash hack/ui-assets.sh
 
 lint: install
 	$(BIN)/ruff check operator tests bench conformance hack

@@ -115,6 +115,10 @@ build_sluice() {
       --exclude='*.egg-info' --exclude=.mypy_cache --exclude=.ruff_cache \
       --exclude=.pytest_cache -cf - . | tar -C "$ctx" -xf -
   fi
+  # The UI's vendored JavaScript is git-ignored (fetched by `make ui-assets`): added here.
+  bash "$SLUICE_ROOT/hack/ui-assets.sh" >/dev/null
+  mkdir -p "$ctx/operator/sluice/ui/static/vendor"
+  cp -a "$SLUICE_ROOT/operator/sluice/ui/static/vendor/." "$ctx/operator/sluice/ui/static/vendor/"
   if [[ ! -f "$ctx/README.md" ]]; then
     log "sluice image: README.md missing in the repository; using a placeholder in the build context"
     echo "# Sluice" >"$ctx/README.md"

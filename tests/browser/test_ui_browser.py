@@ -140,3 +140,49 @@ def test_a_failed_task_is_seen_cleared_and_turns_green(
     _until("back to the grid", lambda: browser.find_element(By.LINK_TEXT, "etl").click() or True)
     green = "cell state-success"
     _until("load green in the grid", lambda: load_cell().get_attribute("class") == green)
+
+
+def test_the_graph_is_laid_out_and_coloured_by_the_run(
+    browser: Any, ui: str, sessions: sessionmaker[Session]
+) -> None:
+    """dagre (vendored by `make ui-assets`) lays out a diamond left to right: every task a
+    box coloured by the latest run's state, every dependency an edge."""
+    from selenium.webdriver.common.by import By
+
+    clock = FakeClock()
+    tasks = [
+        {"name": "start"},
+        {"name": "left", "dependsOn": ["start"]},
+        {"name": "right", "dependsOn": ["start"]},
+        {"name": "join", "dependsOn": ["left", "right"], "triggerRule": "all_done"},
+    ]
+    register(sessions, manifest("diamond", tasks, schedule=None), clock.now)
+    trigger(sessions, "diamond", clock.now)
+    run_until_idle(make_loop(sessions, ScriptedExecutor({"left": [TaskState.FAILED]}), clock))
+
+    browser.get(f"{ui}/dags/diamond/graph")
+    boxes = _until(
+        "the laid-out graph", lambda: browser.find_elements(By.CSS_SELECTOR, "#graph g.task")
+    )
+    states = {box.get_attribute("data-task"): box.get_attribute("class") for box in boxes}
+    assert states == {
+        "start": "task state-success",
+        "left": "task state-failed",
+        "right": "task state-success",
+        "join": "task state-success",
+    }
+    edges = browser.find_elements(By.CSS_SELECTOR, "#graph path.edge")
+    assert sorted(e.get_attribute("data-edge") for e in edges) == [
+        "left>join", "right>join", "start>left", "start>right",
+    ]  # fmt: skip
+    # Left to right: start before left and right, which come before join.
+    x = {box.get_attribute("data-task"): box.rect["x"] for box in boxes}
+    assert x["start"] < x["left"] == x["right"] < x["join"]
+    assert "all_done" in next(b for b in boxes if b.get_attribute("data-task") == "join").text
+    # The page refreshes every 5 s: the graph is drawn again each time, not lost.
+    time.sleep(6)
+    redrawn = _until(
+        "the graph after a refresh",
+        lambda: browser.find_elements(By.CSS_SELECTOR, "#graph g.task"),
+    )
+    assert len(redrawn) == 4

@@ -424,3 +424,28 @@ def test_sluice_standalone_serves_the_ui_beside_its_scheduler(db_url: str, tmp_p
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
     assert proc.returncode == 0
+
+
+def test_the_graph_page_carries_the_tasks_edges_and_a_runs_states(
+    sessions: sessionmaker[Session], two_runs: list[str]
+) -> None:
+    import json
+
+    status, html = _get(sessions, "/dags/etl/graph")
+    assert status == 200
+    found = re.search(r'<script type="application/json" id="graph-data">(.*?)</script>', html)
+    assert found is not None
+    data = json.loads(found.group(1))
+    # The latest run colours it by default: both tasks succeeded.
+    assert data["nodes"] == [
+        {"id": "extract", "state": "success", "trigger_rule": "all_success"},
+        {"id": "load", "state": "success", "trigger_rule": "all_success"},
+    ]
+    assert data["edges"] == [["extract", "load"]]
+    from urllib.parse import quote
+
+    _, first = _get(sessions, f"/dags/etl/graph?run={quote(two_runs[0], safe='')}")
+    found = re.search(r'id="graph-data">(.*?)</script>', first)
+    assert found is not None
+    assert [n["state"] for n in json.loads(found.group(1))["nodes"]] == ["success", "failed"]
+    assert _get(sessions, "/dags/nope/graph") == (404, "no DAG named 'nope'")

@@ -143,6 +143,18 @@ def _capped(chunks: Iterable[bytes]) -> str:
     return (note if dropped else "") + kept.decode("utf-8", errors="replace")
 
 
+async def dag_graph(request: web.Request) -> web.Response:
+    dag_id = request.match_info["dag"]
+    run_id = request.query.get("run") or None
+    specs = request.app[SPECS]
+    found = await _read(request, lambda s: queries.graph_page(s, specs, dag_id, run_id))
+    if found is None:
+        raise web.HTTPNotFound(text=f"no DAG named {dag_id!r}")
+    data = {"nodes": found.nodes, "edges": found.edges, "letters": queries.STATE_LETTERS}
+    layout = (HERE / "static" / "vendor" / "dagre.min.js").is_file()
+    return _page(request, "graph.html", graph=found, data=data, layout=layout)
+
+
 async def pools(request: web.Request) -> web.Response:
     rows = await _read(request, queries.pool_rows)
     return _page(request, "pools.html", pools=rows)
@@ -171,6 +183,7 @@ def make_app(
     app[TEMPLATES] = _environment()
     app.router.add_get("/", dags)
     app.router.add_get("/dags/{dag}/grid", dag_grid)
+    app.router.add_get("/dags/{dag}/graph", dag_graph)
     app.router.add_get("/dags/{dag}/runs/{run}", run)
     app.router.add_get("/dags/{dag}/runs/{run}/tasks/{task}/tries/{try}", try_log)
     app.router.add_post("/dags/{dag}/pause", actions.pause)

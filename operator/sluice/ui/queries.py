@@ -399,3 +399,51 @@ def backfill_rows(session: Session, limit: int = 100) -> list[BackfillRow]:
         for backfill_id, state, n in session.execute(_BACKFILL_RUNS, {"ids": list(by_id)}):
             by_id[backfill_id].runs[state] = int(n)
     return rows
+
+
+@dataclass
+class GraphPage:
+    dag: DagRow
+    run_id: str | None  # the run whose states colour the tasks, if any
+    runs: list[str]  # the latest runs' ids, newest first, to choose from
+    nodes: list[dict[str, str]]  # {"id", "state", "trigger_rule"}
+    edges: list[tuple[str, str]]  # (upstream, downstream)
+
+
+def graph_page(
+    session: Session, specs: SpecCache, dag_id: str, run_id: str | None
+) -> GraphPage | None:
+    """The DAG's current tasks and edges, coloured by a run's states (the latest by
+    default); None if there is no such DAG. Three statements and the spec (cached)."""
+    found = session.execute(_ONE_DAG, {"dag": dag_id}).one_or_none()
+    if found is None:
+        return None
+    dag = DagRow(*found[:7])
+    runs = session.execute(_GRID_RUNS, {"dag": dag_id, "before": None, "limit": GRID_RUNS}).all()
+    chosen = next((row for row in runs if row.run_id == run_id), runs[0] if runs else None)
+    if run_id is not None and (chosen is None or chosen.run_id != run_id):
+        chosen = session.execute(_RUN, {"dag": dag_id, "run": run_id}).one_or_none()
+    states: dict[str, str] = {}
+    if chosen is not None:
+        for row in session.execute(_GRID_CELLS, {"runs": [chosen.id]}):
+            states[row.task_id] = "restarting" if row.restarting else row.state
+    nodes: list[dict[str, str]] = []
+    edges: list[tuple[str, str]] = []
+    if found.current_version_id is not None:
+        try:
+            spec = specs.get(session, found.current_version_id).spec
+        except ValueError:
+            spec = None
+        for task in spec.tasks if spec else []:
+            rule = task.trigger_rule.value
+            nodes.append(
+                {"id": task.name, "state": states.get(task.name, "none"), "trigger_rule": rule}
+            )
+            edges.extend((upstream, task.name) for upstream in task.depends_on)
+    return GraphPage(
+        dag,
+        chosen.run_id if chosen is not None else None,
+        [row.run_id for row in runs],
+        nodes,
+        edges,
+    )
