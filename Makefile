@@ -8,14 +8,14 @@ BIN := $(VENV)/bin
 	s3-server conformance conformance-refresh conformance-standalone
 
 $(BIN)/.installed: pyproject.toml
-	bash hack/ui-assets.sh
+	bash hack/ui-assets.sh --optional
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
 install: $(BIN)/.installed
-	@bash hack/ui-assets.sh
+	@bash hack/ui-assets.sh --optional
 
 # The UI's vendored JavaScript (the graph's layout library), from the npm registry.
 ui-assets:

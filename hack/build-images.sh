@@ -116,9 +116,11 @@ build_sluice() {
       --exclude=.pytest_cache -cf - . | tar -C "$ctx" -xf -
   fi
   # The UI's vendored JavaScript is git-ignored (fetched by `make ui-assets`): added here.
-  bash "$SLUICE_ROOT/hack/ui-assets.sh" >/dev/null
-  mkdir -p "$ctx/operator/sluice/ui/static/vendor"
-  cp -a "$SLUICE_ROOT/operator/sluice/ui/static/vendor/." "$ctx/operator/sluice/ui/static/vendor/"
+  bash "$SLUICE_ROOT/hack/ui-assets.sh" --optional >/dev/null
+  if [[ -d "$SLUICE_ROOT/operator/sluice/ui/static/vendor" ]]; then
+    mkdir -p "$ctx/operator/sluice/ui/static/vendor"
+    cp -a "$SLUICE_ROOT/operator/sluice/ui/static/vendor/." "$ctx/operator/sluice/ui/static/vendor/"
+  fi
   if [[ ! -f "$ctx/README.md" ]]; then
     log "sluice image: README.md missing in the repository; using a placeholder in the build context"
     echo "# Sluice" >"$ctx/README.md"
