@@ -4,7 +4,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: pod-template-schema install lint test test-unit test-db demo chaos chaos-soak clean helm chart-crds chart-test browser ui-assets \
+.PHONY: pod-template-schema install lint test test-unit test-db demo chaos chaos-soak clean helm chart-crds chart-test browser ui-assets screenshots \
 	s3-server conformance conformance-refresh conformance-standalone
 
 $(BIN)/.installed: pyproject.toml
@@ -16,6 +16,11 @@ $(BIN)/.installed: pyproject.toml
 
 install: $(BIN)/.installed
 	@bash hack/ui-assets.sh --optional
+
+# Each view of the web UI rendered to docs/screenshots/*.png from the examples' runs
+# (headless Chromium: `make browser` installs it), as the README shows them.
+screenshots: install browser
+	PYTHONPATH=. $(BIN)/python hack/screenshots.py
 
 # The UI's vendored JavaScript (the graph's layout library), from the npm registry.
 ui-assets:
