@@ -69,3 +69,8 @@ bench-steady: install
 #   make bench-logs BENCH_ARGS="--logs 20 --size 65536 --trials 1 --backends file"   a smoke run
 bench-logs: install
 	PYTHONPATH=operator:. COLUMNS=$${COLUMNS:-220} $(BIN)/python -m bench.log_archive $(BENCH_ARGS)
+
+# The web UI's pages at scale (bench/README.md, "The web UI"): 10,000 DAGs, a 200-task
+# DAG's grid of 25 runs; server time and statements per page.
+bench-ui: install
+	PYTHONPATH=. $(BIN)/python -m bench.ui $(BENCH_ARGS)
