@@ -83,7 +83,6 @@ class Change:
 class Outcome:
     """What a clear or mark did to one run (or, in a dry run, would do)."""
 
-    dag_id: str
     run_id: str
     run_pk: int  # dag_run.id
     run_state_before: str
@@ -151,7 +150,7 @@ def clear(
     chosen = choose_tasks(compiled, task_ids, upstream=upstream, downstream=downstream)
     lock_runs(session, [run.id])
     session.refresh(run)
-    outcome = Outcome(run.dag_id, run.run_id, run.id, run.state, run.state)
+    outcome = Outcome(run.run_id, run.id, run.state, run.state)
     states = FAILED_STATES if only_failed else None
     outcome.cleared = _clear_locked(
         session, compiled, run, chosen, states, reason=reason, now=now, dry_run=dry_run
@@ -183,7 +182,7 @@ def mark(
     chosen = choose_tasks(compiled, task_ids, upstream=upstream, downstream=downstream)
     lock_runs(session, [run.id])
     session.refresh(run)
-    outcome = Outcome(run.dag_id, run.run_id, run.id, run.state, run.state, marked_as=target)
+    outcome = Outcome(run.run_id, run.id, run.state, run.state, marked_as=target)
     rows = [ti for ti in _instances(session, run.id, chosen) if ti.state != target]
     outcome.marked = [Change(ti.task_id, ti.state, ti.try_number) for ti in rows]
     if dry_run:
