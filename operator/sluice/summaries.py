@@ -23,6 +23,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from sluice.db.models import Dag, DagRun, DagVersion, TaskInstance, TaskTry
+from sluice.spec.states import TaskState
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,9 @@ def read_runs(
             tasks[ti.dag_run_id].append(
                 TaskSummary(
                     ti.task_id,
-                    "restarting" if ti.restarting_since is not None else ti.state,
+                    "restarting"
+                    if ti.stopping_since is not None and ti.state == TaskState.RUNNING
+                    else ti.state,
                     ti.try_number,
                     _iso(ti.start_date),
                     _iso(ti.end_date),

@@ -11,9 +11,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.dags import SpecCache
 from sluice.db.models import DagRun, TaskInstance, TaskTry
-from sluice.scheduler import clearing
+from sluice.scheduler import clearing, endings
 from sluice.scheduler.clearing import ActionError
 from sluice.scheduler.reconcile import reconcile_counters
+from sluice.scheduler.transitions import lock_runs
 from sluice.spec.states import RunState, TaskState
 from tests.support import (
     T0,
@@ -206,7 +207,7 @@ def test_a_running_try_that_is_cleared_restarts_only_once_it_has_stopped(
                 TaskInstance.dag_run_id == run_id, TaskInstance.task_id == "a"
             )
         ).scalar_one()
-        assert (a.state, a.restarting_since) == ("running", clock.now)
+        assert (a.state, a.stopping_since) == ("running", clock.now)
 
     clock.advance(seconds=loop.config.heartbeat_interval + 1)
     run_until_idle(loop)
@@ -215,6 +216,85 @@ def test_a_running_try_that_is_cleared_restarts_only_once_it_has_stopped(
     executor.hold.clear()
     run_until_idle(loop)
     assert _instances(sessions, run_id) == {"a": ("success", 2, 1), "b": ("success", 1, 0)}
+    assert _run(sessions, run_id).state == RunState.SUCCESS
+    _consistent(sessions)
+
+
+def _mark_task(session: Session, run: DagRun, now: Any) -> None:
+    clearing.mark(session, SpecCache(), run, ["a"], TaskState.SUCCESS, reason="marked", now=now)
+
+
+def _mark_run(session: Session, run: DagRun, now: Any) -> None:
+    lock_runs(session, [run.id])
+    endings.mark_run(session, run.id, "failed", "marked failed", now)
+
+
+def _end_run(session: Session, run: DagRun, now: Any) -> None:
+    lock_runs(session, [run.id])
+    endings.end_runs(session, {run.id: "past its dagrunTimeout"}, now)
+
+
+@pytest.mark.parametrize("end", [_mark_task, _mark_run, _end_run])
+def test_a_try_ended_under_its_process_then_cleared_has_no_next_try_until_it_stopped(
+    sessions: sessionmaker[Session], end: Any
+) -> None:
+    """A mark (of the task or of its run) or a run's timeout ends a running try in the
+    database at once, as in Airflow, while its process runs on until its replica's fence
+    stops it. A clear in between must not start try 2 beside it (invariant 1; the clear
+    race test found it: try 2 started 0.3 s before try 1 was killed)."""
+    clock = FakeClock()
+    register(sessions, manifest("ms", chain("a", "b"), **ONCE), clock.now)
+    run_id = trigger(sessions, "ms", clock.now)
+    executor = ScriptedExecutor()
+    executor.hold.add("a")
+    loop = make_loop(sessions, executor, clock)
+    run_until_idle(loop)
+    with sessions() as session:
+        end(session, session.get_one(DagRun, run_id), clock.now)
+        session.commit()
+    _clear(sessions, run_id, clock, task_ids=["a"], downstream=True)
+    assert _instances(sessions, run_id)["a"][:2] == ("none", 1)
+
+    run_until_idle(loop)  # before the heartbeat that fences try 1: it still runs
+    assert executor.killed == []
+    assert [number for number, _ in _tries(sessions, run_id, "a")] == [1]
+
+    clock.advance(seconds=loop.config.heartbeat_interval + 1)
+    run_until_idle(loop)
+    assert executor.killed == [(executor.killed[0][0], 1)]
+    assert _tries(sessions, run_id, "a")[1:] == [(2, "running")]
+    executor.hold.clear()
+    run_until_idle(loop)
+    assert _instances(sessions, run_id)["a"][:2] == ("success", 2)
+    assert _run(sessions, run_id).state == RunState.SUCCESS
+    _consistent(sessions)
+
+
+def test_a_marked_try_of_a_dead_replica_is_released_once_its_heartbeat_is_stale(
+    sessions: sessionmaker[Session],
+) -> None:
+    """Nobody reports the stop of a try whose replica died: once its heartbeat is as old
+    as a zombie's (its pod refused since the mark, so stopped), another replica lets the
+    cleared task run again, and not before."""
+    fast = {"zombie_threshold": 10, "heartbeat_kill_threshold": 20, "scheduler_dead_after": 10}
+    clock = FakeClock()
+    register(sessions, manifest("md", chain("a", "b"), **ONCE), clock.now)
+    run_id = trigger(sessions, "md", clock.now)
+    first = ScriptedExecutor()
+    first.hold.add("a")
+    run_until_idle(make_loop(sessions, first, clock, **fast))
+    _mark(sessions, run_id, ["a"], TaskState.SUCCESS)
+    _clear(sessions, run_id, clock, task_ids=["a"], downstream=True)
+
+    second = ScriptedExecutor()
+    other = make_loop(sessions, second, clock, **fast)
+    clock.advance(seconds=15)  # the first replica is dead; try 1 silent for 15 s < 20 s
+    run_until_idle(other)
+    assert [number for number, _ in _tries(sessions, run_id, "a")] == [1]
+    clock.advance(seconds=10)
+    run_until_idle(other)
+    run_until_idle(other)
+    assert _instances(sessions, run_id)["a"][:2] == ("success", 2)
     assert _run(sessions, run_id).state == RunState.SUCCESS
     _consistent(sessions)
 

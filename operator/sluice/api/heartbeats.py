@@ -37,7 +37,7 @@ _HEARTBEAT = Prepared(
               FROM task_instance ti
               JOIN unnest(CAST(:ids AS bigint[]), CAST(:tries AS int[])) AS v(id, try_number)
                 ON ti.id = v.id AND ti.try_number = v.try_number
-             WHERE ti.state = 'running' AND ti.restarting_since IS NULL
+             WHERE ti.state = 'running' AND ti.stopping_since IS NULL
                FOR UPDATE OF ti SKIP LOCKED) AS free
      WHERE t.id = free.id AND t.state = 'running'
     RETURNING t.id, t.try_number
@@ -88,13 +88,18 @@ def record_heartbeats(
     current = {
         # A running try a clear asked to stop (`scheduler.clearing`) is told so: its pod
         # stops, and the instance goes back to `none` once its end is known.
-        row.id: ("restarting" if row.restarting_since is not None else row.state, row.try_number)
+        row.id: (
+            "restarting"
+            if row.stopping_since is not None and row.state == TaskState.RUNNING
+            else row.state,
+            row.try_number,
+        )
         for row in session.execute(
             select(
                 TaskInstance.id,
                 TaskInstance.state,
                 TaskInstance.try_number,
-                TaskInstance.restarting_since,
+                TaskInstance.stopping_since,
             ).where(TaskInstance.id.in_(sorted({key[0] for key in missed})))
         )
     }

@@ -258,9 +258,11 @@ class TaskInstance(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer)
     reason: Mapped[str | None] = mapped_column(Text)
     evidence: Mapped[dict[str, Any] | None] = mapped_column(JSONB(none_as_null=True))
-    # A running try a clear asked to stop (migration 0017, `scheduler.clearing`): once it
-    # has ended the instance goes back to `none`.
-    restarting_since: Mapped[datetime | None]
+    # Set while a try the database no longer wants may still run (migration 0017,
+    # `scheduler.clearing`): cleared while running (the row stays `running`) or ended
+    # under its process by a mark, a run's mark or timeout. No next try starts until its
+    # replica has stopped it (or, its replica dead, its heartbeat has gone stale).
+    stopping_since: Mapped[datetime | None]
 
     __table_args__ = (
         UniqueConstraint("dag_run_id", "task_id", name="uq_task_instance_run_task"),
@@ -288,6 +290,7 @@ class TaskInstance(Base):
             postgresql_where=text("state = 'running'"),
         ),
         Index("ix_ti_dag_task", "dag_id", "task_id", "logical_date"),
+        Index("ix_ti_stopping", "id", postgresql_where=text("stopping_since IS NOT NULL")),
     )
 
 

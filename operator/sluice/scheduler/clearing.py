@@ -5,7 +5,7 @@ Clear (Airflow 2.10+ `clear_task_instances`): each chosen instance goes back to
 retries again (`max_tries = try_number + retries`); a queued try ends in
 `task_try` as `failed` with the reason (its dispatch then finds it gone). A
 running try is Airflow's RESTARTING: it stays `running`, holding its pool slot,
-with `restarting_since` set; its heartbeats are refused (its pod stops itself)
+with `stopping_since` set; its heartbeats are refused (its pod stops itself)
 and its replica's fence kills it; once it has ended, however, its instance goes
 back to `none` (`results`), so the next try never overlaps it. A run that had
 ended goes back to `queued`, so it starts again where `maxActiveRuns` leaves
@@ -19,7 +19,12 @@ upstream_failed tasks downstream of the named tasks (not the named tasks
 themselves) are cleared, so a run blocked by a failure resumes. The run's own
 state is left to the scheduler, as in Airflow: a running run ends at its next
 examination when every task has; an ended run stays as it ended unless the
-clear above reopened it.
+clear above reopened it. A running try marked takes the state at once, as in
+Airflow, while its process runs on until its replica's fence stops it; it is
+`stopping` meanwhile (as are tries a run's mark or timeout ended: `endings`), and
+a clear that comes before the stop puts the instance back to `none` without a
+next try until it has stopped (`examine` holds it; `results` or, its replica
+dead, `housekeeping.release_stopped` lets it go): tries never overlap.
 
 Both are one transaction over the run: its row is locked first, then its
 instances (the lock order every replica keeps), the downstream counters move
@@ -57,13 +62,24 @@ MARKABLE = (TaskState.SUCCESS, TaskState.FAILED)
 # An instance back to `none`, to be decided again, nothing of its last try left on it
 # but its number (its `task_try` row keeps the rest). `results` uses it too, for a try a
 # clear asked to stop once it has ended.
-RESET_COLUMNS = """
-    state = 'none', needs_eval = true, restarting_since = NULL, next_retry_at = NULL,
-    queued_at = NULL, start_date = NULL, end_date = NULL, last_heartbeat_at = NULL,
-    queued_by_job_id = NULL, running_by_job_id = NULL, external_id = NULL,
-    exit_code = NULL, reason = NULL, evidence = NULL
+_DECIDE_AGAIN = """
+    state = 'none', needs_eval = true, next_retry_at = NULL, queued_at = NULL,
+    start_date = NULL, end_date = NULL, queued_by_job_id = NULL, exit_code = NULL,
+    reason = NULL, evidence = NULL
 """
-_RESET = text(f"UPDATE task_instance SET {RESET_COLUMNS} WHERE id = ANY(:ids)")
+_PROCESS = ("stopping_since", "last_heartbeat_at", "running_by_job_id", "external_id")
+RESET_COLUMNS = _DECIDE_AGAIN + "".join(f", {column} = NULL" for column in _PROCESS)
+# A clear keeps what names a process still stopping (a try ended under it by a mark, a
+# run's mark or timeout): its replica's fence finds it by them, or the stale sweep
+# releases it once that replica is dead and its heartbeat old (`housekeeping`).
+_RESET = text(
+    f"UPDATE task_instance SET {_DECIDE_AGAIN}"
+    + "".join(
+        f", {column} = CASE WHEN stopping_since IS NULL THEN NULL ELSE {column} END"
+        for column in _PROCESS
+    )
+    + " WHERE id = ANY(:ids)"
+)
 
 
 class ActionError(ValueError):
@@ -193,8 +209,10 @@ def mark(
         entered += ti.state not in TERMINAL_TASK_STATES
         if ti.state in OCCUPYING_TASK_STATES:
             open_tries.append(ti.id)
+        if ti.state == TaskState.RUNNING:
+            # Its process runs on until its replica's fence stops it: no next try before.
+            ti.stopping_since = ti.stopping_since or now
         ti.state = target
-        ti.restarting_since = None
         ti.start_date = ti.start_date or now
         ti.end_date = now
         ti.next_retry_at = None
@@ -270,7 +288,7 @@ def _clear_locked(
         ti.max_tries = ti.try_number + (task.retries if task is not None else 0)
         if ti.state == TaskState.RUNNING:
             # Airflow's RESTARTING: it holds its slot until its process has stopped.
-            ti.restarting_since = ti.restarting_since or now
+            ti.stopping_since = ti.stopping_since or now
             continue
         if ti.state in TERMINAL_TASK_STATES:
             left.append(Settled(run.id, ti.task_id, ti.downstream_task_ids, None))

@@ -6,7 +6,8 @@ end early (a timeout, a deleted DAG, a DAG version whose spec cannot be
 loaded), with the reason on every task instance it skips. A try that was still
 open (queued or running) ends in `task_try` the same way, so the history says
 how every try ended; a running try's process is then stopped by fencing (its
-replica's next heartbeat finds the try no longer running and kills it).
+replica's next heartbeat finds the try no longer running and kills it), and is
+`stopping` until then, so a clear cannot start its next try beside it.
 
 The caller holds the runs' locks (lock order: run rows, then task rows) and
 commits.
@@ -27,16 +28,22 @@ from sluice.spec.states import TERMINAL_TASK_STATES, TaskState
 from sluice.spec.validation import translate_errors
 
 _UNFINISHED = [state.value for state in TaskState if state not in TERMINAL_TASK_STATES]
+# A running try ended here is still a process until its replica's fence stops it: no
+# next try (a clear's) starts before (`clearing`).
+STOPPING = (
+    "stopping_since = CASE WHEN t.state = 'running'"
+    " THEN COALESCE(t.stopping_since, :now) ELSE t.stopping_since END"
+)
 
 # Each run fails; its unfinished instances are skipped with the run's reason and counted
 # as done.
 _END_RUNS = Prepared(
-    """
+    f"""
     WITH v AS (
         SELECT * FROM unnest(CAST(:runs AS bigint[]), CAST(:reasons AS text[])) AS v(run, reason)
     ), skipped AS (
         UPDATE task_instance t SET state = 'skipped', end_date = :now, reason = v.reason,
-            needs_eval = false
+            needs_eval = false, {STOPPING}
         FROM v
         WHERE t.dag_run_id = v.run AND t.state = ANY(:unfinished)
         RETURNING t.dag_run_id
@@ -108,13 +115,13 @@ def deleted_dag(dag_id: str) -> str:
 # Airflow's "mark run as": success makes every unfinished task a success; failed fails the
 # running ones and skips the rest. The run ends in that state with every task counted done.
 _MARK_RUN = Prepared(
-    """
+    f"""
     WITH marked AS (
         UPDATE task_instance t SET
             state = CASE WHEN :target = 'success' THEN 'success'
                          WHEN t.state = 'running' THEN 'failed'
                          ELSE 'skipped' END,
-            end_date = :now, reason = :reason, needs_eval = false
+            end_date = :now, reason = :reason, needs_eval = false, {STOPPING}
         WHERE t.dag_run_id = :run AND t.state = ANY(:unfinished)
         RETURNING t.id
     )

@@ -218,7 +218,8 @@ def _runs_to_end(
 _READY = Prepared(
     """
     SELECT id, dag_run_id, task_id, trigger_rule, upstream_task_ids, downstream_task_ids,
-           n_success, n_failed, n_skipped, n_upstream_failed, depends_on_past
+           n_success, n_failed, n_skipped, n_upstream_failed, depends_on_past,
+           stopping_since IS NOT NULL AS stopping
     FROM task_instance
     WHERE dag_run_id = ANY(:runs) AND needs_eval AND state = 'none'
     """
@@ -278,6 +279,11 @@ def _evaluate_ready(
     for row in rows:
         verdict = verdicts[row.id]
         if verdict is Verdict.RUN:
+            if row.stopping:
+                # Its last try (ended under its process, then cleared) may still run:
+                # the next waits for its stop, which flags it again (`results`).
+                decided[row.id] = None
+                continue
             if row.depends_on_past and row.id not in allowed:
                 # Waits with `needs_eval` cleared (its run is not busy meanwhile): the
                 # previous run's instance settling wakes it (`past.wake_next_runs`).

@@ -131,12 +131,12 @@ def mark_dead_schedulers(
 @dataclass(frozen=True)
 class Fence:
     """Tries this replica must stop: killed (no longer wanted) or released (adopted).
-    `restarting`: those killed because a clear asked them to stop (still `running` in the
-    database until their end is applied: `clearing`)."""
+    `stopping`: those killed because a clear, a mark or a run's end asked them to stop
+    (`stopping_since`): their end is reported, which lets a next try start (`clearing`)."""
 
     kill: list[tuple[int, int]]
     release: list[tuple[int, int]]
-    restarting: list[tuple[int, int]] = field(default_factory=list)
+    stopping: list[tuple[int, int]] = field(default_factory=list)
 
 
 _HEARTBEAT = Prepared(
@@ -148,7 +148,7 @@ _HEARTBEAT = Prepared(
       FROM unnest(CAST(:ids AS bigint[]), CAST(:tries AS int[]), CAST(:exts AS text[]))
            AS v(id, try_number, ext)
      WHERE t.id = v.id AND t.try_number = v.try_number AND t.state = 'running'
-       AND t.restarting_since IS NULL
+       AND t.stopping_since IS NULL
        AND (t.running_by_job_id = :job OR t.running_by_job_id IS NULL)
     RETURNING t.id, t.try_number
     """
@@ -163,7 +163,7 @@ _CONFIRM = Prepared(
       FROM unnest(CAST(:ids AS bigint[]), CAST(:tries AS int[]), CAST(:exts AS text[]))
            AS v(id, try_number, ext)
      WHERE t.id = v.id AND t.try_number = v.try_number AND t.state = 'running'
-       AND t.restarting_since IS NULL
+       AND t.stopping_since IS NULL
        AND (t.running_by_job_id = :job OR t.running_by_job_id IS NULL)
     RETURNING t.id, t.try_number
     """
@@ -218,23 +218,23 @@ def heartbeat_tries(
             TaskInstance.id,
             TaskInstance.try_number,
             TaskInstance.state,
-            TaskInstance.restarting_since,
+            TaskInstance.stopping_since,
             TaskInstance.running_by_job_id,
         ).where(tuple_(TaskInstance.id, TaskInstance.try_number).in_(lost))
     ).all()
     # Adopted: another replica runs it now (same try, still live), or saw it end (a
     # replica taken for dead that came back after its tries ran to the end elsewhere:
-    # killing it would delete the Job of a try that other replica saw through). A try a
-    # clear asked to stop is this replica's to kill, whoever else it is.
-    restarting = {
+    # killing it would delete the Job of a try that other replica saw through). A try
+    # asked to stop (cleared, marked, its run ended) is this replica's to kill.
+    stopping = {
         (row.id, row.try_number)
         for row in rows
-        if row.restarting_since is not None and row.running_by_job_id in (job_id, None)
+        if row.stopping_since is not None and row.running_by_job_id in (job_id, None)
     }
     adopted = {
         (row.id, row.try_number)
         for row in rows
-        if (row.id, row.try_number) not in restarting
+        if (row.id, row.try_number) not in stopping
         and (
             row.state in (TaskState.RUNNING, TaskState.QUEUED)
             or (row.running_by_job_id is not None and row.running_by_job_id != job_id)
@@ -243,7 +243,7 @@ def heartbeat_tries(
     return Fence(
         kill=[key for key in lost if key not in adopted],
         release=[key for key in lost if key in adopted],
-        restarting=[key for key in lost if key in restarting],
+        stopping=[key for key in lost if key in stopping],
     )
 
 
@@ -613,6 +613,49 @@ def restart_tries(
         if row is not None:
             taken.append(restart)
     return taken
+
+
+def release_stopped(
+    session: Session,
+    now: datetime,
+    *,
+    threshold: float,
+    dead_after: float,
+    contact: DatabaseContact | None = None,
+) -> list[int]:
+    """Tries ended under their process (`stopping_since`, no longer `running`) whose
+    replica is dead: nobody is left to stop them and report it. Once their heartbeat has
+    been silent for `threshold` (a zombie's two signals: a pod's heartbeats are refused
+    since the end, so it has stopped itself; a local process dies with its replica) they
+    count as stopped, and a next try may start. Returns the runs to examine again.
+
+    Locks the instances only (no run lock is needed: nothing but the flag and
+    `needs_eval` move, as a report's `results._STOPPED` does).
+    """
+    live = select(SchedulerJob.id).where(*_live(now, dead_after, contact))
+    quiet_before = silent_before(now, threshold, contact, tries=True)
+    return list(
+        session.execute(
+            update(TaskInstance)
+            .where(
+                TaskInstance.stopping_since.is_not(None),
+                TaskInstance.state != TaskState.RUNNING,
+                or_(
+                    TaskInstance.last_heartbeat_at.is_(None),
+                    TaskInstance.last_heartbeat_at < quiet_before,
+                ),
+                or_(
+                    TaskInstance.running_by_job_id.is_(None),
+                    TaskInstance.running_by_job_id.not_in(live),
+                ),
+            )
+            .values(
+                stopping_since=None,
+                needs_eval=or_(TaskInstance.needs_eval, TaskInstance.state == TaskState.NONE),
+            )
+            .returning(TaskInstance.dag_run_id)
+        ).scalars()
+    )
 
 
 def requeue_stuck_tasks(

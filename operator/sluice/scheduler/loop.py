@@ -697,7 +697,7 @@ class SchedulerLoop:
                 None,
                 report,
             )
-        restarting = set(fence.restarting)
+        stopping = set(fence.stopping)
         for key in fence.kill:
             stopped = self._executor_call(
                 "kill",
@@ -705,9 +705,9 @@ class SchedulerLoop:
                 False,
                 report,
             )
-            if stopped and key in restarting:
-                # A try a clear asked to stop has been stopped: its end goes in with the
-                # next reports, its instance back to `none` (`results`, `clearing`).
+            if stopped and key in stopping:
+                # A try asked to stop has been stopped: its end goes in with the next
+                # reports, and a next try may start (`results`, `clearing`).
                 self._pending_events.append(
                     TaskEvent(*key, TaskState.FAILED, None, "stopped by its replica")
                 )
@@ -719,8 +719,8 @@ class SchedulerLoop:
                 report,
             )
         self._wake_past(applied, report)
-        # A restart's end waiting to go in makes the tick busy: the next one follows at once.
-        return len(applied) + sum(key in restarting for key in fence.kill)
+        # A stop's end waiting to go in makes the tick busy: the next one follows at once.
+        return len(applied) + sum(key in stopping for key in fence.kill)
 
     def _kill(self, key: tuple[int, int], external_id: str | None) -> bool:
         """Kill a try the database no longer has running here; True once it is stopped."""
@@ -805,7 +805,8 @@ class SchedulerLoop:
             log.warning("counters reconciled", rows_fixed=step.fixed)
 
     def _sweep_stale_tries(self, now: datetime, report: TickReport) -> None:
-        """Adopt, report or fail running tries whose heartbeat went stale (four transactions)."""
+        """Adopt, report or fail running tries whose heartbeat went stale, and release the
+        stopping tries of dead replicas (five transactions)."""
         cfg = self.config
 
         # Its own transaction: nothing about one try can keep dead replicas from being seen.
@@ -818,6 +819,22 @@ class SchedulerLoop:
             no_ids,
             report,
         )
+        # Tries ended under their process whose replica died: stopped once silent long
+        # enough for a zombie's verdict (or a pod's own stop), so a cleared task goes on.
+        released = self._transaction(
+            "release_stopped",
+            lambda s: housekeeping.release_stopped(
+                s,
+                now,
+                threshold=max(cfg.zombie_threshold, cfg.heartbeat_kill_threshold),
+                dead_after=cfg.scheduler_dead_after,
+                contact=self.contact,
+            ),
+            no_ids,
+            report,
+        )
+        if released:
+            self._examine_due.tell()
 
         def plan(session: Session) -> housekeeping.StalePlan:
             return housekeeping.plan_stale_tries(

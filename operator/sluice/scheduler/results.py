@@ -40,7 +40,7 @@ ALERT = "alert"
 _READ = Prepared(
     """
     SELECT ti.id, ti.try_number, ti.max_tries, ti.state, ti.task_id, ti.dag_run_id,
-           ti.downstream_task_ids, ti.restarting_since, r.dag_version_id
+           ti.downstream_task_ids, ti.stopping_since, r.dag_version_id
     FROM task_instance ti JOIN dag_run r ON r.id = ti.dag_run_id
     WHERE ti.id = ANY(:ids)
     ORDER BY ti.id
@@ -93,13 +93,21 @@ _RESTARTED = Prepared(
         UPDATE task_instance ti SET {RESET_COLUMNS}
         FROM v
         WHERE ti.id = v.id AND ti.try_number = v.try_number AND ti.state = 'running'
-          AND ti.restarting_since IS NOT NULL
+          AND ti.stopping_since IS NOT NULL
         RETURNING ti.id, ti.try_number
     )
     UPDATE task_try tt SET state = 'failed', end_date = :now, exit_code = v.exit_code,
         reason = v.reason
     FROM reset JOIN v ON v.id = reset.id AND v.try_number = reset.try_number
     WHERE tt.task_instance_id = reset.id AND tt.try_number = reset.try_number
+    """
+)
+# A try ended under its process has stopped: its instance may be decided again (it was
+# held back if a clear put it back to `none` meanwhile: `examine`).
+_STOPPED = Prepared(
+    """
+    UPDATE task_instance SET stopping_since = NULL, needs_eval = needs_eval OR state = 'none'
+    WHERE id = ANY(:ids)
     """
 )
 _COLUMNS = (
@@ -153,12 +161,20 @@ def apply_task_events(
     settled: list[Settled] = []
     applied: list[Applied] = []
     restarted: list[tuple[TaskEvent, datetime]] = []
+    stopped: list[int] = []
     for row in rows:
         event = by_key.get((row.id, row.try_number))
-        if event is None or row.state not in LIVE_STATES:
-            continue  # a report for an older try, or for a try already settled
-        if row.restarting_since is not None:
-            restarted.append((event, row.restarting_since))
+        if event is None:
+            continue  # a report for an older try
+        if row.state not in LIVE_STATES:
+            if row.stopping_since is not None:
+                # Ended under its process (a mark, a run's end, then maybe a clear): the
+                # process has stopped now, so a next try may start.
+                stopped.append(row.id)
+                applied.append(Applied(row.id, row.try_number, TaskState.NONE))
+            continue  # otherwise a report for a try already settled
+        if row.stopping_since is not None:
+            restarted.append((event, row.stopping_since))
             applied.append(Applied(row.id, row.try_number, TaskState.NONE))
             continue
         state = event.state
@@ -192,6 +208,8 @@ def apply_task_events(
         if state is not TaskState.UP_FOR_RETRY:
             settled.append(Settled(row.dag_run_id, row.task_id, row.downstream_task_ids, state))
     _restart(session, restarted, now)
+    if stopped:
+        _STOPPED(session, {"ids": stopped})
     if not updates:
         return applied
     columns = {name: [u[name] for u in updates] for name in _COLUMNS}

@@ -109,7 +109,7 @@ _PROPAGATE = Prepared(
     WHERE ti.id = m.id
     RETURNING ti.id, ti.dag_run_id, ti.task_id, ti.state, ti.trigger_rule, ti.upstream_task_ids,
               ti.downstream_task_ids, ti.n_success, ti.n_failed, ti.n_skipped,
-              ti.n_upstream_failed, ti.depends_on_past
+              ti.n_upstream_failed, ti.depends_on_past, ti.stopping_since IS NOT NULL AS stopping
     """
 )
 

@@ -136,7 +136,8 @@ _GRID_RUNS = text(
 
 _GRID_CELLS = text(
     """
-    SELECT dag_run_id, task_id, state, restarting_since IS NOT NULL AS restarting,
+    SELECT dag_run_id, task_id, state,
+           (state = 'running' AND stopping_since IS NOT NULL) AS restarting,
            try_number, start_date, end_date
     FROM task_instance WHERE dag_run_id = ANY(:runs)
     """
@@ -261,7 +262,8 @@ _RUN = text(
 
 _RUN_TASKS = text(
     """
-    SELECT id, task_id, state, restarting_since IS NOT NULL AS restarting, try_number, reason
+    SELECT id, task_id, state, (state = 'running' AND stopping_since IS NOT NULL) AS restarting,
+           try_number, reason
     FROM task_instance WHERE dag_run_id = :run ORDER BY id
     """
 )

@@ -1,6 +1,6 @@
-"""Clearing and marking tasks (ADR 0038): `task_instance.restarting_since` and `task_action`.
+"""Clearing and marking tasks (ADR 0038): `task_instance.stopping_since` and `task_action`.
 
-`restarting_since`: a running try that a clear asked to stop.
+`stopping_since`: a try the database no longer wants that may still run.
 
 Airflow's RESTARTING: clearing a task whose try is running does not start the
 next try at once. The try stays `running` (its pool slot and its place under
@@ -8,7 +8,10 @@ maxActiveTasks held, so no limit is passed while its process still runs) with
 the time the clear asked it to stop; its heartbeats are refused (the pod stops
 itself), its replica's fence kills it, and once it has ended, however it ended,
 the instance goes back to `none` with its retries again (`scheduler.clearing`).
-Null for every other row: adding it rewrites nothing.
+A running try ended under its process (a mark, a run's mark or timeout) is
+stopping too: a clear that follows gets no next try until it has stopped.
+Null for every other row: adding it rewrites nothing; a partial index finds the
+few that are set (`housekeeping.release_stopped`).
 
 `task_action`: each TaskAction object done, by uid, with what it did: the
 operator acts on an object once, whatever retries or restarts replay it.
@@ -32,7 +35,13 @@ depends_on = None
 def upgrade() -> None:
     op.add_column(
         "task_instance",
-        sa.Column("restarting_since", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("stopping_since", sa.DateTime(timezone=True), nullable=True),
+    )
+    op.create_index(
+        "ix_ti_stopping",
+        "task_instance",
+        ["id"],
+        postgresql_where=sa.text("stopping_since IS NOT NULL"),
     )
     op.create_table(
         "task_action",
@@ -55,4 +64,5 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("task_action")
-    op.drop_column("task_instance", "restarting_since")
+    op.drop_index("ix_ti_stopping", table_name="task_instance")
+    op.drop_column("task_instance", "stopping_since")
