@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.orm import Session
@@ -179,10 +180,12 @@ def read_output(
     log_dir: Path,
     kubeconfig: Path | None = None,
     running: Callable[[TryRef], bool] | None = None,
+    api: Any = None,
 ) -> tuple[Iterable[bytes], dict[str, str] | None]:
     """The try's output, and where it is being read from (None: the archive): the archive
-    once it is there, else its pod or local file (live with `follow`, while `running`
-    says it runs). Raises LogNotReadable saying why not (`sluice logs`, the UI)."""
+    once it is there, else its pod (through `api` when given: the UI's user's client) or
+    local file (live with `follow`, while `running` says it runs). Raises LogNotReadable
+    saying why not (`sluice logs`, the UI)."""
     if running is None:
         running = lambda ref: False  # noqa: E731
     ref = found.ref
@@ -222,7 +225,8 @@ def read_output(
         from sluice.executors.kubernetes.executor import client_factory
 
         try:
-            api = client_factory(str(kubeconfig) if kubeconfig else None)()
+            if api is None:
+                api = client_factory(str(kubeconfig) if kubeconfig else None)()
         except Exception as exc:
             raise LogNotReadable(f"cannot reach the cluster to read {which}'s pod: {exc}") from exc
         source = PodLogs(client.CoreV1Api(api))

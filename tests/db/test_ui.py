@@ -157,7 +157,7 @@ def test_sluice_ui_listens_on_loopback_only() -> None:
         cli, ["ui", "--host", "0.0.0.0", "--database-url", "postgresql://x"]
     )
     assert result.exit_code == 2
-    assert "--host 0.0.0.0: the UI has no login yet, so it listens on loopback only" in (
+    assert "--host 0.0.0.0: without --auth kubernetes the UI has no login, so it listens" in (
         result.stderr
     )
 

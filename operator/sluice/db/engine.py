@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, make_url
+from sqlalchemy import Engine, create_engine, event, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db import prepared
@@ -57,9 +57,12 @@ def make_engine(
     pool_size: int = 5,
     application_name: str = "sluice",
     prepare_statements: bool = True,
+    read_only: bool = False,
 ) -> Engine:
     """An engine on psycopg2; the loop's hot statements are prepared per connection
-    unless `prepare_statements` is off (behind PgBouncer in transaction mode)."""
+    unless `prepare_statements` is off (behind PgBouncer in transaction mode). With
+    `read_only` every transaction of its connections is READ ONLY (the UI on a cluster:
+    Postgres refuses any write, whatever the role may do)."""
     engine = create_engine(
         normalize_url(url),
         pool_size=pool_size,
@@ -71,7 +74,16 @@ def make_engine(
     )
     if prepare_statements:
         prepared.enable(engine)
+    if read_only:
+        event.listen(engine, "connect", _read_only)
     return engine
+
+
+def _read_only(connection: Any, _record: Any) -> None:
+    cursor = connection.cursor()
+    cursor.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+    cursor.close()
+    connection.commit()
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:

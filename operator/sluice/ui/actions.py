@@ -10,6 +10,11 @@ process's secret) in a `SameSite=Strict` cookie and in every form; a POST whose
 form token does not match its cookie, or whose `Origin` is another site, is
 refused with 403. A refused action (an unknown task, a bad conf) is a 400 page
 saying why; nothing changes.
+
+On a cluster (`guard`) the same actions are the objects kubectl would write (a DAG's
+`spec.paused`, a DagRun, a TaskAction), written with the user's own token, so the API
+server's RBAC decides them and the operator carries them out (`cluster_actions`);
+the UI's own database connection only reads.
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ from sluice.scheduler import clearing
 from sluice.scheduler.past import wake_next_runs
 from sluice.scheduler.triggers import TriggerError, trigger_run
 from sluice.spec.states import TaskState
-from sluice.ui.keys import SECRET, SESSIONS
+from sluice.ui import cluster_actions
+from sluice.ui.keys import ACCESS, SECRET, SESSIONS
 
 # An action's work, in one transaction: (session, form) -> where to go next, and the run
 # whose next runs' dependsOnPast tasks may wake (woken in a transaction of its own).
@@ -49,7 +55,7 @@ def new_secret() -> bytes:
     return secrets.token_bytes(32)
 
 
-def _checked(request: web.Request, form: Any) -> None:
+def checked(request: web.Request, form: Any) -> None:
     """403 unless the form's token is the page's (double submit) and the POST comes from
     this site."""
     expected = csrf_token(request.app)
@@ -69,7 +75,7 @@ def _path(*parts: str) -> str:
 async def _act(request: web.Request, work: Work) -> web.Response:
     """Check the form, do the work in one transaction, redirect where it says."""
     form = await request.post()
-    _checked(request, form)
+    checked(request, form)
     sessions = request.app[SESSIONS]
 
     def run() -> str:
@@ -90,8 +96,53 @@ async def _act(request: web.Request, work: Work) -> web.Response:
     raise web.HTTPSeeOther(target)
 
 
+# On a cluster: (the user's client, the DAG's namespace, the form, the user's name) ->
+# where to go next, after writing the object as them (`cluster_actions`).
+ClusterWork = Callable[[Any, str, Any, str], str]
+
+
+async def _on_cluster(request: web.Request, dag_id: str, work: ClusterWork) -> web.Response:
+    """Check the form, then write the action's object with the user's own token."""
+    from sluice.ui import guard, queries
+
+    form = await request.post()
+    checked(request, form)
+    access, user = request.app[ACCESS], guard.who(request)
+    if access is None or user is None:  # `guard.identify` lets none through without one
+        raise web.HTTPUnauthorized(text="not signed in")
+
+    def run() -> str:
+        with request.app[SESSIONS]() as session:
+            found = queries.dag_namespace(session, dag_id)
+        if found is None:
+            raise web.HTTPNotFound(text=f"no DAG named {dag_id!r}")
+        if found[0] is None:
+            raise web.HTTPBadRequest(
+                text=f"DAG {dag_id!r} has no object on the cluster (it came from the sluice"
+                " CLI): act on it with the CLI"
+            )
+        return work(access.api_for(user), found[0], form, user.name)
+
+    raise web.HTTPSeeOther(await asyncio.to_thread(run))
+
+
+def _conf(form: Any) -> dict[str, Any] | None:
+    text = str(form.get("conf") or "").strip()
+    try:
+        return json.loads(text) if text else None
+    except ValueError as exc:
+        raise ValueError(f'conf is not JSON ({exc}); e.g. {{"key": "value"}}') from None
+
+
 async def pause(request: web.Request) -> web.Response:
     dag_id = request.match_info["dag"]
+    if request.app[ACCESS] is not None:
+
+        def patch(api: Any, namespace: str, form: Any, user: str) -> str:
+            cluster_actions.pause(api, namespace, dag_id, form.get("paused") == "true")
+            return _path("dags", dag_id, "grid")
+
+        return await _on_cluster(request, dag_id, patch)
 
     def work(session: Session, form: Any) -> tuple[str, int | None]:
         paused = form.get("paused") == "true"
@@ -104,13 +155,22 @@ async def pause(request: web.Request) -> web.Response:
 
 async def trigger(request: web.Request) -> web.Response:
     dag_id = request.match_info["dag"]
+    if request.app[ACCESS] is not None:
+
+        def create(api: Any, namespace: str, form: Any, user: str) -> str:
+            try:
+                conf = _conf(form)
+            except ValueError as exc:
+                raise web.HTTPBadRequest(text=f"refused: {exc}") from None
+            if conf is not None and not isinstance(conf, dict):
+                raise web.HTTPBadRequest(text="refused: conf must be a JSON object")
+            cluster_actions.trigger(api, namespace, dag_id, conf, user)
+            return _path("dags", dag_id, "grid")  # its run id comes once the operator made it
+
+        return await _on_cluster(request, dag_id, create)
 
     def work(session: Session, form: Any) -> tuple[str, int | None]:
-        text = str(form.get("conf") or "").strip()
-        try:
-            conf = json.loads(text) if text else None
-        except ValueError as exc:
-            raise ValueError(f'conf is not JSON ({exc}); e.g. {{"key": "value"}}') from None
+        conf = _conf(form)
         new = trigger_run(session, SpecCache(), dag_id, datetime.now(UTC), conf=conf)
         return _path("dags", dag_id, "runs", new.run_id), None
 
@@ -120,6 +180,16 @@ async def trigger(request: web.Request) -> web.Response:
 async def task_action(request: web.Request) -> web.Response:
     """Clear (with its downstream when asked) or mark a task of a run."""
     dag_id, run_id, task_id = (request.match_info[k] for k in ("dag", "run", "task"))
+    if request.app[ACCESS] is not None:
+
+        def create(api: Any, namespace: str, form: Any, user: str) -> str:
+            cluster_actions.task_action(
+                api, namespace, dag_id, run_id, task_id, str(form.get("action") or ""),
+                downstream=form.get("downstream") == "true", user=user,
+            )  # fmt: skip
+            return _path("dags", dag_id, "runs", run_id)
+
+        return await _on_cluster(request, dag_id, create)
 
     def work(session: Session, form: Any) -> tuple[str, int | None]:
         run = clearing.find_run(session, dag_id, run_id)

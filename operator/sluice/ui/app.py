@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 from urllib.parse import quote
 
 import jinja2
@@ -22,8 +22,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.dags import SpecCache
 from sluice.trylogs import LogNotReadable, TryNotFound, find_try, read_output
-from sluice.ui import actions, queries
-from sluice.ui.keys import LOG_DIR, LOG_STORE, SECRET, SESSIONS, SPECS, TEMPLATES
+from sluice.ui import actions, guard, queries
+from sluice.ui.access import Access, Check
+from sluice.ui.keys import ACCESS, LOG_DIR, LOG_STORE, SECRET, SESSIONS, SPECS, TEMPLATES
+from sluice.ui.render import page
 
 T = TypeVar("T")
 HERE = Path(__file__).parent
@@ -60,23 +62,35 @@ async def _read(request: web.Request, work: Callable[[Session], T]) -> T:
     return await asyncio.to_thread(run)
 
 
-def _page(request: web.Request, template: str, **context: Any) -> web.Response:
-    token = actions.csrf_token(request.app)
-    html = request.app[TEMPLATES].get_template(template).render(csrf=token, **context)
-    response = web.Response(text=html, content_type="text/html")
-    response.set_cookie(actions.CSRF_COOKIE, token, httponly=True, samesite="Strict")
-    return response
+async def _namespace_of(request: web.Request, dag_id: str) -> str | None:
+    """The DAG's namespace, once the user may see it there (404 for no such DAG); on a
+    loopback UI, None without asking (the page's own query finds a missing DAG)."""
+    if request.app[ACCESS] is None:
+        return None
+    found = await _read(request, lambda s: queries.dag_namespace(s, dag_id))
+    if found is None:
+        raise web.HTTPNotFound(text=f"no DAG named {dag_id!r}")
+    namespace = found[0]
+    await guard.permit(request, Check("get", "dags", namespace or ""))
+    return namespace
 
 
 async def dags(request: web.Request) -> web.Response:
     namespace = request.query.get("namespace") or None
     name = request.query.get("name") or None
-    rows = await _read(request, lambda s: queries.dag_rows(s, namespace=namespace, name=name))
-    return _page(request, "dags.html", dags=rows, namespace=namespace or "", name=name or "")
+    visible = None
+    if request.app[ACCESS] is not None:
+        every = await _read(request, queries.dag_namespaces)
+        visible = await guard.visible_namespaces(request, every, "list", "dags")
+    rows = await _read(
+        request, lambda s: queries.dag_rows(s, namespace=namespace, name=name, within=visible)
+    )
+    return page(request, "dags.html", dags=rows, namespace=namespace or "", name=name or "")
 
 
 async def dag_grid(request: web.Request) -> web.Response:
     dag_id = request.match_info["dag"]
+    await _namespace_of(request, dag_id)
     before = None
     if "before" in request.query:
         try:
@@ -89,16 +103,17 @@ async def dag_grid(request: web.Request) -> web.Response:
     found = await _read(request, lambda s: queries.grid(s, specs, dag_id, before=before))
     if found is None:
         raise web.HTTPNotFound(text=f"no DAG named {dag_id!r}")
-    return _page(request, "grid.html", grid=found)
+    return page(request, "grid.html", grid=found)
 
 
 async def run(request: web.Request) -> web.Response:
     dag_id, run_id = request.match_info["dag"], request.match_info["run"]
+    await _namespace_of(request, dag_id)
     specs = request.app[SPECS]
     found = await _read(request, lambda s: queries.run_page(s, specs, dag_id, run_id))
     if found is None:
         raise web.HTTPNotFound(text=f"DAG {dag_id!r} has no run {run_id!r}")
-    return _page(request, "run.html", run=found, now=datetime.now(UTC))
+    return page(request, "run.html", run=found, now=datetime.now(UTC))
 
 
 async def try_log(request: web.Request) -> web.Response:
@@ -111,6 +126,11 @@ async def try_log(request: web.Request) -> web.Response:
     except ValueError:
         raise web.HTTPBadRequest(text=f"try {match['try']!r} is not a number") from None
     store, log_dir = request.app[LOG_STORE], request.app[LOG_DIR]
+    namespace = await _namespace_of(request, dag_id)
+    # Its output is what `kubectl logs` of its pod would show: the same right.
+    await guard.permit(request, Check("get", "pods", namespace or "", "log", group=""))
+    user, access = guard.who(request), request.app[ACCESS]
+    api = access.api_for(user) if access is not None and user is not None else None
 
     try:
         found = await _read(request, lambda s: find_try(s, dag_id, run_id, task_id, number))
@@ -120,14 +140,14 @@ async def try_log(request: web.Request) -> web.Response:
     def output() -> tuple[str, str]:  # no database session held while the log is read
         try:
             chunks, where = read_output(
-                found, tail=LOG_LINES, log_store=store or None, log_dir=log_dir
+                found, tail=LOG_LINES, log_store=store or None, log_dir=log_dir, api=api
             )
             return found.header(where), _capped(chunks)
         except LogNotReadable as exc:
             return found.header(), f"(no output to show: {exc})"
 
     header, text = await asyncio.to_thread(output)
-    return _page(request, "try.html", found=found, header=header, text=text)
+    return page(request, "try.html", found=found, header=header, text=text)
 
 
 def _capped(chunks: Iterable[bytes]) -> str:
@@ -145,6 +165,7 @@ def _capped(chunks: Iterable[bytes]) -> str:
 
 async def dag_graph(request: web.Request) -> web.Response:
     dag_id = request.match_info["dag"]
+    await _namespace_of(request, dag_id)
     run_id = request.query.get("run") or None
     specs = request.app[SPECS]
     found = await _read(request, lambda s: queries.graph_page(s, specs, dag_id, run_id))
@@ -152,17 +173,23 @@ async def dag_graph(request: web.Request) -> web.Response:
         raise web.HTTPNotFound(text=f"no DAG named {dag_id!r}")
     data = {"nodes": found.nodes, "edges": found.edges, "letters": queries.STATE_LETTERS}
     layout = (HERE / "static" / "vendor" / "dagre.min.js").is_file()
-    return _page(request, "graph.html", graph=found, data=data, layout=layout)
+    return page(request, "graph.html", graph=found, data=data, layout=layout)
 
 
 async def pools(request: web.Request) -> web.Response:
+    await guard.permit(request, Check("list", "pools"))
     rows = await _read(request, queries.pool_rows)
-    return _page(request, "pools.html", pools=rows)
+    return page(request, "pools.html", pools=rows)
 
 
 async def backfills(request: web.Request) -> web.Response:
     rows = await _read(request, queries.backfill_rows)
-    return _page(request, "backfills.html", backfills=rows)
+    visible = await guard.visible_namespaces(
+        request, [row.namespace for row in rows], "list", "backfills"
+    )
+    if visible is not None:
+        rows = [row for row in rows if row.namespace in visible]
+    return page(request, "backfills.html", backfills=rows)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -170,11 +197,18 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 def make_app(
-    sessions: sessionmaker[Session], *, log_store: str | None = None, log_dir: Path | None = None
+    sessions: sessionmaker[Session],
+    *,
+    log_store: str | None = None,
+    log_dir: Path | None = None,
+    access: Access | None = None,
 ) -> web.Application:
     """The UI on this database; tries' logs from `log_store` (the schedulers' --log-store)
-    once archived, else from their pods or from `log_dir` (the local executor's)."""
-    app = web.Application()
+    once archived, else from their pods or from `log_dir` (the local executor's). With
+    `access` (on a cluster) every page needs a user the cluster vouches for (`guard`),
+    and actions are objects written as that user (`cluster_actions`)."""
+    app = web.Application(middlewares=[guard.identify])
+    app[ACCESS] = access
     app[SESSIONS] = sessions
     app[LOG_STORE] = log_store or ""
     app[LOG_DIR] = log_dir or Path("sluice-logs")
@@ -192,5 +226,8 @@ def make_app(
     app.router.add_get("/pools", pools)
     app.router.add_get("/backfills", backfills)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/login", guard.login_page)
+    app.router.add_post("/login", guard.login)
+    app.router.add_post("/logout", guard.logout)
     app.router.add_static("/static", HERE / "static")
     return app

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -64,10 +65,25 @@ _DAGS = text(
     FROM dag
     WHERE (CAST(:namespace AS text) IS NULL OR namespace = :namespace)
       AND (CAST(:name AS text) IS NULL OR dag_id LIKE '%' || :name || '%')
+      AND (NOT :within OR COALESCE(namespace, '') = ANY(CAST(:namespaces AS text[])))
     ORDER BY dag_id
     LIMIT :limit
     """
 )
+
+
+def dag_namespaces(session: Session) -> list[str | None]:
+    """Every namespace that has a DAG (None: DAGs from the CLI)."""
+    return list(session.execute(text("SELECT DISTINCT namespace FROM dag")).scalars())
+
+
+def dag_namespace(session: Session, dag_id: str) -> tuple[str | None] | None:
+    """(the DAG's namespace,), or None when there is no such DAG."""
+    row = session.execute(
+        text("SELECT namespace FROM dag WHERE dag_id = :dag"), {"dag": dag_id}
+    ).first()
+    return None if row is None else (row[0],)
+
 
 _LATEST_RUNS = text(
     """
@@ -84,15 +100,23 @@ _LATEST_RUNS = text(
 
 
 def dag_rows(
-    session: Session, *, namespace: str | None = None, name: str | None = None, limit: int = 500
+    session: Session,
+    *,
+    namespace: str | None = None,
+    name: str | None = None,
+    within: Collection[str | None] | None = None,
+    limit: int = 500,
 ) -> list[DagRow]:
-    """The DAGs (filtered by namespace and a part of the name), each with its latest runs."""
-    rows = [
-        DagRow(*row)
-        for row in session.execute(
-            _DAGS, {"namespace": namespace or None, "name": name or None, "limit": limit}
-        )
-    ]
+    """The DAGs (filtered by namespace and a part of the name, and to the namespaces
+    `within` when given: those the user may see), each with its latest runs."""
+    params = {
+        "namespace": namespace or None,
+        "name": name or None,
+        "within": within is not None,
+        "namespaces": [ns or "" for ns in within or ()],
+        "limit": limit,
+    }
+    rows = [DagRow(*row) for row in session.execute(_DAGS, params)]
     by_id = {row.dag_id: row for row in rows}
     if rows:
         for dag_id, run_id, state, logical_date in session.execute(
@@ -356,6 +380,7 @@ class BackfillRow:
     max_active_runs: int
     created_at: datetime
     origin: str  # "Backfill ns/name", or "sluice backfill"
+    namespace: str | None  # its DAG's
     runs: dict[str, int] = field(default_factory=dict)  # by state
 
     @property
@@ -366,9 +391,10 @@ class BackfillRow:
 
 _BACKFILLS = text(
     """
-    SELECT id, dag_id, from_date, to_date, reprocess, max_active_runs, created_at,
-           object_namespace, object_name
-    FROM backfill ORDER BY id DESC LIMIT :limit
+    SELECT b.id, b.dag_id, b.from_date, b.to_date, b.reprocess, b.max_active_runs,
+           b.created_at, b.object_namespace, b.object_name, d.namespace
+    FROM backfill b LEFT JOIN dag d ON d.dag_id = b.dag_id
+    ORDER BY b.id DESC LIMIT :limit
     """
 )
 _BACKFILL_RUNS = text(
@@ -393,6 +419,7 @@ def backfill_rows(session: Session, limit: int = 100) -> list[BackfillRow]:
             f"Backfill {row.object_namespace}/{row.object_name}"
             if row.object_name
             else "sluice backfill",
+            row.namespace,
         )
         for row in session.execute(_BACKFILLS, {"limit": limit})
     ]

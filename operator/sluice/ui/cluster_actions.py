@@ -1,0 +1,116 @@
+"""The UI's actions on a cluster: the kubectl path, written with the user's own token.
+
+On a cluster the UI changes nothing in the database (its connection is read-only):
+an action is the object a user would `kubectl apply`, created or patched as them,
+so the API server's RBAC decides it and the operator carries it out, through the
+same handlers as kubectl's:
+
+- pause/unpause: a merge patch of the DAG object's `spec.paused`;
+- trigger: a DagRun object (`spec.dagName`, `spec.conf`);
+- clear, mark success/failed: a TaskAction object (ADR 0038).
+
+The API server's refusal comes back as the page's answer (403 with its message,
+422 with the field it names); nothing is written then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+from aiohttp import web
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from sluice.handlers.crds import GROUP, VERSION
+
+ACTIONS = {"clear": "clear", "success": "markSuccess", "failed": "markFailed"}
+
+
+def _refused(exc: ApiException) -> web.HTTPException:
+    """The API server's answer, as the page's."""
+    message = exc.reason or "refused"
+    with contextlib.suppress(ValueError, AttributeError):
+        message = json.loads(exc.body or "{}").get("message") or message
+    text = f"refused by the Kubernetes API server: {message}"
+    if exc.status == 403:
+        return web.HTTPForbidden(text=text)
+    if exc.status == 404:
+        return web.HTTPNotFound(text=text)
+    if exc.status in (400, 409, 422):
+        return web.HTTPBadRequest(text=text)
+    return web.HTTPBadGateway(text=text)
+
+
+def _objects(api: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api)
+
+
+def pause(api: client.ApiClient, namespace: str, dag: str, paused: bool) -> None:
+    try:
+        _objects(api).patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, "dags", dag, {"spec": {"paused": paused}}
+        )
+    except ApiException as exc:
+        raise _refused(exc) from None
+
+
+def trigger(
+    api: client.ApiClient, namespace: str, dag: str, conf: dict[str, Any] | None, user: str
+) -> str:
+    """Create a DagRun object for `dag`; returns its name."""
+    body: dict[str, Any] = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "DagRun",
+        "metadata": {
+            "generateName": f"{dag[:50]}-ui-",
+            "annotations": {"sluice.io/requested-by": user},
+        },
+        "spec": {"dagName": dag, **({"conf": conf} if conf is not None else {})},
+    }
+    try:
+        made = _objects(api).create_namespaced_custom_object(
+            GROUP, VERSION, namespace, "dagruns", body
+        )
+    except ApiException as exc:
+        raise _refused(exc) from None
+    return str(made["metadata"]["name"])  # type: ignore[index]
+
+
+def task_action(
+    api: client.ApiClient,
+    namespace: str,
+    dag: str,
+    run_id: str,
+    task: str,
+    action: str,
+    *,
+    downstream: bool,
+    user: str,
+) -> str:
+    """Create a TaskAction object (clear, or mark success/failed); returns its name."""
+    if action not in ACTIONS:
+        raise web.HTTPBadRequest(text=f"action {action!r}: one of clear, success, failed")
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TaskAction",
+        "metadata": {
+            "generateName": f"{dag[:50]}-ui-",
+            "annotations": {"sluice.io/requested-by": user},
+        },
+        "spec": {
+            "dagName": dag,
+            "runId": run_id,
+            "action": ACTIONS[action],
+            "tasks": [task],
+            "downstream": downstream,
+        },
+    }
+    try:
+        made = _objects(api).create_namespaced_custom_object(
+            GROUP, VERSION, namespace, "taskactions", body
+        )
+    except ApiException as exc:
+        raise _refused(exc) from None
+    return str(made["metadata"]["name"])  # type: ignore[index]
