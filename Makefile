@@ -74,7 +74,8 @@ chart-test: install helm
 
 # The main job: schedule the example DAGs locally until nothing is left to do.
 demo: install
-	$(BIN)/sluice standalone examples/ --until-idle
+	rm -rf .state/demo
+	$(BIN)/sluice standalone examples/ --until-idle --state-dir .state/demo
 
 # The differential conformance suite (issue 16, conformance/README.md): what Sluice decides
 # for each case against what Airflow 2.10.5 and 3.3.2 decided, recorded in

@@ -186,3 +186,55 @@ def test_the_graph_is_laid_out_and_coloured_by_the_run(
         lambda: browser.find_elements(By.CSS_SELECTOR, "#graph g.task"),
     )
     assert len(redrawn) == 4
+
+
+def test_on_a_cluster_a_viewer_signs_in_and_their_clear_is_refused(
+    browser: Any, sessions: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The UI with `--auth kubernetes`, the cluster's answers scripted (the real reviews:
+    tests/k8s/test_ui_cluster.py): the browser is sent to the login page, the viewer's
+    token signs in, and their clear comes back refused by the API server (403)."""
+    from selenium.webdriver.common.by import By
+
+    from sluice.ui import cluster_actions
+    from sluice.ui.server import UiServer
+    from tests.db.test_ui_access import BOB, FakeAccess, FakeObjects, _dag
+
+    written: list[Any] = []
+    monkeypatch.setattr(cluster_actions, "_objects", lambda user: FakeObjects(user, written))
+    clock = FakeClock()
+    register(sessions, _dag("etl", "team-a"), clock.now)
+    trigger(sessions, "etl", clock.now)
+    run_until_idle(make_loop(sessions, ScriptedExecutor({"load": [TaskState.FAILED]}), clock))
+
+    server = UiServer(sessions, host="127.0.0.1", port=0, log_dir=tmp_path, access=FakeAccess())
+    with server:
+        browser.get(server.url + "dags/etl/grid")
+        _until("the login page", lambda: browser.find_element(By.TAG_NAME, "h1").text == "Sign in")
+        browser.find_element(By.ID, "token").send_keys(BOB.token)
+        browser.find_element(By.CSS_SELECTOR, "form.login button").click()
+        _until("etl's grid", lambda: browser.find_element(By.TAG_NAME, "h1").text == "etl")
+        assert browser.find_element(By.ID, "user").text == "bob"
+        _until(
+            "the run's page",
+            lambda: (
+                browser.find_element(By.CSS_SELECTOR, '.cell[data-task="load"]').click() or True
+            ),
+        )
+
+        def clear_load() -> bool:
+            rows = browser.find_elements(By.CSS_SELECTOR, 'tr.task-load[data-try="1"]')
+            if not rows:
+                return False
+            rows[0].find_element(By.CSS_SELECTOR, 'button[value="clear"]').click()
+            return True
+
+        _until("load's clear button", clear_load)
+        _until(
+            "the refusal",
+            lambda: (
+                "refused by the Kubernetes API server: Forbidden"
+                in browser.find_element(By.TAG_NAME, "body").text
+            ),
+        )
+    assert written == []

@@ -443,6 +443,46 @@ def test_the_operator_peers_in_a_deployment_of_its_own(helm: str) -> None:
     assert one(docs, "PodDisruptionBudget", "sluice-operator")["spec"]["maxUnavailable"] == 1
 
 
+def test_the_ui_signs_users_in_with_kubernetes_and_only_reads(helm: str) -> None:
+    """The UI's Deployment (ADR 0040): `sluice ui --auth kubernetes` on all addresses of
+    its pod, probed on /healthz, as its own account (bound to the reviews only), behind a
+    ClusterIP Service; an Ingress only when asked, which needs a host."""
+    docs = render(helm)
+    ui = container(docs, "Deployment", "sluice-ui", "ui")
+    assert ui["args"][:3] == ["ui", "--auth", "kubernetes"]
+    assert (flag(ui["args"], "--host"), flag(ui["args"], "--port")) == ("0.0.0.0", "8080")
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert ui[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
+    pod = one(docs, "Deployment", "sluice-ui")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "sluice-ui"
+    binding = one(docs, "ClusterRoleBinding", "sluice-ui")
+    assert binding["roleRef"]["name"] == "sluice-ui"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "sluice-ui", "namespace": NAMESPACE}
+    ]
+    service = one(docs, "Service", "sluice-ui")["spec"]
+    assert (service["type"], service["ports"][0]["port"]) == ("ClusterIP", 80)
+    assert of_kind(docs, "Ingress") == []
+    with_ingress = render(helm, ALL_NAMESPACES)
+    ingress = one(with_ingress, "Ingress", "wf-ui")["spec"]
+    assert ingress["rules"][0]["host"] == "sluice.example.com"
+    assert ingress["tls"] == [{"hosts": ["sluice.example.com"], "secretName": "sluice-ui-tls"}]
+    assert (
+        one(with_ingress, "Deployment", "wf-ui")["spec"]["template"]["spec"]["serviceAccountName"]
+        == "sluice-ui"
+    )
+    # The log store, when there is one, is read the schedulers' way.
+    stored = render(helm, None, "logs.store=s3://logs/sluice", "logs.existingSecret=creds")
+    ui = container(stored, "Deployment", "sluice-ui", "ui")
+    assert {"name": "SLUICE_LOG_STORE", "value": "s3://logs/sluice"} in ui["env"]
+    assert ui["envFrom"] == [{"secretRef": {"name": "creds"}}]
+    off = render(helm, None, "ui.enabled=false")
+    assert not [d for d in off if d["metadata"]["name"] == "sluice-ui"]
+    refused = run_helm(helm, "template", RELEASE, str(CHART), "--set", "ui.ingress.enabled=true")
+    assert refused.returncode != 0
+    assert "at '/ui/ingress/host': minLength" in refused.stderr, refused.stderr
+
+
 # ---- the database --------------------------------------------------------------------
 
 
@@ -509,7 +549,7 @@ def assert_bundled_database_env(docs: list[Doc], secret: str, key: str) -> None:
             }
             assert env["PGPASSWORD"]["valueFrom"]["secretKeyRef"] == ref, where
             checked += 1
-    assert checked == 5  # the migrations hook, and each Deployment's init and main container
+    assert checked == 6  # the migrations hook, each Deployment's init and main container, the UI
     assert normalize_url(BUNDLED_URL).startswith("postgresql+psycopg2://sluice@")
 
 
@@ -750,6 +790,12 @@ OPERATOR_CLUSTER = {
 }
 
 
+UI_REVIEWS = {
+    "authentication.k8s.io/tokenreviews create",
+    "authorization.k8s.io/subjectaccessreviews create",
+}
+
+
 def test_rbac_is_what_the_code_calls(helm: str) -> None:
     docs = render(helm)
     assert rules_of(docs, "Role", "sluice-scheduler-tasks", NAMESPACE) == SCHEDULER_TASKS
@@ -762,11 +808,14 @@ def test_rbac_is_what_the_code_calls(helm: str) -> None:
         "/namespaces list",
         "/namespaces watch",
     }
-    # For the accounts, only Pools and what kopf observes are cluster-wide; the rest
-    # are the roles for people, bound to no one.
+    # The UI asks the API server who a token is and what its user may do, nothing else.
+    assert rules_of(docs, "ClusterRole", "sluice-ui") == UI_REVIEWS
+    # For the accounts, only Pools, what kopf observes and the UI's reviews are
+    # cluster-wide; the rest are the roles for people, bound to no one.
     assert {r["metadata"]["name"] for r in of_kind(docs, "ClusterRole")} == {
         "sluice-scheduler-pools",
         "sluice-operator-cluster",
+        "sluice-ui",
         "sluice-view",
         "sluice-edit",
     }
@@ -851,7 +900,7 @@ def test_roles_for_people_are_aggregated_into_view_edit_and_admin(helm: str) -> 
     assert rules_of(renamed, "ClusterRole", "wf-view") == PEOPLE_VIEW
     off = render(helm, None, "rbac.aggregateClusterRoles=false")
     names = {r["metadata"]["name"] for r in of_kind(off, "ClusterRole")}
-    assert names == {"sluice-scheduler-pools", "sluice-operator-cluster"}
+    assert names == {"sluice-scheduler-pools", "sluice-operator-cluster", "sluice-ui"}
 
 
 def test_task_pods_get_an_account_without_rights_or_token(helm: str) -> None:
@@ -944,6 +993,17 @@ def test_network_policies(helm: str) -> None:
         {"key": "sluice.io/ti", "operator": "DoesNotExist"}
     ]
     assert one(docs, "NetworkPolicy", "sluice-operator")["spec"]["ingress"] == []
+    # The UI: its port, from any pod but a task pod (every request signs in).
+    (ui,) = one(docs, "NetworkPolicy", "sluice-ui")["spec"]["ingress"]
+    assert ui["ports"] == [{"port": 8080, "protocol": "TCP"}]
+    assert ui["from"] == [
+        {
+            "namespaceSelector": {},
+            "podSelector": {
+                "matchExpressions": [{"key": "sluice.io/ti", "operator": "DoesNotExist"}]
+            },
+        }
+    ]
     # No Postgres policy without the bundled Postgres; with it, only Sluice's own pods.
     assert "sluice-postgres" not in {d["metadata"]["name"] for d in of_kind(docs, "NetworkPolicy")}
     bundled = render(helm, None, "networkPolicy.enabled=true")
@@ -954,6 +1014,7 @@ def test_network_policies(helm: str) -> None:
         "scheduler",
         "operator",
         "migrations",
+        "ui",
     ]
     assert expressions["sluice.io/ti"]["operator"] == "DoesNotExist"
     # Those components' pods carry the labels the rule selects.
@@ -963,7 +1024,12 @@ def test_network_policies(helm: str) -> None:
         if d["kind"] in ("Deployment", "Job")
     ):
         labels = pod_template["metadata"]["labels"]
-        assert labels["app.kubernetes.io/component"] in ("scheduler", "operator", "migrations")
+        assert labels["app.kubernetes.io/component"] in (
+            "scheduler",
+            "operator",
+            "migrations",
+            "ui",
+        )
         assert labels["app.kubernetes.io/instance"] == RELEASE
     custom = one(render(helm, ALL_NAMESPACES), "NetworkPolicy", "wf-scheduler")["spec"]
     assert custom["ingress"][1]["from"] == [

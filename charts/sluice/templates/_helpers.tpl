@@ -102,6 +102,14 @@ line; none with watch.allNamespaces). */}}
 {{- end -}}
 {{- end -}}
 
+{{- define "sluice.uiServiceAccount" -}}
+{{- if .Values.ui.serviceAccount.create -}}
+{{- default (include "sluice.componentName" (dict "root" . "component" "ui")) .Values.ui.serviceAccount.name -}}
+{{- else -}}
+{{- required "ui.serviceAccount.name is required when ui.serviceAccount.create is false" .Values.ui.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "sluice.taskServiceAccount" -}}
 {{- if .Values.tasks.serviceAccount.create -}}
 {{- default (include "sluice.componentName" (dict "root" . "component" "task")) .Values.tasks.serviceAccount.name -}}

@@ -129,6 +129,13 @@ def standalone(
         print(json.dumps(as_json(runs), indent=2))
     elif not live_view:
         console.print(runs_table(runs))
+    if state_dir is not None and until_idle and ui_port is None:
+        # The runs stay in the state dir: the UI can show them (a temporary one is gone).
+        print(
+            f"See these runs in the web UI: sluice ui --state-dir {state_dir}"
+            " (then open http://127.0.0.1:8080/)",
+            file=sys.stderr,
+        )
     failed = [r for r in runs if r.state == "failed"]
     if failed:
         print(f"{len(failed)} run(s) failed", file=sys.stderr)

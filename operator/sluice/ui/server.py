@@ -11,6 +11,7 @@ from pathlib import Path
 from aiohttp import web
 from sqlalchemy.orm import Session, sessionmaker
 
+from sluice.ui.access import Access
 from sluice.ui.app import make_app
 
 
@@ -18,9 +19,15 @@ class UiServer:
     """Serve the UI on `host:port` (port 0: any free one) until `stop()`."""
 
     def __init__(
-        self, sessions: sessionmaker[Session], *, host: str, port: int, log_dir: Path
+        self,
+        sessions: sessionmaker[Session],
+        *,
+        host: str,
+        port: int,
+        log_dir: Path,
+        access: Access | None = None,
     ) -> None:
-        self._app = make_app(sessions, log_dir=log_dir)
+        self._app = make_app(sessions, log_dir=log_dir, access=access)
         self._host, self._requested = host, port
         self._loop = asyncio.new_event_loop()
         self._runner = web.AppRunner(self._app)
