@@ -34,6 +34,7 @@ from tests.support import (
     manifest,
     register,
     run_until_idle,
+    runs,
     trigger,
 )
 
@@ -71,7 +72,6 @@ def two_runs(sessions: sessionmaker[Session]) -> list[str]:
     executor.outcomes.clear()
     trigger(sessions, "etl", clock.now - timedelta(hours=1))
     run_until_idle(loop)
-    from tests.support import runs
 
     with sessions() as session:
         return [run.run_id for run in runs(session, "etl")]
@@ -225,8 +225,6 @@ def test_a_tries_page_shows_its_output_from_its_file_then_from_the_archive(
         trigger(rt.sessions, "logs", datetime.now(UTC))
         rt.run(until=lambda: rt.is_idle(datetime.now(UTC)))
         with rt.sessions() as session:
-            from tests.support import runs
-
             (run,) = runs(session, "logs")
             run_id = run.run_id
         logs = rt.state_dir / "logs"
@@ -449,3 +447,53 @@ def test_the_graph_page_carries_the_tasks_edges_and_a_runs_states(
     assert found is not None
     assert [n["state"] for n in json.loads(found.group(1))["nodes"]] == ["success", "failed"]
     assert _get(sessions, "/dags/nope/graph") == (404, "no DAG named 'nope'")
+
+
+def test_a_run_is_marked_or_cancelled_as_its_dagrun_object_would_be(
+    sessions: sessionmaker[Session],
+) -> None:
+    """Run actions run the kubectl path's code (`handlers.store`): a mark ends the run in
+    that state with its unfinished tasks (a running one failed); a cancel fails it and
+    skips them (as deleting the DagRun object does); an ended run refuses a mark."""
+    from urllib.parse import quote
+
+    from sluice.db.models import DagRun, TaskInstance
+
+    clock = FakeClock()
+    register(sessions, manifest("long", chain("a", "b"), schedule=None), clock.now)
+    for hours in (2, 1):
+        trigger(sessions, "long", clock.now - timedelta(hours=hours))
+    executor = ScriptedExecutor()
+    executor.hold.add("a")
+    run_until_idle(make_loop(sessions, executor, clock))
+    with sessions() as session:
+        marked, cancelled = (run.run_id for run in runs(session, "long"))
+    pages = [f"/dags/long/runs/{quote(run, safe='')}" for run in (marked, cancelled)]
+    results = _actions(
+        sessions,
+        pages[0],
+        [
+            (pages[0], {"action": "failed"}, {}),
+            (pages[1], {"action": "cancel"}, {}),
+            (pages[0], {"action": "success"}, {}),
+            (pages[1], {"action": "explode"}, {}),
+        ],
+    )
+    assert [status for status, _ in results] == [303, 303, 400, 400]
+    assert "already ended as failed" in results[2][1]
+    assert "one of success, failed, cancel" in results[3][1]
+    with sessions() as session:
+        states = {
+            run.run_id: (
+                run.state,
+                sorted(
+                    (ti.task_id, ti.state)
+                    for ti in session.query(TaskInstance).filter_by(dag_run_id=run.id)
+                ),
+            )
+            for run in session.query(DagRun).filter_by(dag_id="long")
+        }
+    assert states == {
+        marked: ("failed", [("a", "failed"), ("b", "skipped")]),
+        cancelled: ("failed", [("a", "skipped"), ("b", "skipped")]),
+    }

@@ -95,6 +95,13 @@ class FakeObjects:
         self.written.append(("create", namespace, plural, body))
         return {"metadata": {"name": f"{body['spec']['dagName']}-ui-x1"}}
 
+    def delete_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, name: str
+    ) -> Any:
+        self._as_user(plural, namespace)
+        self.written.append(("delete", namespace, f"{plural}/{name}", None))
+        return {}
+
     def patch_namespaced_custom_object(
         self, group: str, version: str, namespace: str, plural: str, name: str, body: Any
     ) -> Any:
@@ -326,3 +333,47 @@ def test_the_clusters_ui_connection_only_reads(db_url: str) -> None:
                 session.execute(text("UPDATE dag SET is_paused = true"))
     finally:
         engine.dispose()
+
+
+def test_a_run_is_marked_or_cancelled_through_its_dagrun_object(
+    sessions: sessionmaker[Session], failed_run: str, written: list[Any]
+) -> None:
+    """Marking a run patches its DagRun object's spec.state, cancelling deletes it: the
+    object the scheduler published for it (a run without one yet is a 409)."""
+    run_page = f"/dags/etl/runs/{quote(failed_run, safe='')}"
+
+    async def post(client: TestClient[Any, Any], action: str) -> tuple[int, str]:
+        page = await (await client.get(run_page, headers=_as(ALICE.token))).text()
+        csrf = re.search(r'name="csrf" value="(\w+)"', page)
+        assert csrf is not None
+        response = await client.post(
+            run_page,
+            data={"csrf": csrf.group(1), "action": action},
+            headers=_as(ALICE.token),
+            allow_redirects=False,
+        )
+        return response.status, await response.text()
+
+    async def before(client: TestClient[Any, Any]) -> list[tuple[int, str]]:
+        return [await post(client, "failed")]
+
+    ((status, body),) = _call(sessions, FakeAccess(), before)
+    assert status == 409
+    assert "has no DagRun object yet" in body
+    with sessions() as session:
+        session.execute(
+            text(
+                "INSERT INTO run_publication (dag_run_id, namespace, object_name)"
+                " SELECT id, 'team-a', 'etl-published' FROM dag_run WHERE dag_id = 'etl'"
+            )
+        )
+        session.commit()
+
+    async def after(client: TestClient[Any, Any]) -> list[tuple[int, str]]:
+        return [await post(client, "failed"), await post(client, "cancel")]
+
+    assert [status for status, _ in _call(sessions, FakeAccess(), after)] == [303, 303]
+    assert written == [
+        ("patch", "team-a", "dagruns/etl-published", {"spec": {"state": "failed"}}),
+        ("delete", "team-a", "dagruns/etl-published", None),
+    ]

@@ -4,6 +4,8 @@
 - Trigger a run, with a conf (`sluice dags trigger`: `scheduler.triggers.trigger_run`).
 - Clear a task of a run, with its downstream if asked, or mark it success or failed
   (`sluice tasks clear|mark`: `scheduler.clearing`).
+- Mark a run success or failed, or cancel it (what a DagRun object's `spec.state` and
+  its deletion do: `handlers.store.mark_run_as`, `cancel_run`).
 
 Every action is a form POST. CSRF: each page carries a token (an HMAC of the
 process's secret) in a `SameSite=Strict` cookie and in every form; a POST whose
@@ -32,11 +34,14 @@ from aiohttp import web
 from sqlalchemy.orm import Session
 
 from sluice.db.dags import SpecCache, set_paused
+from sluice.handlers import store
+from sluice.handlers.ownership import RunRecord
 from sluice.scheduler import clearing
 from sluice.scheduler.past import wake_next_runs
+from sluice.scheduler.transitions import lock_runs
 from sluice.scheduler.triggers import TriggerError, trigger_run
 from sluice.spec.states import TaskState
-from sluice.ui import cluster_actions
+from sluice.ui import cluster_actions, queries
 from sluice.ui.keys import ACCESS, SECRET, SESSIONS
 
 # An action's work, in one transaction: (session, form) -> where to go next, and the run
@@ -103,7 +108,7 @@ ClusterWork = Callable[[Any, str, Any, str], str]
 
 async def _on_cluster(request: web.Request, dag_id: str, work: ClusterWork) -> web.Response:
     """Check the form, then write the action's object with the user's own token."""
-    from sluice.ui import guard, queries
+    from sluice.ui import guard
 
     form = await request.post()
     checked(request, form)
@@ -210,5 +215,50 @@ async def task_action(request: web.Request) -> web.Response:
             )  # fmt: skip
             return target, run.id
         raise ValueError(f"action {action!r}: one of clear, success, failed")
+
+    return await _act(request, work)
+
+
+async def run_action(request: web.Request) -> web.Response:
+    """Mark a run success or failed, or cancel it."""
+    dag_id, run_id = request.match_info["dag"], request.match_info["run"]
+    target = _path("dags", dag_id, "runs", run_id)
+    if request.app[ACCESS] is not None:
+
+        def write(api: Any, namespace: str, form: Any, user: str) -> str:
+            with request.app[SESSIONS]() as session:
+                found = queries.run_object(session, dag_id, run_id)
+            if found is None:
+                raise web.HTTPConflict(
+                    text=f"run {run_id!r} has no DagRun object yet: try again in a moment"
+                )
+            cluster_actions.run_action(api, found[0], found[1], str(form.get("action") or ""))
+            return target
+
+        return await _on_cluster(request, dag_id, write)
+
+    def work(session: Session, form: Any) -> tuple[str, int | None]:
+        action = str(form.get("action") or "")
+        if action not in ("success", "failed", "cancel"):
+            raise ValueError(f"action {action!r}: one of success, failed, cancel")
+        run = clearing.find_run(session, dag_id, run_id)
+        lock_runs(session, [run.id])
+        session.refresh(run)
+        # What the kubectl path's mark and cancel read of a run (the rest ties objects).
+        record = RunRecord(
+            id=run.id, dag_id=dag_id, run_id=run_id, state=run.state, dag_namespace=None,
+            object_namespace=None, object_name=None, object_uid=None,
+            published_namespace=None, published_uid=None, published_gone=False,
+            scheduler_object_name=None,
+        )  # fmt: skip
+        now = datetime.now(UTC)
+        if action == "cancel":
+            store.cancel_run(session, record, "cancelled from the UI", now)
+        else:
+            try:
+                store.mark_run_as(session, record, action, now)
+            except store.MarkRefused as exc:
+                raise ValueError(str(exc)) from None
+        return target, run.id
 
     return await _act(request, work)

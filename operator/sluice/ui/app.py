@@ -223,6 +223,7 @@ def make_app(
     app.router.add_post("/dags/{dag}/pause", actions.pause)
     app.router.add_post("/dags/{dag}/trigger", actions.trigger)
     app.router.add_post("/dags/{dag}/runs/{run}/tasks/{task}", actions.task_action)
+    app.router.add_post("/dags/{dag}/runs/{run}", actions.run_action)
     app.router.add_get("/pools", pools)
     app.router.add_get("/backfills", backfills)
     app.router.add_get("/healthz", healthz)

@@ -7,7 +7,9 @@ same handlers as kubectl's:
 
 - pause/unpause: a merge patch of the DAG object's `spec.paused`;
 - trigger: a DagRun object (`spec.dagName`, `spec.conf`);
-- clear, mark success/failed: a TaskAction object (ADR 0038).
+- clear, mark success/failed: a TaskAction object (ADR 0038);
+- mark a run success/failed: a merge patch of its DagRun object's `spec.state`;
+  cancel it: delete that object (ADR 0018).
 
 The API server's refusal comes back as the page's answer (403 with its message,
 422 with the field it names); nothing is written then.
@@ -114,3 +116,19 @@ def task_action(
     except ApiException as exc:
         raise _refused(exc) from None
     return str(made["metadata"]["name"])  # type: ignore[index]
+
+
+def run_action(api: client.ApiClient, namespace: str, name: str, action: str) -> None:
+    """Mark the run's DagRun object (`spec.state`) or, to cancel the run, delete it."""
+    objects = _objects(api)
+    try:
+        if action == "cancel":
+            objects.delete_namespaced_custom_object(GROUP, VERSION, namespace, "dagruns", name)
+        elif action in ("success", "failed"):
+            objects.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, "dagruns", name, {"spec": {"state": action}}
+            )
+        else:
+            raise web.HTTPBadRequest(text=f"action {action!r}: one of success, failed, cancel")
+    except ApiException as exc:
+        raise _refused(exc) from None

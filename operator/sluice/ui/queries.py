@@ -85,6 +85,20 @@ def dag_namespace(session: Session, dag_id: str) -> tuple[str | None] | None:
     return None if row is None else (row[0],)
 
 
+def run_object(session: Session, dag_id: str, run_id: str) -> tuple[str, str] | None:
+    """(namespace, name) of the run's DagRun object: the user's that triggered it, else
+    the one the scheduler published; None when it has none (yet)."""
+    row = session.execute(
+        text(
+            "SELECT COALESCE(r.object_namespace, p.namespace), COALESCE(r.object_name,"
+            " p.object_name) FROM dag_run r LEFT JOIN run_publication p ON p.dag_run_id = r.id"
+            " WHERE r.dag_id = :dag AND r.run_id = :run"
+        ),
+        {"dag": dag_id, "run": run_id},
+    ).first()
+    return None if row is None or row[1] is None else (row[0], row[1])
+
+
 _LATEST_RUNS = text(
     """
     SELECT d.dag_id, r.run_id, r.state, r.logical_date
