@@ -114,6 +114,25 @@ class Release:
         out.append(self.k("logs", *tasks, "--max-log-requests", "50", check=False))
         return "\n".join(out)
 
+    def scheduling_state(self) -> str:
+        """The DAGs, runs, task instances and replicas as the database has them, and the
+        operator's log: where a run that does not start stands."""
+        out = []
+        for query in (
+            "SELECT dag_id, namespace, is_paused, is_active, next_run_after FROM dag",
+            "SELECT id, dag_id, run_id, state, tasks_done, tasks_total FROM dag_run",
+            "SELECT id, task_id, state, try_number, running_by_job_id, reason"
+            " FROM task_instance ORDER BY id",
+            "SELECT id, hostname, state, latest_heartbeat FROM scheduler_job",
+        ):
+            try:
+                out.append(f"{query}\n{self.sql(query)}")
+            except Exception as exc:  # the database may be what is wrong
+                out.append(f"{query}: {exc}")
+        operator = ["-l", "app.kubernetes.io/component=operator", "--tail=100", "--prefix"]
+        out.append(self.k("logs", *operator, check=False))
+        return "\n".join(out)
+
     # -- the database, through psql in the bundled Postgres's pod ------------------------
 
     def sql(self, query: str) -> list[list[str]]:

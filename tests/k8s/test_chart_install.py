@@ -72,23 +72,12 @@ def test_the_chart_installs_runs_a_dag_through_a_scheduler_pod_kill_and_uninstal
     victims_tries: set[str] = set()
     for _ in range(2):
         try:
-            held = wait_for("a scheduler pod running a try", rel.running_tries_by_host, 150, every=1)
-        except AssertionError:
-            probe = [rel.dump()]
-            for q in ("SELECT id, dag_id, is_paused, is_active, next_dagrun_create_after FROM dag",
-                      "SELECT id, run_id, state, tasks_done, tasks_total FROM dag_run",
-                      "SELECT id, task_id, state, try_number, running_by_job_id, reason FROM task_instance",
-                      "SELECT * FROM scheduler_job",
-                      "SELECT task_instance_id, try_number, state, scheduler_job_id, external_id, reason FROM task_try"):
-                try:
-                    probe.append(q + "\n" + repr(rel.sql(q)))
-                except Exception as exc:
-                    probe.append(q + " failed: " + repr(exc))
-            probe.append(rel.k("get", "pods", "-o", "wide", check=False))
-            probe.append(rel.k("logs", "-l", "app.kubernetes.io/component=operator", "--tail=200", "--all-containers", check=False))
-            probe.append(rel.k("get", "events", "--sort-by=.lastTimestamp", check=False))
-            open("/tmp/chart_probe.txt", "w").write("\n\n".join(probe))
-            raise
+            held = wait_for(
+                "a scheduler pod running a try", rel.running_tries_by_host, 240, every=1
+            )
+        except AssertionError as exc:
+            # Seen twice in three runs on 2026-12-06 (cause not found): say where it stood.
+            raise AssertionError(f"{exc}\n{rel.scheduling_state()}\n{rel.dump()}") from None
         victim = sorted(held)[0]
         victims_tries |= held[victim]
         rel.k("delete", "pod", victim, "--grace-period=0", "--force")
