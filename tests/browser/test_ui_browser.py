@@ -3,7 +3,9 @@
 `sluice ui` runs as a real process on the test's database. In the browser: the DAG
 list shows `etl` with its failed run; its grid shows the failed task; on the run's
 page the task is cleared with the UI's button (the code `sluice tasks clear` runs),
-and once a replica has rerun it, the open page shows try 2 green by itself.
+and once a replica has rerun it, the open page shows try 2 green by itself; try 1's
+log page opens from it. On a cluster (scripted reviews), a viewer signs in and their
+clear is refused.
 """
 
 from __future__ import annotations
@@ -137,6 +139,17 @@ def test_a_failed_task_is_seen_cleared_and_turns_green(
             == [("1", "F failed"), ("2", "S success")]
         ),
     )
+    # Try 1's log: its page names the try and why it ended (the scripted executor
+    # writes no output, which the page says).
+    _until(
+        "try 1's log",
+        lambda: (
+            browser.find_element(By.CSS_SELECTOR, 'tr.task-load[data-try="1"] a.log-link').click()
+            or True
+        ),
+    )
+    _until("try 1's page", lambda: browser.find_element(By.TAG_NAME, "h1").text == "F load, try 1")
+    assert "no output to show" in browser.find_element(By.ID, "log").text
     _until("back to the grid", lambda: browser.find_element(By.LINK_TEXT, "etl").click() or True)
     green = "cell state-success"
     _until("load green in the grid", lambda: load_cell().get_attribute("class") == green)

@@ -96,6 +96,35 @@ def test_the_dag_list_shows_each_dag_with_its_latest_runs(
     assert 'href="/dags/etl/grid"' not in filtered
 
 
+def test_the_dag_list_filters_by_state(
+    sessions: sessionmaker[Session], two_runs: list[str]
+) -> None:
+    """paused or not, a run running, the latest run failed (etl's older run failed, its
+    latest succeeded: not failed)."""
+    clock = FakeClock()
+    trigger(sessions, "other", clock.now)
+    run_until_idle(make_loop(sessions, ScriptedExecutor({"only": [TaskState.FAILED]}), clock))
+
+    def listed(query: str) -> list[str]:
+        status, html = _get(sessions, "/" + query)
+        assert status == 200, html
+        return re.findall(r'<tr id="dag-([\w-]+)"', html)
+
+    assert listed("?state=failed") == ["other"]
+    assert listed("?state=unpaused") == ["etl", "other"]
+    assert listed("?state=paused") == []
+    assert listed("?state=running") == []
+    held = ScriptedExecutor()
+    held.hold.add("extract")
+    trigger(sessions, "etl", clock.now)
+    run_until_idle(make_loop(sessions, held, clock))
+    assert listed("?state=running") == ["etl"]
+    assert _get(sessions, "/?state=sleepy") == (
+        400,
+        "state='sleepy': one of paused, unpaused, running, failed (or none)",
+    )
+
+
 def test_the_grid_shows_runs_by_tasks_with_each_try(
     sessions: sessionmaker[Session], two_runs: list[str]
 ) -> None:

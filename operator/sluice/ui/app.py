@@ -78,14 +78,28 @@ async def _namespace_of(request: web.Request, dag_id: str) -> str | None:
 async def dags(request: web.Request) -> web.Response:
     namespace = request.query.get("namespace") or None
     name = request.query.get("name") or None
+    state = request.query.get("state") or None
+    if state not in (None, *queries.DAG_STATES):
+        raise web.HTTPBadRequest(
+            text=f"state={state!r}: one of {', '.join(queries.DAG_STATES)} (or none)"
+        )
     visible = None
     if request.app[ACCESS] is not None:
         every = await _read(request, queries.dag_namespaces)
         visible = await guard.visible_namespaces(request, every, "list", "dags")
     rows = await _read(
-        request, lambda s: queries.dag_rows(s, namespace=namespace, name=name, within=visible)
+        request,
+        lambda s: queries.dag_rows(s, namespace=namespace, name=name, within=visible, state=state),
     )
-    return page(request, "dags.html", dags=rows, namespace=namespace or "", name=name or "")
+    return page(
+        request,
+        "dags.html",
+        dags=rows,
+        namespace=namespace or "",
+        name=name or "",
+        state=state or "",
+        states=queries.DAG_STATES,
+    )
 
 
 async def dag_grid(request: web.Request) -> web.Response:

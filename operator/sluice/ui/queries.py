@@ -59,6 +59,9 @@ class DagRow:
     runs: list[RunCell] = field(default_factory=list)  # newest first
 
 
+# The DAG list's state filter: paused or not, a run running, the latest run failed.
+DAG_STATES = ("paused", "unpaused", "running", "failed")
+
 _DAGS = text(
     """
     SELECT dag_id, namespace, schedule, is_paused, is_active, next_run_after, broken_reason
@@ -66,6 +69,16 @@ _DAGS = text(
     WHERE (CAST(:namespace AS text) IS NULL OR namespace = :namespace)
       AND (CAST(:name AS text) IS NULL OR dag_id LIKE '%' || :name || '%')
       AND (NOT :within OR COALESCE(namespace, '') = ANY(CAST(:namespaces AS text[])))
+      AND CASE CAST(:state AS text)
+            WHEN 'paused' THEN is_paused
+            WHEN 'unpaused' THEN NOT is_paused
+            WHEN 'running' THEN EXISTS (
+                SELECT FROM dag_run r WHERE r.dag_id = dag.dag_id AND r.state = 'running')
+            WHEN 'failed' THEN (
+                SELECT r.state FROM dag_run r WHERE r.dag_id = dag.dag_id
+                ORDER BY r.logical_date DESC, r.id DESC LIMIT 1) = 'failed'
+            ELSE true
+          END
     ORDER BY dag_id
     LIMIT :limit
     """
@@ -119,11 +132,16 @@ def dag_rows(
     namespace: str | None = None,
     name: str | None = None,
     within: Collection[str | None] | None = None,
+    state: str | None = None,
     limit: int = 500,
 ) -> list[DagRow]:
-    """The DAGs (filtered by namespace and a part of the name, and to the namespaces
-    `within` when given: those the user may see), each with its latest runs."""
+    """The DAGs (filtered by namespace, a part of the name and a `state` of DAG_STATES,
+    and to the namespaces `within` when given: those the user may see), each with its
+    latest runs."""
+    if state not in (None, *DAG_STATES):
+        raise ValueError(f"state {state!r}: one of {', '.join(DAG_STATES)}")
     params = {
+        "state": state,
         "namespace": namespace or None,
         "name": name or None,
         "within": within is not None,
