@@ -377,3 +377,28 @@ def test_a_run_is_marked_or_cancelled_through_its_dagrun_object(
         ("patch", "team-a", "dagruns/etl-published", {"spec": {"state": "failed"}}),
         ("delete", "team-a", "dagruns/etl-published", None),
     ]
+
+
+def test_one_users_page_token_is_no_good_for_another(
+    sessions: sessionmaker[Session], failed_run: str, written: list[Any]
+) -> None:
+    """The CSRF token is bound to the sign-in token: a form token taken from alice's page
+    does not let a POST carrying bob's credentials through (nor the reverse)."""
+
+    async def call(client: TestClient[Any, Any]) -> tuple[int, str]:
+        page = await (await client.get("/", headers=_as(ALICE.token))).text()
+        csrf = re.search(r'name="csrf" value="(\w+)"', page)
+        assert csrf is not None
+        response = await client.post(
+            "/dags/etl/pause",
+            data={"csrf": csrf.group(1), "paused": "true"},
+            headers=_as(BOB.token),
+            allow_redirects=False,
+        )
+        return response.status, await response.text()
+
+    assert _call(sessions, FakeAccess(), call) == (
+        403,
+        "refused: the form's CSRF token is missing or stale; reload",
+    )
+    assert written == []

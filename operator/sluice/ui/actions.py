@@ -8,7 +8,8 @@
   its deletion do: `handlers.store.mark_run_as`, `cancel_run`).
 
 Every action is a form POST. CSRF: each page carries a token (an HMAC of the
-process's secret) in a `SameSite=Strict` cookie and in every form; a POST whose
+process's secret, and on a cluster of the user's sign-in token) in a `SameSite=Strict`
+cookie and in every form; a POST whose
 form token does not match its cookie, or whose `Origin` is another site, is
 refused with 403. A refused action (an unknown task, a bad conf) is a 400 page
 saying why; nothing changes.
@@ -22,6 +23,7 @@ the UI's own database connection only reads.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import json
 import secrets
@@ -52,8 +54,14 @@ CSRF_COOKIE = "sluice_csrf"
 CSRF_FIELD = "csrf"
 
 
-def csrf_token(app: web.Application) -> str:
-    return hmac.new(app[SECRET], b"sluice-ui-csrf", "sha256").hexdigest()
+def csrf_token(request: web.Request) -> str:
+    """The page's token: an HMAC of the process's secret and, on a cluster, of the token
+    the user signed in with, so one user's pages carry no token good for another's."""
+    from sluice.ui.guard import presented_token
+
+    signed_in = presented_token(request)[0] if request.app[ACCESS] is not None else ""
+    subject = b"sluice-ui-csrf:" + hashlib.sha256(signed_in.encode()).digest()
+    return hmac.new(request.app[SECRET], subject, "sha256").hexdigest()
 
 
 def new_secret() -> bytes:
@@ -63,7 +71,7 @@ def new_secret() -> bytes:
 def checked(request: web.Request, form: Any) -> None:
     """403 unless the form's token is the page's (double submit) and the POST comes from
     this site."""
-    expected = csrf_token(request.app)
+    expected = csrf_token(request)
     cookie = request.cookies.get(CSRF_COOKIE, "")
     given = str(form.get(CSRF_FIELD, ""))
     if not (hmac.compare_digest(cookie, expected) and hmac.compare_digest(given, expected)):

@@ -29,7 +29,7 @@ WHO = web.RequestKey("who", Identity)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _token(request: web.Request) -> tuple[str, bool]:
+def presented_token(request: web.Request) -> tuple[str, bool]:
     """The request's token, and whether it came in the header (a script, not a browser)."""
     header = request.headers.get("Authorization", "")
     if header.lower().startswith("bearer "):
@@ -54,7 +54,7 @@ async def identify(request: web.Request, handler: Handler) -> web.StreamResponse
     access = request.app[ACCESS]
     if access is None or request.path in OPEN or request.path.startswith("/static/"):
         return await handler(request)
-    token, scripted = _token(request)
+    token, scripted = presented_token(request)
     if not token:
         return _unauthenticated(request, "not signed in", scripted)
     who = await asyncio.to_thread(access.authenticate, token)

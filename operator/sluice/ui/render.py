@@ -14,7 +14,7 @@ from sluice.ui.keys import TEMPLATES
 def page(request: web.Request, template: str, **context: Any) -> web.Response:
     from sluice.ui.guard import who
 
-    token = actions.csrf_token(request.app)
+    token = actions.csrf_token(request)
     user = who(request)
     html = (
         request.app[TEMPLATES]
