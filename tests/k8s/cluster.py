@@ -64,6 +64,22 @@ class Cluster:
     started_here: bool = False
     env: dict[str, str] = field(default_factory=dict)
 
+    def wait_established(self, *crds: str, timeout: float = 60) -> None:
+        """`kubectl wait --for=condition=Established` for these CRDs. kubectl 1.34 fails at
+        once instead of waiting while a CRD just created has no status.conditions yet
+        (".status.conditions accessor error", seen in `make e2e` on 2026-12-06): ask again."""
+        deadline = time.monotonic() + timeout
+        while True:
+            args = ("wait", "--for=condition=Established", f"--timeout={timeout:.0f}s", *crds)
+            proc = self.kubectl(*args, check=False)
+            if proc.returncode == 0:
+                return
+            if "accessor error" not in proc.stderr or time.monotonic() >= deadline:
+                raise AssertionError(
+                    f"kubectl {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}"
+                )
+            time.sleep(0.5)
+
     def kubectl(
         self,
         *args: str,
@@ -152,9 +168,4 @@ CRD_NAMES = ["dags", "dagruns", "pools", "backfills", "taskactions"]
 def apply_crds(cluster: Cluster) -> None:
     """Apply crds/ (idempotent) and wait until every Sluice kind is served."""
     cluster.kubectl("apply", "-f", str(CRDS))
-    cluster.kubectl(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        *[f"crd/{name}.sluice.io" for name in CRD_NAMES],
-    )
+    cluster.wait_established(*[f"crd/{name}.sluice.io" for name in CRD_NAMES])

@@ -72,7 +72,7 @@ def rel(k8s_cluster: Cluster) -> Iterator[Release]:
     had_crd = k8s_cluster.kubectl("get", "crd", CRD_NAME, check=False).returncode == 0
     # Server-side: the CRD is larger than client-side apply's last-applied annotation.
     k8s_cluster.kubectl("apply", "--server-side", "-f", str(crd))
-    k8s_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{CRD_NAME}")
+    k8s_cluster.wait_established(f"crd/{CRD_NAME}")
     try:
         with installed(k8s_cluster) as release:
             release.install(*VALUES)

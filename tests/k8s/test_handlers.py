@@ -328,10 +328,7 @@ def test_operator_replicas_peer_and_one_serves_at_a_time(
     """`sluice operator` replicas share a kopf peering object: the highest priority serves,
     the others pause; when it stops, the next resumes once its record is stale."""
     apply_crds(k8s_cluster)
-    k8s_cluster.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s",
-        "crd/kopfpeerings.kopf.dev", "crd/clusterkopfpeerings.kopf.dev",
-    )  # fmt: skip
+    k8s_cluster.wait_established("crd/kopfpeerings.kopf.dev", "crd/clusterkopfpeerings.kopf.dev")
     sluice = str(Path(sys.executable).with_name("sluice"))
     peering = ["--peering", "sluice-test", "--peering-lifetime", "6"]
 
