@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# kind's node image, built here without a registry (issue 33; in progress).
+#
+#   hack/kind-node-image.sh base    # the base: Debian + systemd + containerd + runc + CNI
+#                                   # plugins + kind's own files, as sluice-kind-base:bookworm
+#   hack/kind-node-image.sh check   # base, then boot it as kind boots a node (privileged,
+#                                   # private cgroupns, systemd as PID 1) and run a container
+#                                   # in its containerd
+#
+# In the kind engine (hack/kind-engine.sh, started here if it is not running).
+# kind's `build node-image` cannot run offline (it pulls kube-cross images and its base
+# image from registries); its base image's steps are simple, so this takes them
+# from kind's Go module (`go mod download sigs.k8s.io/kind@KIND_VERSION`:
+# images/base/files, its entrypoint, systemd units and containerd config) and
+# Debian's packages (debootstrap; containerd 1.6 and runc 1.1 from bookworm, not
+# the versions kind builds from source: the local cluster runs the same ones).
+# Next (not done): Kubernetes' binaries and component images in the node, and
+# `kind create cluster --image`.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$ROOT/hack/lib.sh"
+
+KIND_VERSION="${KIND_VERSION:-v0.30.0}"
+KIND_DIR="${SLUICE_KIND_DIR:-$SLUICE_CACHE/kind}"
+BASE_IMAGE_TAG="${SLUICE_KIND_BASE_IMAGE:-sluice-kind-base:bookworm}"
+ROOTFS="$KIND_DIR/node-rootfs"
+LOGF="$KIND_DIR/node-image.log"
+# kind's base image's packages (images/base/Dockerfile), from Debian's archive; plus
+# containerd, runc and the CNI plugins it builds from source.
+PACKAGES=systemd,systemd-sysv,dbus,containerd,runc,containernetworking-plugins,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,bash,ca-certificates,curl,jq,procps
+
+engine() { "$ROOT/hack/kind-engine.sh" exec "$@"; }
+
+kind_files() {
+  local dir
+  dir="$(go mod download -json "sigs.k8s.io/kind@$KIND_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')" \
+    || die "go mod download sigs.k8s.io/kind@$KIND_VERSION failed (the Go module proxy serves it)"
+  echo "$dir/images/base/files"
+}
+
+base() {
+  mkdir -p "$KIND_DIR"
+  "$ROOT/hack/kind-engine.sh" up
+  if engine docker image inspect "$BASE_IMAGE_TAG" >/dev/null 2>&1; then
+    log "$BASE_IMAGE_TAG: already in the kind engine"
+    return
+  fi
+  local files t0=$SECONDS
+  files="$(kind_files)"
+  if [[ ! -x "$ROOTFS/sbin/init" ]]; then
+    log "node base: debootstrap bookworm with kind's packages (about 30 s; log $LOGF)"
+    rm -rf "$ROOTFS"
+    debootstrap --variant=minbase --include="$PACKAGES" bookworm "$ROOTFS" >>"$LOGF" 2>&1 \
+      || { tail_log "$LOGF"; die "debootstrap failed"; }
+  fi
+  log "node base: kind $KIND_VERSION's files ($files)"
+  install -m 0755 "$files"/usr/local/bin/* "$ROOTFS/usr/local/bin/"
+  mkdir -p "$ROOTFS/kind"
+  cp -r "$files/kind/." "$ROOTFS/kind/"
+  chmod -R u+w "$ROOTFS/kind"
+  chmod 0755 "$ROOTFS/kind/bin" "$ROOTFS"/kind/bin/*
+  install -m 0644 "$files/etc/crictl.yaml" "$ROOTFS/etc/"
+  install -m 0644 "$files/etc/containerd/config.toml" "$ROOTFS/etc/containerd/config.toml"
+  install -m 0644 "$files"/etc/default/* "$ROOTFS/etc/default/"
+  install -m 0644 "$files"/etc/sysctl.d/* "$ROOTFS/etc/sysctl.d/"
+  install -m 0644 "$files"/etc/systemd/system/*.service "$files"/etc/systemd/system/*.slice \
+    "$ROOTFS/etc/systemd/system/"
+  mkdir -p "$ROOTFS/etc/systemd/system/kubelet.service.d"
+  install -m 0644 "$files"/etc/systemd/system/kubelet.service.d/* \
+    "$ROOTFS/etc/systemd/system/kubelet.service.d/"
+  # Where kind's units and config look for what Debian installs elsewhere.
+  ln -sf /usr/bin/containerd "$ROOTFS/usr/local/bin/containerd"
+  mkdir -p "$ROOTFS/opt/cni"
+  ln -sfn /usr/lib/cni "$ROOTFS/opt/cni/bin"
+  # kind's base image's own steps (images/base/Dockerfile): no units but its own, the
+  # runtime spec its containerd config names, the manifests directory.
+  chroot "$ROOTFS" sh -ec '
+    find /lib/systemd/system/sysinit.target.wants/ -name systemd-tmpfiles-setup.service -delete
+    rm -f /lib/systemd/system/multi-user.target.wants/* /etc/systemd/system/*.wants/* \
+      /lib/systemd/system/local-fs.target.wants/* /lib/systemd/system/sockets.target.wants/*udev* \
+      /lib/systemd/system/sockets.target.wants/*initctl* /lib/systemd/system/basic.target.wants/*
+    grep -q "^ReadKMsg=no" /etc/systemd/journald.conf || echo ReadKMsg=no >>/etc/systemd/journald.conf
+    systemctl enable containerd.service undo-mount-hacks.service
+    systemctl mask systemd-binfmt.service
+    ctr oci spec \
+      | jq ".hooks.createContainer[.hooks.createContainer | length] |= . + {\"path\": \"/kind/bin/mount-product-files.sh\"}" \
+      | jq "del(.process.rlimits)" >/etc/containerd/cri-base.json
+    mkdir -p /etc/kubernetes/manifests
+  ' >>"$LOGF" 2>&1 || { tail_log "$LOGF"; die "the node base's setup in its rootfs failed"; }
+  tar -C "$ROOTFS" -c . | engine docker import \
+    --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' \
+    --change 'ENV container=docker' - "$BASE_IMAGE_TAG" >/dev/null
+  log "node base: $BASE_IMAGE_TAG built ($((SECONDS - t0))s)"
+}
+
+check() {
+  base
+  local node=sluice-kind-check-node
+  engine docker rm -f "$node" >/dev/null 2>&1 || true
+  # As kind runs a node (pkg/cluster/internal/providers/docker/provision.go).
+  engine docker run -d --name "$node" --hostname "$node" --stop-signal SIGRTMIN+3 \
+    --privileged --cgroupns=private --security-opt seccomp=unconfined \
+    --security-opt apparmor=unconfined --tmpfs /tmp --tmpfs /run -v /var \
+    -v /lib/modules:/lib/modules:ro "$BASE_IMAGE_TAG" >/dev/null
+  wait_for "systemd running in the node" 60 "" \
+    engine docker exec "$node" sh -c 'test "$(systemctl is-system-running)" = running'
+  engine docker exec "$node" systemctl is-active containerd >/dev/null \
+    || die "containerd is not active in the node: $(engine docker logs "$node" 2>&1 | tail -5)"
+  engine docker cp "$SLUICE_CACHE/images/pause.tar" "$node:/pause.tar"
+  engine docker exec "$node" ctr -n k8s.io images import /pause.tar >/dev/null
+  engine docker exec "$node" ctr -n k8s.io run -d "$PAUSE_IMAGE" check >/dev/null
+  engine docker exec "$node" ctr -n k8s.io tasks ls | grep -q 'check.*RUNNING' \
+    || die "a container did not run in the node's containerd"
+  log "check: the node booted systemd ($(engine docker logs "$node" 2>&1 | grep -m1 'detected cgroup' || true)), containerd is active, and ran $PAUSE_IMAGE"
+  engine docker rm -f "$node" >/dev/null
+}
+
+case "${1:-}" in
+  base) base ;;
+  check) check ;;
+  *) die "usage: hack/kind-node-image.sh base|check" ;;
+esac
