@@ -71,7 +71,20 @@ class FakeAccess:
         return key in self.rules
 
     def api_for(self, who: Identity) -> Any:
-        return who.name  # the fake objects API below acts as this user
+        return FakeClient(who.name)  # the fake objects API below acts as this user
+
+
+class FakeClient(str):
+    """A client acting as the user it names (closed after each page or action)."""
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> FakeClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 @dataclass
@@ -402,3 +415,22 @@ def test_one_users_page_token_is_no_good_for_another(
         "refused: the form's CSRF token is missing or stale; reload",
     )
     assert written == []
+
+
+class Unreachable(FakeAccess):
+    def authenticate(self, token: str) -> Identity | None:
+        raise ConnectionError("connection refused by 10.96.0.1:443")
+
+
+def test_without_the_api_servers_answer_nothing_is_shown(
+    sessions: sessionmaker[Session], failed_run: str
+) -> None:
+    async def call(client: TestClient[Any, Any]) -> tuple[int, str]:
+        response = await client.get("/", headers=_as(ALICE.token))
+        return response.status, await response.text()
+
+    assert _call(sessions, Unreachable(), call) == (
+        503,
+        "cannot ask the Kubernetes API server who you are and what you may see:"
+        " connection refused by 10.96.0.1:443; try again",
+    )

@@ -134,7 +134,8 @@ async def _on_cluster(request: web.Request, dag_id: str, work: ClusterWork) -> w
                 text=f"DAG {dag_id!r} has no object on the cluster (it came from the sluice"
                 " CLI): act on it with the CLI"
             )
-        return work(access.api_for(user), found[0], form, user.name)
+        with access.api_for(user) as api:  # the user's client: one per action
+            return work(api, found[0], form, user.name)
 
     raise web.HTTPSeeOther(await asyncio.to_thread(run))
 

@@ -159,6 +159,9 @@ async def try_log(request: web.Request) -> web.Response:
             return found.header(where), _capped(chunks)
         except LogNotReadable as exc:
             return found.header(), f"(no output to show: {exc})"
+        finally:
+            if api is not None:
+                api.close()  # type: ignore[no-untyped-call]  # the user's client: one per page
 
     header, text = await asyncio.to_thread(output)
     return page(request, "try.html", found=found, header=header, text=text)

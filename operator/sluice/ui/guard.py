@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
+from typing import TypeVar
 from urllib.parse import quote
 
 from aiohttp import web
 
+from sluice.logs import first_line
 from sluice.ui.access import Check, Identity
 from sluice.ui.keys import ACCESS
 
@@ -27,6 +29,7 @@ OPEN = ("/healthz", "/login", "/logout")
 WHO = web.RequestKey("who", Identity)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+T = TypeVar("T")
 
 
 def presented_token(request: web.Request) -> tuple[str, bool]:
@@ -57,12 +60,24 @@ async def identify(request: web.Request, handler: Handler) -> web.StreamResponse
     token, scripted = presented_token(request)
     if not token:
         return _unauthenticated(request, "not signed in", scripted)
-    who = await asyncio.to_thread(access.authenticate, token)
+    who = await ask_cluster(access.authenticate, token)
     if who is None:
         why = "the Kubernetes API server did not accept the token (expired or revoked?)"
         return _unauthenticated(request, why, scripted)
     request[WHO] = who
     return await handler(request)
+
+
+async def ask_cluster(call: Callable[..., T], *args: object) -> T:
+    """A review, in a worker thread; 503 saying so when the API server cannot answer
+    (nothing is shown or done without its answer)."""
+    try:
+        return await asyncio.to_thread(call, *args)
+    except Exception as exc:
+        raise web.HTTPServiceUnavailable(
+            text=f"cannot ask the Kubernetes API server who you are and what you may see:"
+            f" {first_line(exc)}; try again"
+        ) from None
 
 
 def who(request: web.Request) -> Identity | None:
@@ -76,7 +91,7 @@ async def permit(request: web.Request, check: Check) -> None:
     if access is None:
         return
     user = request[WHO]
-    if not await asyncio.to_thread(access.allowed, user, check):
+    if not await ask_cluster(access.allowed, user, check):
         raise web.HTTPForbidden(text=check.refusal(user))
 
 
@@ -94,7 +109,7 @@ async def visible_namespaces(
     def allowed(ns: str | None) -> bool:
         return access.allowed(user, Check(verb, resource, ns or ""))
 
-    answers = await asyncio.gather(*(asyncio.to_thread(allowed, ns) for ns in wanted))
+    answers = await asyncio.gather(*(ask_cluster(allowed, ns) for ns in wanted))
     return {ns for ns, ok in zip(wanted, answers, strict=True) if ok}
 
 
@@ -120,7 +135,7 @@ async def login(request: web.Request) -> web.StreamResponse:
     target = _next(str(form.get("next") or "/"))
     access = request.app[ACCESS]
     token = str(form.get("token") or "").strip()
-    user = await asyncio.to_thread(access.authenticate, token) if access and token else None
+    user = await ask_cluster(access.authenticate, token) if access and token else None
     if user is None:
         response = page(
             request,
