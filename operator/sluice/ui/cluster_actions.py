@@ -58,26 +58,35 @@ def pause(api: client.ApiClient, namespace: str, dag: str, paused: bool) -> None
         raise _refused(exc) from None
 
 
-def trigger(
-    api: client.ApiClient, namespace: str, dag: str, conf: dict[str, Any] | None, user: str
-) -> str:
-    """Create a DagRun object for `dag`; returns its name."""
-    body: dict[str, Any] = {
+def _create(
+    api: client.ApiClient, namespace: str, kind: str, plural: str, dag: str, user: str,
+    spec: dict[str, Any],
+) -> str:  # fmt: skip
+    """Create a `kind` object for `dag` as the user; returns its name."""
+    body = {
         "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "DagRun",
+        "kind": kind,
         "metadata": {
             "generateName": f"{dag[:50]}-ui-",
             "annotations": {"sluice.io/requested-by": user},
         },
-        "spec": {"dagName": dag, **({"conf": conf} if conf is not None else {})},
+        "spec": {"dagName": dag, **spec},
     }
     try:
         made = _objects(api).create_namespaced_custom_object(
-            GROUP, VERSION, namespace, "dagruns", body
+            GROUP, VERSION, namespace, plural, body
         )
     except ApiException as exc:
         raise _refused(exc) from None
     return str(made["metadata"]["name"])  # type: ignore[index]
+
+
+def trigger(
+    api: client.ApiClient, namespace: str, dag: str, conf: dict[str, Any] | None, user: str
+) -> str:
+    """Create a DagRun object for `dag`; returns its name."""
+    spec = {"conf": conf} if conf is not None else {}
+    return _create(api, namespace, "DagRun", "dagruns", dag, user, spec)
 
 
 def task_action(
@@ -94,28 +103,8 @@ def task_action(
     """Create a TaskAction object (clear, or mark success/failed); returns its name."""
     if action not in ACTIONS:
         raise web.HTTPBadRequest(text=f"action {action!r}: one of clear, success, failed")
-    body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "TaskAction",
-        "metadata": {
-            "generateName": f"{dag[:50]}-ui-",
-            "annotations": {"sluice.io/requested-by": user},
-        },
-        "spec": {
-            "dagName": dag,
-            "runId": run_id,
-            "action": ACTIONS[action],
-            "tasks": [task],
-            "downstream": downstream,
-        },
-    }
-    try:
-        made = _objects(api).create_namespaced_custom_object(
-            GROUP, VERSION, namespace, "taskactions", body
-        )
-    except ApiException as exc:
-        raise _refused(exc) from None
-    return str(made["metadata"]["name"])  # type: ignore[index]
+    spec = {"runId": run_id, "action": ACTIONS[action], "tasks": [task], "downstream": downstream}
+    return _create(api, namespace, "TaskAction", "taskactions", dag, user, spec)
 
 
 def run_action(api: client.ApiClient, namespace: str, name: str, action: str) -> None:
