@@ -4,7 +4,8 @@
 #
 #   hack/build-k8s.sh            # build what is missing (a warm run is a no-op)
 #   hack/build-k8s.sh k8s etcd   # only some parts (k8s, etcd, coredns, helm, kube-router,
-#                                # servicemonitor-crd: a CRD file, nothing built)
+#                                # servicemonitor-crd: a CRD file, nothing built; and,
+#                                # not by default, kubeadm: for kind's node image)
 #   FORCE=1 hack/build-k8s.sh    # rebuild even if up to date
 #
 # Each part is built from a generated wrapper Go module under
@@ -35,6 +36,16 @@ stamp_ok() {
 }
 # The duration of the last real build of a part, kept beside its stamp.
 built_in() { cat "$SLUICE_BIN/.took-$1" 2>/dev/null || echo "?"; }
+
+# The version every Kubernetes binary reports (as Kubernetes' own build sets it).
+k8s_ldflags() {
+  local v="$1" major="$2" minor="$3" ldflags="-s -w" p
+  for p in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+    ldflags+=" -X $p.gitVersion=$v -X $p.gitMajor=$major -X $p.gitMinor=$minor"
+    ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=$BUILD_DATE"
+  done
+  echo "$ldflags"
+}
 
 build_k8s() {
   local v="$KUBE_VERSION" minor major
@@ -83,11 +94,8 @@ build_k8s() {
   } >"$dir/tools.go"
   log "k8s $v: resolving dependencies ($(echo "$staging" | wc -l) staging modules replaced with $sv)"
   (cd "$dir" && go mod tidy)
-  local ldflags="-s -w" p
-  for p in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
-    ldflags+=" -X $p.gitVersion=$v -X $p.gitMajor=$major -X $p.gitMinor=$minor"
-    ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=$BUILD_DATE"
-  done
+  local ldflags p
+  ldflags="$(k8s_ldflags "$v" "$major" "$minor")"
   log "k8s $v: compiling ${KUBE_BINARIES[*]} (one go build; slow on 2 cores)"
   local out="$dir/out"
   mkdir -p "$out"
@@ -289,6 +297,29 @@ fetch_servicemonitor_crd() {
   log "ServiceMonitor CRD (prometheus-operator $v): $out"
 }
 
+# kubeadm, for kind's node image (hack/kind-node-image.sh; issue 33): from the k8s part's
+# wrapper module, with a stamp of its own, so that the local cluster's build (and its
+# stamp) stays as it is. Not in the default parts.
+build_kubeadm() {
+  local v="$KUBE_VERSION" major minor
+  major="$(echo "$v" | cut -d. -f1 | tr -d v)"
+  minor="$(echo "$v" | cut -d. -f2)"
+  local key="kubeadm $v $GO_VERSION cgo=0 recipe=1"
+  if stamp_ok kubeadm "$key" kubeadm; then
+    log "kubeadm $v: up to date in $SLUICE_BIN (its build took $(built_in kubeadm))"
+    return
+  fi
+  local dir="$SRC/k8s-$v"
+  [[ -f "$dir/go.mod" ]] || build_k8s
+  [[ -f "$dir/go.mod" ]] \
+    || die "no wrapper module in $dir to build kubeadm from: FORCE=1 hack/build-k8s.sh k8s kubeadm"
+  log "kubeadm $v: compiling k8s.io/kubernetes/cmd/kubeadm in $dir"
+  (cd "$dir" && go build -mod=mod -trimpath -ldflags "$(k8s_ldflags "$v" "$major" "$minor")" \
+    -o "$SLUICE_BIN/kubeadm" k8s.io/kubernetes/cmd/kubeadm)
+  echo "$key" >"$SLUICE_BIN/.stamp-kubeadm"
+  "$SLUICE_BIN/kubeadm" version -o short >&2
+}
+
 parts=("$@")
 [[ ${#parts[@]} -gt 0 ]] || parts=(k8s etcd coredns helm kube-router servicemonitor-crd)
 start=$SECONDS
@@ -303,7 +334,8 @@ for part in "${parts[@]}"; do
     helm) build_helm ;;
     kube-router) build_kube_router ;;
     servicemonitor-crd) fetch_servicemonitor_crd ;;
-    *) die "unknown part: $part (k8s, etcd, coredns, helm, kube-router, servicemonitor-crd)" ;;
+    kubeadm) build_kubeadm ;;
+    *) die "unknown part: $part (k8s, etcd, coredns, helm, kube-router, servicemonitor-crd, kubeadm)" ;;
   esac
   took="$(fmt_duration $((SECONDS - t0)))"
   if [[ "$(cat "$SLUICE_BIN/.stamp-$part" 2>/dev/null)" != "${before[$part]:-}" ]]; then
