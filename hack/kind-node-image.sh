@@ -6,6 +6,9 @@
 #   hack/kind-node-image.sh check   # base, then boot it as kind boots a node (privileged,
 #                                   # private cgroupns, systemd as PID 1) and run a container
 #                                   # in its containerd
+#   hack/kind-node-image.sh node    # the node image, sluice-kind-node:KUBE_VERSION: the base
+#                                   # with kubeadm, kubelet, kubectl and the component images
+#                                   # (built here) in its containerd
 #
 # In the kind engine (hack/kind-engine.sh, started here if it is not running).
 # kind's `build node-image` cannot run offline (it pulls kube-cross images and its base
@@ -14,8 +17,8 @@
 # images/base/files, its entrypoint, systemd units and containerd config) and
 # Debian's packages (debootstrap; containerd 1.6 and runc 1.1 from bookworm, not
 # the versions kind builds from source: the local cluster runs the same ones).
-# Next (not done): Kubernetes' binaries and component images in the node, and
-# `kind create cluster --image`.
+# `kind create cluster --image sluice-kind-node:v1.34.4` has made a cluster with it here
+# (hack/README.md, "kind here"); a script for that, a CNI and the demo are next.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/hack/lib.sh"
@@ -61,6 +64,12 @@ base() {
   chmod 0755 "$ROOTFS/kind/bin" "$ROOTFS"/kind/bin/*
   install -m 0644 "$files/etc/crictl.yaml" "$ROOTFS/etc/"
   install -m 0644 "$files/etc/containerd/config.toml" "$ROOTFS/etc/containerd/config.toml"
+  # No CAP_SYS_RESOURCE here (hack/kind-runc): a pod's oom_score_adj below the node's own
+  # is refused, so containerd must not ask for it (as the local cluster's containerd).
+  sed -i 's/restrict_oom_score_adj = false/restrict_oom_score_adj = true/' \
+    "$ROOTFS/etc/containerd/config.toml"
+  grep -q 'restrict_oom_score_adj = true' "$ROOTFS/etc/containerd/config.toml" \
+    || die "kind $KIND_VERSION's containerd config has no restrict_oom_score_adj to set"
   install -m 0644 "$files"/etc/default/* "$ROOTFS/etc/default/"
   install -m 0644 "$files"/etc/sysctl.d/* "$ROOTFS/etc/sysctl.d/"
   install -m 0644 "$files"/etc/systemd/system/*.service "$files"/etc/systemd/system/*.slice \
@@ -115,8 +124,80 @@ check() {
   engine docker rm -f "$node" >/dev/null
 }
 
+# buildah keeps its storage in the cache (as hack/build-images.sh's).
+BUILDAH=(buildah --root "$SLUICE_CACHE/containers/storage" --runroot "$SLUICE_CACHE/containers/run"
+  --storage-driver "${SLUICE_STORAGE_DRIVER:-overlay}")
+NODE_IMAGE_TAG="${SLUICE_KIND_NODE_IMAGE:-sluice-kind-node:$KUBE_VERSION}"
+IMAGES_DIR="$KIND_DIR/node-images"
+
+# component_image NAME SOURCE_DIR FILE...: an image NAME holding FILEs of SOURCE_DIR at
+# their paths (a scratch image, or on SOURCE_ROOTFS when set), saved for `ctr import`.
+component_image() {
+  local name="$1" file="$2" entrypoint="$3" from="${4:-scratch}" ctr
+  ctr="$("${BUILDAH[@]}" from "$from")"
+  if [[ "$from" == scratch && -n "${ROOTFS_COPY:-}" ]]; then
+    "${BUILDAH[@]}" copy --quiet "$ctr" "$ROOTFS_COPY" / >/dev/null
+  fi
+  "${BUILDAH[@]}" copy --quiet "$ctr" "$file" "$entrypoint" >/dev/null
+  "${BUILDAH[@]}" config --entrypoint "[\"$entrypoint\"]" \
+    --env PATH=/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin "$ctr"
+  "${BUILDAH[@]}" commit --quiet --rm "$ctr" "$name" >/dev/null
+  local tar="$IMAGES_DIR/$(basename "${name%%:*}").tar"
+  rm -f "$tar"
+  "${BUILDAH[@]}" push --quiet "$name" "docker-archive:$tar:$name" >/dev/null
+  log "node image: $name"
+}
+
+node() {
+  base
+  "$ROOT/hack/build-k8s.sh" k8s etcd coredns kubeadm
+  mkdir -p "$IMAGES_DIR"
+  rm -f "$IMAGES_DIR"/*.tar
+  local v="$KUBE_VERSION" c
+  # The control plane's static pods and kube-proxy, as kubeadm names them; etcd and
+  # CoreDNS at the versions built here (the cluster's kubeadm config names their tags).
+  for c in kube-apiserver kube-controller-manager kube-scheduler; do
+    component_image "registry.k8s.io/$c:$v" "$SLUICE_BIN/$c" "/usr/local/bin/$c"
+  done
+  component_image "registry.k8s.io/etcd:${ETCD_VERSION#v}-0" "$SLUICE_BIN/etcd" /usr/local/bin/etcd
+  component_image "registry.k8s.io/coredns/coredns:$COREDNS_VERSION" "$SLUICE_BIN/coredns" /coredns
+  # kube-proxy programs iptables: on the node's own Debian userland.
+  ROOTFS_COPY="$ROOTFS" component_image "registry.k8s.io/kube-proxy:$v" \
+    "$SLUICE_BIN/kube-proxy" /usr/local/bin/kube-proxy
+  cp "$SLUICE_CACHE/images/pause.tar" "$IMAGES_DIR/pause.tar"
+
+  local node=sluice-kind-build-node
+  engine docker rm -f "$node" >/dev/null 2>&1 || true
+  # No volume on /var here (kind's nodes have one): what is imported into containerd
+  # (content only, --no-unpack) must be in the container's layer, which the commit keeps.
+  engine docker run -d --name "$node" --hostname "$node" --stop-signal SIGRTMIN+3 \
+    --privileged --cgroupns=private --security-opt seccomp=unconfined \
+    --security-opt apparmor=unconfined --tmpfs /tmp --tmpfs /run \
+    -v /lib/modules:/lib/modules:ro "$BASE_IMAGE_TAG" >/dev/null
+  wait_for "containerd in the build node" 60 "" engine docker exec "$node" systemctl is-active containerd
+  for c in kubeadm kubelet kubectl; do engine docker cp "$SLUICE_BIN/$c" "$node:/usr/bin/$c"; done
+  engine docker exec "$node" mkdir -p /kind/images
+  local tar
+  for tar in "$IMAGES_DIR"/*.tar; do
+    engine docker cp "$tar" "$node:/kind/images/"
+    engine docker exec "$node" ctr -n k8s.io images import --no-unpack "/kind/images/$(basename "$tar")" >/dev/null
+  done
+  # The sandbox image kind's containerd config names.
+  local sandbox
+  sandbox="$(engine docker exec "$node" sed -n 's/^ *sandbox_image = "\(.*\)"/\1/p' /etc/containerd/config.toml)"
+  engine docker exec "$node" ctr -n k8s.io images tag "$PAUSE_IMAGE" "$sandbox" >/dev/null
+  engine docker exec "$node" sh -c "rm -rf /kind/images && echo $v >/kind/version && systemctl enable kubelet.service"
+  engine docker stop "$node" >/dev/null
+  engine docker commit \
+    --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' \
+    --change 'ENV container=docker' "$node" "$NODE_IMAGE_TAG" >/dev/null
+  engine docker rm -f "$node" >/dev/null
+  log "node image: $NODE_IMAGE_TAG (kubeadm, kubelet, kubectl $v; sandbox image $sandbox)"
+}
+
 case "${1:-}" in
   base) base ;;
   check) check ;;
-  *) die "usage: hack/kind-node-image.sh base|check" ;;
+  node) node ;;
+  *) die "usage: hack/kind-node-image.sh base|check|node" ;;
 esac
