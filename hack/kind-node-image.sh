@@ -150,7 +150,7 @@ component_image() {
 
 node() {
   base
-  "$ROOT/hack/build-k8s.sh" k8s etcd coredns kubeadm
+  "$ROOT/hack/build-k8s.sh" k8s etcd kubeadm coredns-kubeadm
   mkdir -p "$IMAGES_DIR"
   rm -f "$IMAGES_DIR"/*.tar
   local v="$KUBE_VERSION" c
@@ -160,7 +160,9 @@ node() {
     component_image "registry.k8s.io/$c:$v" "$SLUICE_BIN/$c" "/usr/local/bin/$c"
   done
   component_image "registry.k8s.io/etcd:${ETCD_VERSION#v}-0" "$SLUICE_BIN/etcd" /usr/local/bin/etcd
-  component_image "registry.k8s.io/coredns/coredns:$COREDNS_VERSION" "$SLUICE_BIN/coredns" /coredns
+  # CoreDNS with every plugin of the Corefile kubeadm writes (the local cluster's has fewer).
+  component_image "registry.k8s.io/coredns/coredns:$COREDNS_VERSION" \
+    "$SLUICE_BIN/coredns-kubeadm" /coredns
   # kube-proxy programs iptables: on the node's own Debian userland.
   ROOTFS_COPY="$ROOTFS" component_image "registry.k8s.io/kube-proxy:$v" \
     "$SLUICE_BIN/kube-proxy" /usr/local/bin/kube-proxy
