@@ -130,12 +130,13 @@ BUILDAH=(buildah --root "$SLUICE_CACHE/containers/storage" --runroot "$SLUICE_CA
 NODE_IMAGE_TAG="${SLUICE_KIND_NODE_IMAGE:-sluice-kind-node:$KUBE_VERSION}"
 IMAGES_DIR="$KIND_DIR/node-images"
 
-# component_image NAME SOURCE_DIR FILE...: an image NAME holding FILEs of SOURCE_DIR at
-# their paths (a scratch image, or on SOURCE_ROOTFS when set), saved for `ctr import`.
+# component_image NAME BINARY PATH: image NAME, BINARY at PATH as its entrypoint, on
+# nothing (scratch) or, with ROOTFS_COPY set, on that directory's files; saved as a
+# docker-archive for `ctr images import`.
 component_image() {
-  local name="$1" file="$2" entrypoint="$3" from="${4:-scratch}" ctr
-  ctr="$("${BUILDAH[@]}" from "$from")"
-  if [[ "$from" == scratch && -n "${ROOTFS_COPY:-}" ]]; then
+  local name="$1" file="$2" entrypoint="$3" ctr
+  ctr="$("${BUILDAH[@]}" from scratch)"
+  if [[ -n "${ROOTFS_COPY:-}" ]]; then
     "${BUILDAH[@]}" copy --quiet "$ctr" "$ROOTFS_COPY" / >/dev/null
   fi
   "${BUILDAH[@]}" copy --quiet "$ctr" "$file" "$entrypoint" >/dev/null
