@@ -6,7 +6,7 @@
 #   hack/build-k8s.sh k8s etcd   # only some parts (k8s, etcd, coredns, helm, kube-router,
 #                                # servicemonitor-crd: a CRD file, nothing built; and,
 #                                # not by default, kubeadm and coredns-kubeadm: for kind's
-#                                # node image)
+#                                # node image, and local-path-provisioner: its storage)
 #   FORCE=1 hack/build-k8s.sh    # rebuild even if up to date
 #
 # Each part is built from a generated wrapper Go module under
@@ -330,6 +330,23 @@ build_kubeadm() {
   "$SLUICE_BIN/kubeadm" version -o short >&2
 }
 
+# kind's storage (issue 33): rancher's local-path-provisioner, which kind's node image
+# runs as its default StorageClass; the version the Go module proxy serves. Not a default
+# part. Its own go.mod needs no replace, so `go install` builds it as released.
+LOCAL_PATH_PROVISIONER_VERSION="${LOCAL_PATH_PROVISIONER_VERSION:-v0.0.30}"
+build_local_path_provisioner() {
+  local v="$LOCAL_PATH_PROVISIONER_VERSION"
+  local key="local-path-provisioner $v $GO_VERSION cgo=0 recipe=1"
+  if stamp_ok local-path-provisioner "$key" local-path-provisioner; then
+    log "local-path-provisioner $v: up to date in $SLUICE_BIN (its build took $(built_in local-path-provisioner))"
+    return
+  fi
+  log "local-path-provisioner $v: go install from the Go module proxy"
+  GOBIN="$SLUICE_BIN" go install -trimpath -ldflags "-s -w" \
+    "github.com/rancher/local-path-provisioner@$v"
+  echo "$key" >"$SLUICE_BIN/.stamp-local-path-provisioner"
+}
+
 parts=("$@")
 [[ ${#parts[@]} -gt 0 ]] || parts=(k8s etcd coredns helm kube-router servicemonitor-crd)
 start=$SECONDS
@@ -346,7 +363,8 @@ for part in "${parts[@]}"; do
     servicemonitor-crd) fetch_servicemonitor_crd ;;
     kubeadm) build_kubeadm ;;
     coredns-kubeadm) build_coredns_kubeadm ;;
-    *) die "unknown part: $part (k8s, etcd, coredns, helm, kube-router, servicemonitor-crd, kubeadm, coredns-kubeadm)" ;;
+    local-path-provisioner) build_local_path_provisioner ;;
+    *) die "unknown part: $part (k8s, etcd, coredns, helm, kube-router, servicemonitor-crd, kubeadm, coredns-kubeadm, local-path-provisioner)" ;;
   esac
   took="$(fmt_duration $((SECONDS - t0)))"
   if [[ "$(cat "$SLUICE_BIN/.stamp-$part" 2>/dev/null)" != "${before[$part]:-}" ]]; then

@@ -79,6 +79,10 @@ EOF
 }
 EOF
   kubectl_ wait --for=condition=Ready "node/$NODE" --timeout=120s >&2
+  # Every system workload, named: pods made after a `wait --all` began would escape it.
+  kubectl_ -n kube-system rollout status deployment/coredns --timeout=180s >&2
+  kubectl_ -n kube-system rollout status daemonset/kube-proxy --timeout=180s >&2
+  kubectl_ -n local-path-storage rollout status deployment/local-path-provisioner --timeout=180s >&2
   kubectl_ -n kube-system wait --for=condition=Ready pods --all --timeout=180s >&2
   log "kind cluster $KIND_CLUSTER_NAME: up, every kube-system pod Ready ($((SECONDS - t0))s); kubeconfig $KUBECONFIG_OUT (inside netns sluice-kind)"
 }

@@ -34,12 +34,13 @@ PACKAGES=systemd,systemd-sysv,dbus,containerd,runc,containernetworking-plugins,c
 
 engine() { "$ROOT/hack/kind-engine.sh" exec "$@"; }
 
-kind_files() {
-  local dir
-  dir="$(go mod download -json "sigs.k8s.io/kind@$KIND_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')" \
+# kind's Go module's directory (its source, downloaded once into Go's module cache).
+kind_module() {
+  go mod download -json "sigs.k8s.io/kind@$KIND_VERSION" \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])' \
     || die "go mod download sigs.k8s.io/kind@$KIND_VERSION failed (the Go module proxy serves it)"
-  echo "$dir/images/base/files"
 }
+kind_files() { echo "$(kind_module)/images/base/files"; }
 
 base() {
   mkdir -p "$KIND_DIR"
@@ -149,9 +150,53 @@ component_image() {
   log "node image: $name"
 }
 
+# kind's default StorageClass: its manifest (kind's own, from its Go module, with the
+# images built here in place of kindest/'s) and its two images: the provisioner, and the
+# helper its pods make and remove volume directories with (sh, mkdir, rm: Debian's
+# busybox-static). kind's create installs /kind/manifests/default-storage.yaml.
+STORAGE_IMAGE="localhost/sluice-local-path-provisioner:${LOCAL_PATH_PROVISIONER_VERSION:-v0.0.30}"
+HELPER_IMAGE="localhost/sluice-local-path-helper:busybox"
+storage_images() {
+  component_image "$STORAGE_IMAGE" "$SLUICE_BIN/local-path-provisioner" \
+    /usr/local/bin/local-path-provisioner
+  local helper="$KIND_DIR/local-path-helper"
+  if [[ ! -x "$helper/rootfs/bin/busybox" ]]; then
+    rm -rf "$helper" && mkdir -p "$helper/rootfs/bin"
+    (cd "$helper" && apt-get download busybox-static >>"$LOGF" 2>&1) \
+      || { tail_log "$LOGF"; die "apt-get download busybox-static failed"; }
+    dpkg-deb -x "$helper"/busybox-static_*.deb "$helper/deb"
+    install -m 0755 "$helper/deb/bin/busybox" "$helper/rootfs/bin/busybox"
+    local applet
+    for applet in sh mkdir rm; do ln -s busybox "$helper/rootfs/bin/$applet"; done
+  fi
+  ROOTFS_COPY="$helper/rootfs" component_image "$HELPER_IMAGE" "$helper/rootfs/bin/busybox" \
+    /bin/busybox
+  python3 "$ROOT/hack/kind-storage-manifest.py" \
+    "$(kind_module)/pkg/build/nodeimage/const_storage.go" \
+    "$STORAGE_IMAGE" "$HELPER_IMAGE" >"$IMAGES_DIR/default-storage.yaml"
+}
+
+# What the node image is made of: this script and its helper, the binaries' build stamps,
+# the base image and the pause image. The image is rebuilt only when that changes.
+node_key() {
+  cat "$ROOT/hack/kind-node-image.sh" "$ROOT/hack/kind-storage-manifest.py" \
+    "$SLUICE_BIN"/.stamp-{k8s,etcd,kubeadm,coredns-kubeadm,local-path-provisioner}
+  engine docker image inspect -f '{{.Id}}' "$BASE_IMAGE_TAG"
+  sha256sum <"$SLUICE_CACHE/images/pause.tar"
+  echo "$KUBE_VERSION $ETCD_VERSION $COREDNS_VERSION $NODE_IMAGE_TAG"
+}
+
 node() {
   base
-  "$ROOT/hack/build-k8s.sh" k8s etcd kubeadm coredns-kubeadm
+  "$ROOT/hack/build-k8s.sh" k8s etcd kubeadm coredns-kubeadm local-path-provisioner
+  local key stamp="$KIND_DIR/.stamp-node-image"
+  key="$(node_key | sha256sum | cut -d' ' -f1)"
+  if [[ "${FORCE:-0}" != 1 && "$(cat "$stamp" 2>/dev/null)" == "$key" ]] \
+    && engine docker image inspect "$NODE_IMAGE_TAG" >/dev/null 2>&1; then
+    log "node image: $NODE_IMAGE_TAG up to date"
+    return
+  fi
+  rm -f "$stamp"
   mkdir -p "$IMAGES_DIR"
   rm -f "$IMAGES_DIR"/*.tar
   local v="$KUBE_VERSION" c
@@ -168,6 +213,7 @@ node() {
   ROOTFS_COPY="$ROOTFS" component_image "registry.k8s.io/kube-proxy:$v" \
     "$SLUICE_BIN/kube-proxy" /usr/local/bin/kube-proxy
   cp "$SLUICE_CACHE/images/pause.tar" "$IMAGES_DIR/pause.tar"
+  storage_images
 
   local node=sluice-kind-build-node
   engine docker rm -f "$node" >/dev/null 2>&1 || true
@@ -189,12 +235,15 @@ node() {
   local sandbox
   sandbox="$(engine docker exec "$node" sed -n 's/^ *sandbox_image = "\(.*\)"/\1/p' /etc/containerd/config.toml)"
   engine docker exec "$node" ctr -n k8s.io images tag "$PAUSE_IMAGE" "$sandbox" >/dev/null
+  engine docker exec "$node" mkdir -p /kind/manifests
+  engine docker cp "$IMAGES_DIR/default-storage.yaml" "$node:/kind/manifests/default-storage.yaml"
   engine docker exec "$node" sh -c "rm -rf /kind/images && echo $v >/kind/version && systemctl enable kubelet.service"
   engine docker stop "$node" >/dev/null
   engine docker commit \
     --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' \
     --change 'ENV container=docker' "$node" "$NODE_IMAGE_TAG" >/dev/null
   engine docker rm -f "$node" >/dev/null
+  echo "$key" >"$stamp"
   log "node image: $NODE_IMAGE_TAG (kubeadm, kubelet, kubectl $v; sandbox image $sandbox)"
 }
 
