@@ -2,7 +2,7 @@
 # Run the k8s test suite (pytest -m k8s tests/k8s) against a cluster:
 #
 #   e2e/run.sh                 # CLUSTER=local: the local cluster (hack/cluster-up.sh)
-#   CLUSTER=kind e2e/run.sh    # a kind cluster (e2e/kind.sh), for machines with Docker
+#   CLUSTER=kind e2e/run.sh    # a kind cluster (e2e/kind.sh; KIND_MODE says whose node)
 #   e2e/run.sh -k ready        # extra arguments go to pytest
 #
 # A cluster that is already running (its kubeconfig answers) is used and left
@@ -25,12 +25,8 @@ answers() {
   local kubectl="$SLUICE_BIN/kubectl"
   [[ -x "$kubectl" ]] || kubectl="$(command -v kubectl || true)"
   [[ -n "$kubectl" && -f "$1" ]] || return 1
-  if [[ "$CLUSTER" == local ]]; then
-    [[ -e "$SLUICE_NETNS_PATH" ]] || return 1
-    in_netns "$kubectl" --kubeconfig "$1" --request-timeout=5s get --raw /readyz >/dev/null 2>&1
-  else
-    "$kubectl" --kubeconfig "$1" --request-timeout=5s get --raw /readyz >/dev/null 2>&1
-  fi
+  [[ -e "$SLUICE_NETNS_PATH" ]] || return 1
+  in_netns "$kubectl" --kubeconfig "$1" --request-timeout=5s get --raw /readyz >/dev/null 2>&1
 }
 
 started=""
@@ -56,12 +52,16 @@ case "$CLUSTER" in
     ;;
   kind)
     export KUBECONFIG="${SLUICE_KIND_DIR:-$SLUICE_CACHE/kind}/admin.kubeconfig"
-    if answers "$KUBECONFIG"; then
-      log "e2e: using the running kind cluster ($KUBECONFIG)"
+    if [[ -f "$KUBECONFIG" ]] && "$ROOT/e2e/kind.sh" exec kubectl --request-timeout=5s \
+      get --raw /readyz >/dev/null 2>&1; then
+      log "e2e: using the running kind cluster ($KUBECONFIG); this tree's images loaded into it"
+      "$ROOT/e2e/kind.sh" load
     else
       "$ROOT/e2e/kind.sh" up
       started="$ROOT/e2e/kind.sh down"
     fi
+    # Where its API server answers (built here: inside the engine's network namespace).
+    run=("$ROOT/e2e/kind.sh" exec)
     ;;
   *) die "CLUSTER must be local or kind, not '$CLUSTER'" ;;
 esac

@@ -3,13 +3,16 @@
 #
 #   make cluster-up            build once (cached in ~/.cache/sluice), start, check
 #   make cluster-down          stop everything, leave nothing running
+#   make cluster-up CLUSTER=kind     a kind cluster instead (e2e/kind.sh: its node image
+#                              built here, offline, unless KIND_MODE=published)
+#   make cluster-down CLUSTER=kind   delete it and stop its engine: nothing left
 #   make sh-cluster            a shell inside the cluster's network namespace
 #                              (kubectl, helm, KUBECONFIG set; hack/in-cluster.sh)
 #   make demo-cluster          the cluster demo: cluster, images, helm install,
 #                              examples, kubectl get dagruns until every run ends
-#   make demo-cluster CLUSTER=kind   the same demo on a kind cluster (needs Docker)
+#   make demo-cluster CLUSTER=kind   the same demo on a kind cluster
 #   make e2e                   the k8s test suite on the local cluster
-#   make e2e CLUSTER=kind      the same suite on a kind cluster (needs Docker)
+#   make e2e CLUSTER=kind      the same suite on a kind cluster
 #   make chaos-cluster         the cluster chaos run alone (WINDOW=150 s of faults; SEED=N)
 #   make chaos-cluster-soak    the same for MINUTES=30 of faults, a random seed unless SEED=N
 
@@ -33,10 +36,18 @@ cluster-images:
 	bash $(SLUICE_REPO_DIR)/hack/build-images.sh
 
 cluster-up:
+ifeq ($(CLUSTER),kind)
+	bash $(SLUICE_REPO_DIR)/e2e/kind.sh up
+else
 	bash $(SLUICE_REPO_DIR)/hack/cluster-up.sh
+endif
 
 cluster-down:
+ifeq ($(CLUSTER),kind)
+	bash $(SLUICE_REPO_DIR)/e2e/kind.sh down
+else
 	bash $(SLUICE_REPO_DIR)/hack/cluster-down.sh
+endif
 
 cluster-check:
 	bash $(SLUICE_REPO_DIR)/hack/cluster-check.sh
@@ -47,8 +58,8 @@ cluster-status:
 sh-cluster:
 	bash $(SLUICE_REPO_DIR)/hack/in-cluster.sh
 
-# CLUSTER=kind: e2e/kind.sh demo (kind's node, no network namespace, the
-# official Postgres image); otherwise the local cluster's hack/demo-cluster.sh.
+# CLUSTER=kind: e2e/kind.sh demo (KIND_MODE: its node built here, or kind's
+# published one where Docker runs); otherwise the local cluster's hack/demo-cluster.sh.
 demo-cluster:
 ifeq ($(CLUSTER),kind)
 	bash $(SLUICE_REPO_DIR)/e2e/kind.sh demo

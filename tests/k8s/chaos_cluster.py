@@ -62,7 +62,6 @@ from tests.chaos.harness import Sampler
 from . import chaos_workload
 from .chart import Release
 from .cluster import CLUSTER_DIR, Cluster
-from .fleet import _node_ip
 
 FAULTS = (
     "kill_scheduler",
@@ -367,7 +366,7 @@ class ClusterChaos:
         self.healing = False
         self.t0 = time.monotonic()
         self.started_at = datetime.now(UTC)
-        self.collector = Collector(_node_ip(), workdir / "events.jsonl")
+        self.collector = Collector(cluster.host_address(), workdir / "events.jsonl")
         self.tailer = LogTailer(rel.namespace, rel.fullname, workdir / "scheduler-logs")
         self.proxy = PodProxy(self._postgres_ip, 5432)
         self.url = self._database_url()

@@ -1,8 +1,9 @@
-"""A release of charts/sluice on the local cluster, for the chart's end-to-end tests.
+"""A release of charts/sluice on the test cluster, for the chart's end-to-end tests.
 
 `installed` makes what a user's `helm install` needs there (the namespace with
-the restricted Pod Security Standard enforced, a hostPath volume bound to the
-bundled Postgres's claim: the local cluster has no provisioner) and yields a
+the restricted Pod Security Standard enforced; on the local cluster, which has no
+provisioner, a hostPath volume bound to the bundled Postgres's claim, where kind's
+default StorageClass makes one) and yields a
 `Release` to install and inspect; it uninstalls and cleans up after. The
 schedulers run in pods, so every Job in the namespace is theirs; what the
 database says is read with `psql` in the bundled Postgres's pod.
@@ -312,7 +313,8 @@ def installed(cluster: Cluster, namespace: str | None = None) -> Iterator[Releas
     """
     if not _images_loaded(cluster):
         pytest.fail(
-            "localhost/sluice-postgres:15 is not on the node: hack/load-image.sh loads it",
+            "localhost/sluice-postgres:15 is not on the node: hack/load-image.sh loads it"
+            " (e2e/kind.sh load on kind)",
             pytrace=False,
         )
     apply_crds(cluster)  # as the other k8s tests do: the default Pool's protection is there
@@ -325,29 +327,32 @@ def installed(cluster: Cluster, namespace: str | None = None) -> Iterator[Releas
         "label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted", "--overwrite"
     )
     rel = Release(cluster, ns, f"t{uuid.uuid4().hex[:6]}", helm_binary())
-    # The bundled Postgres's volume: hostPath, reserved for the StatefulSet's claim.
+    # The bundled Postgres's volume: the cluster's default StorageClass provides it (kind's);
+    # without one (the local cluster), a hostPath volume reserved for the StatefulSet's claim.
     volume = CLUSTER_DIR / "volumes" / f"{ns}-{rel.name}"
-    volume.mkdir(parents=True)
-    os.chown(volume, 999, 999)
-    volume.chmod(0o700)
     pv = f"{ns}-{rel.name}-postgres"
-    cluster.apply(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": pv},
-                "spec": {
-                    "capacity": {"storage": "1Gi"},
-                    "accessModes": ["ReadWriteOnce"],
-                    "persistentVolumeReclaimPolicy": "Retain",
-                    "storageClassName": "",
-                    "claimRef": {"namespace": ns, "name": f"data-{rel.fullname}-postgres-0"},
-                    "hostPath": {"path": str(volume), "type": "Directory"},
-                },
-            }
+    provided = cluster.default_storage_class() is not None
+    if not provided:
+        volume.mkdir(parents=True)
+        os.chown(volume, 999, 999)
+        volume.chmod(0o700)
+        cluster.apply(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolume",
+                    "metadata": {"name": pv},
+                    "spec": {
+                        "capacity": {"storage": "1Gi"},
+                        "accessModes": ["ReadWriteOnce"],
+                        "persistentVolumeReclaimPolicy": "Retain",
+                        "storageClassName": "",
+                        "claimRef": {"namespace": ns, "name": f"data-{rel.fullname}-postgres-0"},
+                        "hostPath": {"path": str(volume), "type": "Directory"},
+                    },
+                }
+            )
         )
-    )
     try:
         yield rel
     finally:
@@ -362,7 +367,9 @@ def installed(cluster: Cluster, namespace: str | None = None) -> Iterator[Releas
                 sys.stderr.write(f"deleting {ns}'s Sluice objects: {deleted.stderr[-2000:]}\n")
             rel.run_helm("uninstall", rel.name, "--wait", timeout=300)
         cluster.drop_sluice_finalizers(ns)  # what the operator did not get to
-        cluster.kubectl("delete", "pv", pv, "--wait=false", check=False)
+        if not provided:
+            cluster.kubectl("delete", "pv", pv, "--wait=false", check=False)
         if own_namespace:
             cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-        shutil.rmtree(volume, ignore_errors=True)
+        if not provided:
+            shutil.rmtree(volume, ignore_errors=True)

@@ -64,6 +64,35 @@ class Cluster:
     started_here: bool = False
     env: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def is_local(self) -> bool:
+        """The local cluster (hack/cluster-up.sh), whose processes the tests may stop and
+        restart, inside whose network namespace this session runs."""
+        return Path(self.kubeconfig) == LOCAL_KUBECONFIG
+
+    def host_address(self) -> str:
+        """This machine's address as the cluster's pods reach it, where the tests serve
+        what pods call (a fleet's task API, a log store): the source address of the
+        route to the node. On the local cluster, the node's own address (its bridge is
+        this namespace's); on kind, the Docker network's gateway on this side."""
+        node = self.get_json("nodes")["items"][0]
+        internal = next(
+            a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP"
+        )
+        route = subprocess.run(
+            ["ip", "-4", "-o", "route", "get", internal],
+            capture_output=True, text=True, check=True, timeout=10,
+        ).stdout.split()  # fmt: skip
+        return route[route.index("src") + 1]
+
+    def default_storage_class(self) -> str | None:
+        """The StorageClass a claim without one gets (kind's `standard`), if any."""
+        for sc in self.get_json("storageclasses")["items"]:
+            annotations = sc["metadata"].get("annotations") or {}
+            if annotations.get("storageclass.kubernetes.io/is-default-class") == "true":
+                return str(sc["metadata"]["name"])
+        return None
+
     def wait_established(self, *crds: str, timeout: float = 60) -> None:
         """`kubectl wait --for=condition=Established` for these CRDs. kubectl 1.34 fails at
         once instead of waiting while a CRD just created has no status.conditions yet

@@ -3,8 +3,9 @@
 Where the cluster comes from, in order:
 
 1. ``$KUBECONFIG``, when it is set and the API server behind it answers
-   ``/readyz`` (a kind cluster from ``e2e/kind.sh``, or the local cluster when
-   pytest runs inside its network namespace, as ``e2e/run.sh`` does it). It is
+   ``/readyz`` (a kind cluster from ``e2e/kind.sh``, or the local cluster, when
+   pytest runs where they answer, as ``e2e/run.sh`` does it: inside their network
+   namespaces). It is
    used as is and never torn down.
 2. The local cluster's admin kubeconfig
    (``$SLUICE_CLUSTER_DIR/admin.kubeconfig``), when that cluster is running:
@@ -182,8 +183,6 @@ def fleet(
     tmp_path: Path,
 ) -> Iterator[Fleet]:
     """Host-run scheduler replicas for one test (tests/k8s/fleet.py), stopped after it."""
-    if Path(k8s_cluster.kubeconfig) != LOCAL_KUBECONFIG or not netns.exists():
-        pytest.skip("host-run replicas need the local cluster (their task API is on its node)")
     apply_crds(k8s_cluster)  # the replicas publish their runs to DagRun objects
     running = Fleet(k8s_cluster, k8s_namespace, db_url, sessions, tmp_path)
     try:

@@ -1,8 +1,8 @@
 """Replicas of one test on one database and one namespace, and how to look at them.
 
 `sluice scheduler --executor kubernetes` processes (replicas.py) on the test's
-Postgres, serving the task API on the node address inside the cluster's network
-namespace, where the task pods' heartbeat sidecars reach it. The `fleet`
+Postgres, serving the task API on this machine's address as the cluster's pods reach
+it (`Cluster.host_address`), where the task pods' heartbeat sidecars call it. The `fleet`
 fixture (conftest.py) makes one per test.
 """
 
@@ -21,15 +21,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from sluice.db.models import DagRun, TaskInstance, TaskTry
 from sluice.executors.kubernetes import names
 
-from .cluster import CLUSTER_DIR, Cluster
+from .cluster import Cluster
 from .replicas import Replica, wait_for
-
-
-def _node_ip() -> str:
-    for line in (CLUSTER_DIR / "env").read_text().splitlines():
-        if line.startswith("NODE_IP="):
-            return line.split("=", 1)[1]
-    raise AssertionError("no NODE_IP in the cluster's env file")
 
 
 def _free_port(host: str) -> int:
@@ -54,7 +47,7 @@ class Fleet:
         self.db_url = db_url
         self.sessions = sessions
         self.workdir = workdir
-        host = _node_ip()
+        host = cluster.host_address()
         self.task_api = (host, _free_port(host))
         self.keys = workdir / "task-api.keys"
         self.keys.write_text(secrets.token_hex(32) + "\n")

@@ -25,7 +25,7 @@ from tests.s3server import ACCESS_KEY, REGION, SECRET_KEY, S3Server, find_versit
 
 from .chart import Release, installed
 from .cluster import Cluster
-from .fleet import _node_ip, dag_manifest
+from .fleet import dag_manifest
 from .replicas import wait_for
 from .test_chart_operations import FAST_SCHEDULER_ARGS
 
@@ -35,13 +35,13 @@ BUCKET = "sluice-logs"
 
 
 @pytest.fixture(scope="module")
-def store() -> Iterator[S3Server]:
+def store(k8s_cluster: Cluster) -> Iterator[S3Server]:
     binary = find_versitygw()
     if binary is None:
         pytest.fail("versitygw not built: make s3-server", pytrace=False)
     base = Path(tempfile.mkdtemp(prefix="sluice-k8s-s3-"))
     (base / "root" / BUCKET).mkdir(parents=True)
-    host = _node_ip()
+    host = k8s_cluster.host_address()
     server = S3Server(binary, base / "root", free_port(host), host=host)
     server.start()
     try:

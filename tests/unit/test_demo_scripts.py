@@ -48,6 +48,8 @@ def _run(args: list[str], path: str, cache: Path) -> subprocess.CompletedProcess
         "HOME": str(cache.parent),
         "SLUICE_CACHE": str(cache),
         "LANG": "C.UTF-8",
+        # kind's published node on the machine's Docker (KIND_MODE=built builds one here).
+        "KIND_MODE": "published",
     }
     return subprocess.run(
         ["bash", str(KIND_SH), *args],
@@ -99,7 +101,7 @@ def test_with_a_docker_that_has_no_engine_it_says_so_and_exits_1(tmp_path: Path)
 def test_an_unknown_command_lists_demo(tmp_path: Path) -> None:
     result = _run(["bogus"], os.environ["PATH"], tmp_path / "cache")
     assert result.returncode == 1
-    assert "usage: e2e/kind.sh up|demo|down|env" in result.stderr
+    assert "usage: e2e/kind.sh up|load|demo|exec CMD...|down|env" in result.stderr
 
 
 # -- the demo's steps, on fakes -------------------------------------------------------------
@@ -232,8 +234,13 @@ def _shared_steps(calls: list[dict[str, Any]], values: str) -> list[dict[str, An
     return calls[:first]
 
 
+def _kind_demo(tmp_path: Path, states: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`e2e/kind.sh demo` with KIND_MODE=published: the machine's Docker (a fake here)."""
+    return _demo([str(KIND_SH), "demo"], tmp_path, states, KIND_MODE="published", **env)
+
+
 def test_kind_demo_builds_loads_installs_and_waits_for_every_run(tmp_path: Path) -> None:
-    result = _demo([str(KIND_SH), "demo"], tmp_path, "success,success,success,success")
+    result = _kind_demo(tmp_path, "success,success,success,success")
     assert result.returncode == 0, result.stderr
     calls = _calls(tmp_path)
     kubeconfig = str(tmp_path / "cache/kind/admin.kubeconfig")
@@ -261,16 +268,13 @@ def test_kind_demo_builds_loads_installs_and_waits_for_every_run(tmp_path: Path)
 
 
 def test_kind_demo_fails_when_a_run_fails(tmp_path: Path) -> None:
-    result = _demo([str(KIND_SH), "demo"], tmp_path, "success,failed,success,success")
+    result = _kind_demo(tmp_path, "success,failed,success,success")
     assert result.returncode == 1
     assert "ERROR: demo: 1 runs did not succeed" in result.stderr
 
 
 def test_kind_demo_gives_up_after_its_timeout(tmp_path: Path) -> None:
-    result = _demo(
-        [str(KIND_SH), "demo"], tmp_path, "success,running,success,success",
-        SLUICE_DEMO_TIMEOUT="0",
-    )  # fmt: skip
+    result = _kind_demo(tmp_path, "success,running,success,success", SLUICE_DEMO_TIMEOUT="0")
     assert result.returncode == 1
     assert "ERROR: demo: after 0s, 3 of 4 runs have ended (4 expected)" in result.stderr
 
@@ -347,3 +351,14 @@ def test_local_demo_inside_the_namespace_makes_the_volume_then_the_shared_steps(
     assert volume.is_dir()
     assert (volume.stat().st_uid, volume.stat().st_mode & 0o777) == (999, 0o700)
     assert "Look around: make sh-cluster, then kubectl -n sluice get dagruns" in result.stdout
+
+
+def test_an_unknown_kind_mode_is_refused_naming_the_choices(tmp_path: Path) -> None:
+    result = subprocess.run(
+        ["bash", str(KIND_SH), "demo"],
+        env={**os.environ, "KIND_MODE": "cloud", "SLUICE_CACHE": str(tmp_path / "cache")},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "KIND_MODE must be built, published or auto, not 'cloud'" in result.stderr
+    assert not (tmp_path / "cache").exists()
