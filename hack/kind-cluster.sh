@@ -22,6 +22,7 @@ KIND_CLUSTER_NAME="${KIND_CLUSTER_NAME:-sluice}"
 NODE_IMAGE="${SLUICE_KIND_NODE_IMAGE:-sluice-kind-node:$KUBE_VERSION}"
 KUBECONFIG_OUT="$KIND_DIR/admin.kubeconfig"
 NODE="$KIND_CLUSTER_NAME-control-plane"
+SERVICE_CIDR=10.96.0.0/16 # kind's default serviceSubnet
 
 engine() { "$ROOT/hack/kind-engine.sh" exec "$@"; }
 kind_() { engine "$SLUICE_BIN/kind" "$@"; }
@@ -79,12 +80,89 @@ EOF
 }
 EOF
   kubectl_ wait --for=condition=Ready "node/$NODE" --timeout=120s >&2
+  # The pods' addresses reachable from the engine's namespace, through the node, as the
+  # local cluster's are from its own (the tests scrape a pod's metrics there).
+  local node_ip
+  node_ip="$(engine docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$NODE")"
+  engine ip route replace "$cidr" via "$node_ip"
+  network_policy
   # Every system workload, named: pods made after a `wait --all` began would escape it.
   kubectl_ -n kube-system rollout status deployment/coredns --timeout=180s >&2
   kubectl_ -n kube-system rollout status daemonset/kube-proxy --timeout=180s >&2
   kubectl_ -n local-path-storage rollout status deployment/local-path-provisioner --timeout=180s >&2
+  kubectl_ -n kube-system rollout status daemonset/sluice-kube-router --timeout=180s >&2
+  # Its controller runs (and its first full sync follows) once its chains exist.
+  wait_for "kube-router's firewall chains on the node" 60 "" \
+    engine docker exec "$NODE" iptables -w 5 -S KUBE-ROUTER-FORWARD
   kubectl_ -n kube-system wait --for=condition=Ready pods --all --timeout=180s >&2
   log "kind cluster $KIND_CLUSTER_NAME: up, every kube-system pod Ready ($((SECONDS - t0))s); kubeconfig $KUBECONFIG_OUT (inside netns sluice-kind)"
+}
+
+# NetworkPolicies: the bridge plugin enforces none (kind's own kindnetd does), so
+# kube-router's firewall alone, as on the local cluster (hack/cluster-up.sh): a DaemonSet
+# on the node's network, its iptables rules and ipsets there, read-only access to what
+# its informers watch. Its image is the node image's (hack/kind-node-image.sh).
+network_policy() {
+  kubectl_ apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: sluice-kube-router, namespace: kube-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: sluice:kube-router}
+rules:
+- apiGroups: [""]
+  resources: [nodes, pods, namespaces, services, endpoints]
+  verbs: [get, list, watch]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, list, watch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: sluice:kube-router}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: sluice:kube-router}
+subjects:
+- {kind: ServiceAccount, name: sluice-kube-router, namespace: kube-system}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: sluice-kube-router, namespace: kube-system, labels: {k8s-app: sluice-kube-router}}
+spec:
+  selector: {matchLabels: {k8s-app: sluice-kube-router}}
+  template:
+    metadata: {labels: {k8s-app: sluice-kube-router}}
+    spec:
+      serviceAccountName: sluice-kube-router
+      hostNetwork: true
+      priorityClassName: system-node-critical
+      tolerations: [{operator: Exists}]
+      containers:
+      - name: kube-router
+        image: $KIND_KUBE_ROUTER_IMAGE
+        imagePullPolicy: Never
+        args: [--run-firewall=true, --run-router=false, --run-service-proxy=false,
+               "--hostname-override=\$(NODE_NAME)", --service-cluster-ip-range=$SERVICE_CIDR,
+               --health-port=20244, --v=1]
+        env:
+        - name: NODE_NAME
+          valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
+        securityContext: {privileged: true}
+        readinessProbe:
+          httpGet: {host: 127.0.0.1, port: 20244, path: /healthz}
+        volumeMounts:
+        - {name: lib-modules, mountPath: /lib/modules, readOnly: true}
+        - {name: xtables-lock, mountPath: /run/xtables.lock}
+      volumes:
+      - name: lib-modules
+        hostPath: {path: /lib/modules}
+      - name: xtables-lock
+        hostPath: {path: /run/xtables.lock, type: FileOrCreate}
+EOF
 }
 
 down() {

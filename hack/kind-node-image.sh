@@ -30,7 +30,11 @@ ROOTFS="$KIND_DIR/node-rootfs"
 LOGF="$KIND_DIR/node-image.log"
 # kind's base image's packages (images/base/Dockerfile), from Debian's archive; plus
 # containerd, runc and the CNI plugins it builds from source.
-PACKAGES=systemd,systemd-sysv,dbus,containerd,runc,containernetworking-plugins,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,bash,ca-certificates,curl,jq,procps
+# ipset is for kube-router's firewall, which enforces NetworkPolicies on this node (the
+# bridge CNI enforces none; kind's own kindnetd does).
+PACKAGES=systemd,systemd-sysv,dbus,containerd,runc,containernetworking-plugins,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,bash,ca-certificates,curl,jq,procps,ipset
+# The base's recipe: a change rebuilds its rootfs and image.
+BASE_KEY="kind $KIND_VERSION packages $PACKAGES recipe=2"
 
 engine() { "$ROOT/hack/kind-engine.sh" exec "$@"; }
 
@@ -45,12 +49,17 @@ kind_files() { echo "$(kind_module)/images/base/files"; }
 base() {
   mkdir -p "$KIND_DIR"
   "$ROOT/hack/kind-engine.sh" up
-  if engine docker image inspect "$BASE_IMAGE_TAG" >/dev/null 2>&1; then
-    log "$BASE_IMAGE_TAG: already in the kind engine"
+  local stamp="$KIND_DIR/.stamp-base"
+  if [[ "$(cat "$stamp" 2>/dev/null)" == "$BASE_KEY" ]] \
+    && engine docker image inspect "$BASE_IMAGE_TAG" >/dev/null 2>&1; then
+    log "$BASE_IMAGE_TAG: up to date in the kind engine"
     return
   fi
   local files t0=$SECONDS
   files="$(kind_files)"
+  if [[ "$(cat "$stamp" 2>/dev/null)" != "$BASE_KEY" ]]; then
+    rm -rf "$ROOTFS" "$stamp"
+  fi
   if [[ ! -x "$ROOTFS/sbin/init" ]]; then
     log "node base: debootstrap bookworm with kind's packages (about 30 s; log $LOGF)"
     rm -rf "$ROOTFS"
@@ -100,6 +109,7 @@ base() {
   tar -C "$ROOTFS" -c . | engine docker import \
     --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' \
     --change 'ENV container=docker' - "$BASE_IMAGE_TAG" >/dev/null
+  echo "$BASE_KEY" >"$stamp"
   log "node base: $BASE_IMAGE_TAG built ($((SECONDS - t0))s)"
 }
 
@@ -132,11 +142,11 @@ NODE_IMAGE_TAG="${SLUICE_KIND_NODE_IMAGE:-sluice-kind-node:$KUBE_VERSION}"
 IMAGES_DIR="$KIND_DIR/node-images"
 
 # component_image NAME BINARY PATH: image NAME, BINARY at PATH as its entrypoint, on
-# nothing (scratch) or, with ROOTFS_COPY set, on that directory's files; saved as a
-# docker-archive for `ctr images import`.
+# nothing (scratch), on the image FROM names (its layers shared), or with ROOTFS_COPY
+# set, on that directory's files; saved as a docker-archive for `ctr images import`.
 component_image() {
   local name="$1" file="$2" entrypoint="$3" ctr
-  ctr="$("${BUILDAH[@]}" from scratch)"
+  ctr="$("${BUILDAH[@]}" from --pull=never "${FROM:-scratch}")"
   if [[ -n "${ROOTFS_COPY:-}" ]]; then
     "${BUILDAH[@]}" copy --quiet "$ctr" "$ROOTFS_COPY" / >/dev/null
   fi
@@ -180,7 +190,7 @@ storage_images() {
 # the base image and the pause image. The image is rebuilt only when that changes.
 node_key() {
   cat "$ROOT/hack/kind-node-image.sh" "$ROOT/hack/kind-storage-manifest.py" \
-    "$SLUICE_BIN"/.stamp-{k8s,etcd,kubeadm,coredns-kubeadm,local-path-provisioner}
+    "$SLUICE_BIN"/.stamp-{k8s,etcd,kubeadm,coredns-kubeadm,local-path-provisioner,kube-router}
   engine docker image inspect -f '{{.Id}}' "$BASE_IMAGE_TAG"
   sha256sum <"$SLUICE_CACHE/images/pause.tar"
   echo "$KUBE_VERSION $ETCD_VERSION $COREDNS_VERSION $NODE_IMAGE_TAG"
@@ -188,7 +198,7 @@ node_key() {
 
 node() {
   base
-  "$ROOT/hack/build-k8s.sh" k8s etcd kubeadm coredns-kubeadm local-path-provisioner
+  "$ROOT/hack/build-k8s.sh" k8s etcd kubeadm coredns-kubeadm local-path-provisioner kube-router
   local key stamp="$KIND_DIR/.stamp-node-image"
   key="$(node_key | sha256sum | cut -d' ' -f1)"
   if [[ "${FORCE:-0}" != 1 && "$(cat "$stamp" 2>/dev/null)" == "$key" ]] \
@@ -212,6 +222,10 @@ node() {
   # kube-proxy programs iptables: on the node's own Debian userland.
   ROOTFS_COPY="$ROOTFS" component_image "registry.k8s.io/kube-proxy:$v" \
     "$SLUICE_BIN/kube-proxy" /usr/local/bin/kube-proxy
+  # kube-router's firewall (NetworkPolicies; hack/kind-cluster.sh runs it): iptables and
+  # ipset from the node's own Debian userland too, kube-proxy's layer shared.
+  FROM="registry.k8s.io/kube-proxy:$v" component_image "$KIND_KUBE_ROUTER_IMAGE" \
+    "$SLUICE_BIN/kube-router" /usr/local/bin/kube-router
   cp "$SLUICE_CACHE/images/pause.tar" "$IMAGES_DIR/pause.tar"
   storage_images
 

@@ -33,6 +33,8 @@ VERSITYGW_VERSION="${VERSITYGW_VERSION:-v1.8.0}"
 SLUICE_IMAGE="${SLUICE_IMAGE:-localhost/sluice:dev}"
 PAUSE_IMAGE="${PAUSE_IMAGE:-localhost/sluice-pause:3.10}"
 POSTGRES_IMAGE="${POSTGRES_IMAGE:-localhost/sluice-postgres:15}"
+# kube-router's firewall on kind's node built here (hack/kind-node-image.sh, kind-cluster.sh).
+KIND_KUBE_ROUTER_IMAGE="localhost/sluice-kube-router:$KUBE_ROUTER_VERSION"
 
 # Go may be installed outside PATH (a non-login shell, CI).
 if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then

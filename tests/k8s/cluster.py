@@ -85,6 +85,32 @@ class Cluster:
         ).stdout.split()  # fmt: skip
         return route[route.index("src") + 1]
 
+    def restart_apiserver(self, timeout: float = 120, down_for: float = 0.0) -> None:
+        """Stop the API server and start it again (after `down_for` seconds without one):
+        the local cluster's process (`restart_apiserver` below), or kind's static pod, whose
+        manifest is taken out of the node's manifests directory and put back."""
+        if self.is_local:
+            restart_apiserver(timeout=timeout, down_for=down_for)
+            return
+        node = self.get_json("nodes")["items"][0]["metadata"]["name"]
+        manifest, aside = "/etc/kubernetes/manifests/kube-apiserver.yaml", "/etc/kubernetes/"
+
+        def node_exec(*cmd: str) -> None:
+            # kind's node is a container of the Docker engine DOCKER_HOST names.
+            subprocess.run(["docker", "exec", node, *cmd], check=True, timeout=30)
+
+        node_exec("mv", manifest, aside)
+        deadline = time.monotonic() + 90
+        while reachable(self.kubeconfig):
+            assert time.monotonic() < deadline, "kind's API server still answers 90 s after stop"
+            time.sleep(0.5)
+        time.sleep(down_for)
+        node_exec("mv", aside + "kube-apiserver.yaml", manifest)
+        deadline = time.monotonic() + timeout
+        while not reachable(self.kubeconfig):
+            assert time.monotonic() < deadline, "kind's API server not ready after its restart"
+            time.sleep(0.5)
+
     def default_storage_class(self) -> str | None:
         """The StorageClass a claim without one gets (kind's `standard`), if any."""
         for sc in self.get_json("storageclasses")["items"]:

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from .cluster import restart_apiserver
 from .fleet import Fleet, dag_manifest
 from .replicas import wait_for
 
@@ -237,7 +236,7 @@ def test_objects_catch_up_after_the_api_server_was_down(fleet: Fleet) -> None:
             ).scalar_one()
 
     before = beat()
-    restart_apiserver(down_for=15)
+    fleet.cluster.restart_apiserver(down_for=15)
     assert (beat() - before).total_seconds() >= 10, "the loop stopped while the API server was down"
     ended_as = fleet.wait_run("outage", ("success", "failed"), timeout=240)
     assert ended_as == "success", f"{fleet.state_dump('outage')}\n{fleet.logs()}"
