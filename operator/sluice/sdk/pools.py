@@ -3,20 +3,18 @@
 A Pool is a cluster-scoped Kubernetes object (`kind: Pool`); a task names it
 in `pool`. Giving tasks the object rather than a string means a misspelt pool
 is a Python NameError, and `sluice dags render` prints the Pool beside the
-DAGs that use it. Its rules are the operator's own (`handlers.objects.pool_spec`
-and the object-name rule a task's `pool` follows), checked when it is made.
+DAGs that use it. Its rules are the ones `sluice dags validate` applies to a Pool
+document (`handlers.objects.pool_issues`), checked when it is made.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sluice.handlers.objects import pool_spec
+from sluice.handlers.objects import pool_issues
 from sluice.sdk import collecting
 from sluice.sdk.errors import AuthoringError, Location, Problem, caller_location
-from sluice.spec.errors import SpecIssue
 from sluice.spec.models import API_VERSION
-from sluice.spec.names import dns_subdomain_problem
 
 POOL_KIND = "Pool"
 
@@ -47,19 +45,14 @@ class Pool:
         }
 
     def _problems(self) -> list[Problem]:
-        name_problem = dns_subdomain_problem(self.name) if isinstance(self.name, str) else None
-        found = pool_spec(self.manifest())
-        problems = [(found.path, found.message)] if isinstance(found, SpecIssue) else []
-        if name_problem:
-            problems.insert(0, ("metadata.name", name_problem))
         return [
             Problem(
-                message,
+                issue.message,
                 pool=str(self.name),
-                field=_POOL_FIELDS.get(path, path),
+                field=_POOL_FIELDS.get(issue.path, issue.path),
                 location=self.defined_at,
             )
-            for path, message in problems
+            for issue in pool_issues(self.manifest())
         ]
 
     def __repr__(self) -> str:
