@@ -285,7 +285,7 @@ def _numbered(error: SpecError, number: int) -> SpecError:
         SpecIssue(f"<document {number}>", issue.message) if issue.path == "<document>" else issue
         for issue in error.issues
     ]
-    return SpecError(issues, error.dag_name)
+    return type(error)(issues, error.dag_name)  # a subclass (a Pool's error) stays one
 
 
 def _yaml_message(exc: yaml.YAMLError) -> str:
