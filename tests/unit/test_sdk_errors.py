@@ -197,3 +197,17 @@ def test_every_problem_of_a_manifest_at_once() -> None:
     with pytest.raises(AuthoringError) as excinfo:
         dag.manifest()
     assert [p.task for p in excinfo.value.problems] == ["a", "c"]
+
+
+def test_bad_defaults_of_a_dag_or_group_are_blamed_on_the_defaults() -> None:
+    with pytest.raises(AuthoringError) as excinfo:
+        DAG("d", defaults={"image": " "})
+    assert (only_problem(excinfo).field, only_problem(excinfo).message) == (
+        "defaults.image",
+        "must not be empty",
+    )
+    with pytest.raises(AuthoringError) as excinfo:
+        make().group("g", **{"retrys": 1})  # type: ignore[typeddict-unknown-key]
+    problem = only_problem(excinfo)
+    assert (problem.field, problem.task) == ("retrys", None)
+    assert problem.message == "group 'g': unknown task field 'retrys'; did you mean 'retries'?"

@@ -214,3 +214,23 @@ def test_standalone_on_examples_loads_only_the_yaml_dags() -> None:
     # `make demo` runs `sluice standalone examples/`: the Python twins must not load twice.
     names = sorted(m.metadata.name for m in load_manifests([EXAMPLES]))
     assert names == sorted(path.stem for path in EXAMPLES.glob("*.yaml"))
+
+
+def test_pools_in_dag_defaults_are_rendered_and_helpers_are_imported_afresh(
+    tmp_path: Path,
+) -> None:
+    for slots in (1, 2):  # the same helper module name, changed between two renders
+        folder = tmp_path / f"run{slots}"
+        folder.mkdir()
+        (folder / "_pools.py").write_text(
+            f"from sluice.sdk import Pool\nP = Pool('p', slots={slots})\n"
+        )
+        write(
+            folder,
+            "d.py",
+            'from _pools import P\nDAG("d", defaults={"image": "x", "pool": P}).task("t")\n',
+        )
+        code, out, err = render(folder)
+        assert (code, err) == (0, "")
+        pool, dag = yaml.safe_load_all(out)
+        assert (pool["spec"], dag["spec"]["defaults"]["pool"]) == ({"slots": slots}, "p")

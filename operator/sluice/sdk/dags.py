@@ -126,7 +126,7 @@ class DAG:
     def add_group(self, name: str, defaults: TaskFields, parent: TaskGroup | None) -> TaskGroup:
         location = caller_location()
         problems = [
-            Problem(hint, dag=self.name, field=f"{name}.{key}", location=location)
+            Problem(f"group {name!r}: {hint}", dag=self.name, field=key, location=location)
             for key, hint in unknown_fields(defaults)
         ]
         if any(group.name == name for group in self._groups):
@@ -175,7 +175,9 @@ class DAG:
 
     def _check_settings(self) -> None:
         """The DAG's own settings and defaults, checked as a manifest with a stand-in task."""
-        raw = self._object({**self._settings, "tasks": [_PLACEHOLDER_TASK]})
+        # The stand-in takes its image from the defaults when they have one, so it is checked.
+        placeholder = {"name": "t"} if "image" in self.defaults else _PLACEHOLDER_TASK
+        raw = self._object({**self._settings, "tasks": [placeholder]})
         if self.defaults:
             unknown = unknown_fields(self.defaults)
             if unknown:

@@ -53,16 +53,33 @@ def render_paths(paths: list[Path]) -> Rendered:
     rendered = Rendered()
     dag_files: dict[str, Path] = {}
     pools: dict[str, dict[str, Any]] = {}
-    for path in paths:
-        if not path.exists():
-            rendered.problems.append(f"{path}: does not exist")
-            continue
-        files = python_files(path)
-        if path.is_dir() and not files:
-            rendered.problems.append(f"{path}: no Python DAG files (*.py) in this folder")
-        for file in files:
-            _render_file(file, rendered, dag_files, pools, alone=not path.is_dir())
+    with _helpers_forgotten(paths):
+        for path in paths:
+            if not path.exists():
+                rendered.problems.append(f"{path}: does not exist")
+                continue
+            files = python_files(path)
+            if path.is_dir() and not files:
+                rendered.problems.append(f"{path}: no Python DAG files (*.py) in this folder")
+            for file in files:
+                _render_file(file, rendered, dag_files, pools, alone=not path.is_dir())
     return rendered
+
+
+@contextmanager
+def _helpers_forgotten(paths: list[Path]) -> Iterator[None]:
+    """Modules the DAG files import from beside them (helpers) are shared by the files of one
+    render (one Pool object stays one) and forgotten after it, so the next render in this
+    process imports them again as they are then."""
+    folders = tuple(str((path if path.is_dir() else path.parent).resolve()) + "/" for path in paths)
+    before = set(sys.modules)
+    try:
+        yield
+    finally:
+        for name in set(sys.modules) - before:
+            origin = getattr(sys.modules[name], "__file__", None)
+            if origin and str(Path(origin).resolve()).startswith(folders):
+                del sys.modules[name]
 
 
 def _render_file(
@@ -89,7 +106,8 @@ def _render_file(
         return
     if alone and not dags and not collection.pools:
         rendered.problems.append(f"{file}: defines no DAG or Pool (nothing to render)")
-    used = [task.fields.get("pool") for dag in collection.dags for task in dag.tasks]
+    used = [dag.defaults.get("pool") for dag in collection.dags]
+    used += [task.fields.get("pool") for dag in collection.dags for task in dag.tasks]
     for pool in [*collection.pools, *(p for p in used if isinstance(p, Pool))]:
         manifest = pool.manifest()
         known = pools.setdefault(pool.name, manifest)
