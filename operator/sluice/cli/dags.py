@@ -1,5 +1,5 @@
-"""`sluice dags validate|test|trigger|list|pause|unpause`: check, try out, start, list and
-pause DAGs."""
+"""`sluice dags validate|render|test|trigger|list|pause|unpause`: check, render from Python,
+try out, start, list and pause DAGs."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from sluice.cli.common import (
     parse_datetime,
     require_database,
 )
+from sluice.cli.dags_render import render_command
 from sluice.cli.dags_validate import validate_command
 from sluice.cli.errors import fail
 from sluice.config import ConfigError, require_database_url
@@ -72,6 +73,18 @@ def validate(
 ) -> None:
     """Validate DAG manifests: one line per problem, exit 1 if any."""
     raise typer.Exit(validate_command(files))
+
+
+@app.command()
+def render(
+    paths: Annotated[
+        list[Path], typer.Argument(help="Python DAG files, or folders of them (*.py)")
+    ],
+    output: Annotated[str, typer.Option("--output", "-o", help="yaml or json")] = "yaml",
+) -> None:
+    """Print the manifests of the DAGs and Pools that Python files define (sluice.sdk), for
+    `kubectl apply -f -`; nothing is printed if any file has a problem (exit 1)."""
+    raise typer.Exit(render_command(paths, output))
 
 
 def _pick(manifests: list[DagManifest], dag: str | None, file: Path) -> DagManifest:
