@@ -183,6 +183,13 @@ class DagConverter:
                 "would run it daily: add `schedule` if that is what you want"
             )
         cron = self._cron(value, key, start, zone)
+        if cron is not None and start is None:
+            self.gap(
+                f"schedule {cron!r} needs a start date: written as manual runs only "
+                "(schedule: null) until you give start_date a fixed date",
+                key,
+            )
+            cron = None
         spec["schedule"] = cron
         if zone != "UTC":
             spec["timezone"] = zone

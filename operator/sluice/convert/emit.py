@@ -37,11 +37,12 @@ _Dumper.add_representer(str, _str)
 
 
 def dump(value: Any) -> str:
-    return yaml.dump(value, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
+    return yaml.dump(value, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=1 << 20)
 
 
 def comments(findings: Iterable[Finding], indent: str = "") -> list[str]:
-    return [f"{indent}# {f.kind.upper()} line {f.line}: {f.message}" for f in findings]
+    ordered = sorted(findings, key=lambda f: (f.line, f.kind != "gap"))
+    return [f"{indent}# {f.kind.upper()} line {f.line}: {f.message}" for f in ordered]
 
 
 def document(dag: ConvertedDag) -> str:

@@ -350,12 +350,17 @@ class FileReader(Evaluator):
     def call(self, function: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call) -> Any:
         line = node.lineno
         lines = {k.arg: k.value.lineno for k in node.keywords if k.arg}
+        if isinstance(function, Symbol) and function.qualname.startswith("airflow"):
+            # A DAG's or an operator's argument may be unreadable alone: it is a gap of
+            # that field, not of the whole DAG or task.
+            return self._airflow(function, args, kwargs, lines, line)
+        unknown = next((a for a in [*args, *kwargs.values()] if isinstance(a, Unknown)), None)
+        if unknown is not None:
+            raise EvaluationError(unknown.line, unknown.why)
         if isinstance(function, BoundMethod):
             return self._bound(function, args, kwargs, node)
         if isinstance(function, Function):
             return self._call_function(function, args, kwargs, node)
-        if isinstance(function, Symbol) and function.qualname.startswith("airflow"):
-            return self._airflow(function, args, kwargs, lines, line)
         if isinstance(function, Symbol) and function.qualname.startswith("kubernetes.client"):
             return _kubernetes_model(function, kwargs, line)
         return super().call(function, args, kwargs, node)
@@ -381,7 +386,9 @@ class FileReader(Evaluator):
                 target.node, target.kind, {**target.decorator, **kwargs}, target.decorator_name
             )
         if name in ("expand", "expand_kwargs", "partial"):
-            return self._mapped(target, line)
+            mapped = self._mapped(target, line)
+            self._link_inputs(mapped, [*args, *kwargs.values()], line)
+            return mapped
         return super().call(method, args, kwargs, node)
 
     def _mapped(self, target: Any, line: int) -> Any:
@@ -416,7 +423,7 @@ class FileReader(Evaluator):
             task_id = function.decorator.get("task_id") or function.node.name
             kind = function.decorator_name.rsplit(".", 1)[-1]
             flavour = "" if kind == "task" else f".{kind}"
-            return self._new_task(
+            task = self._new_task(
                 _unique(str(task_id), self._current_dag(line)),
                 function.decorator_name,
                 {},
@@ -425,6 +432,8 @@ class FileReader(Evaluator):
                 refused=f"@task{flavour} runs a Python function ({function.node.name}); Sluice "
                 "runs containers: put the code in an image and run it with a command",
             )
+            self._link_inputs(task, [*args, *kwargs.values()], line)
+            return task
         if self._depth >= MAX_CALL_DEPTH:
             raise EvaluationError(line, "functions call each other too deep to follow")
         scope = self._parameters(function.node, args, kwargs, line)
@@ -534,6 +543,9 @@ class FileReader(Evaluator):
             if not isinstance(task_id, str):
                 raise EvaluationError(line, f"{last} without a task_id read statically")
             return self._new_task(task_id, symbol.qualname, kwargs, lines, line)
+        unknown = next((a for a in [*args, *kwargs.values()] if isinstance(a, Unknown)), None)
+        if unknown is not None:
+            raise EvaluationError(unknown.line, unknown.why)
         return super().library(symbol, args, kwargs, line)
 
     # -- DAGs, groups, tasks and edges --------------------------------------------------
@@ -590,6 +602,15 @@ class FileReader(Evaluator):
         if group is not None:
             group.tasks.append(task)
         return task
+
+    def _link_inputs(self, task: TaskDef, inputs: list[Any], line: int) -> None:
+        """A TaskFlow call's arguments that are other tasks' results: Airflow makes them
+        upstream of the call's task."""
+        for value in inputs:
+            found = _flatten(list(value.values()) if isinstance(value, Mapping) else value)
+            for upstream in found:
+                if isinstance(upstream, TaskDef):
+                    self._link(upstream, task, line)
 
     def _chain(self, items: list[Any], line: int, linear: bool) -> None:
         for upstream, downstream in itertools.pairwise(items):

@@ -13,7 +13,6 @@ and nothing downstream runs as if it had succeeded.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -273,7 +272,7 @@ class TaskConverter:
             }
             shell = True
         entry.update(self._base_fields(fields, operator))
-        if placeholder and entry.get("retries"):
+        if placeholder and (entry.get("retries") or fields.get("retries")):
             entry["retries"] = 0  # it can only fail
         self._leftovers(operator)
         return Converted(entry, self.findings, placeholder, shell)
@@ -539,5 +538,7 @@ def _is_identity(name: Any, parsed: templates.Template) -> bool:
 
 
 def _placeholder_script(task_id: str, reasons: list[str]) -> str:
-    message = f"sluice convert: task {task_id!r} was not converted: " + "; ".join(reasons)
-    return f"echo {shlex.quote(message)} >&2; exit 1"
+    message = f"sluice convert: task {task_id} was not converted: " + "; ".join(reasons)
+    for char in '\\"$`':
+        message = message.replace(char, "\\" + char)
+    return f'echo "{message}" >&2; exit 1'

@@ -377,7 +377,7 @@ class Evaluator:
             if isinstance(arg, ast.Starred):
                 args.extend(self._iterate(self.eval(arg.value), arg.lineno))
             else:
-                args.append(self.eval(arg))
+                args.append(self.value(arg))  # an Unknown argument: the callee decides
         kwargs: dict[str, Any] = {}
         for keyword in node.keywords:
             if keyword.arg is None:
@@ -386,13 +386,16 @@ class Evaluator:
                     raise EvaluationError(keyword.lineno, "`**` of something that is not a dict")
                 kwargs.update(spread)
             else:
-                kwargs[keyword.arg] = self.eval(keyword.value)
+                kwargs[keyword.arg] = self.value(keyword.value)
         return self.call(function, args, kwargs, node)
 
     # -- calls ------------------------------------------------------------------------
 
     def call(self, function: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call) -> Any:
         line = node.lineno
+        unknown = next((a for a in [*args, *kwargs.values()] if isinstance(a, Unknown)), None)
+        if unknown is not None:
+            raise EvaluationError(unknown.line, unknown.why)
         if isinstance(function, Builtin):
             return self._builtin(function.name, args, kwargs, line)
         if isinstance(function, BoundMethod):
