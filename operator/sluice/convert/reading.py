@@ -625,6 +625,9 @@ class FileReader(Evaluator):
                     )
                 for up, down in zip(upstream, downstream, strict=True):
                     self._link(up, down, line)
+            elif linear:  # chain_linear: every task of one element before every task of the next
+                for up in _flatten(upstream):
+                    self._link(up, downstream, line)
             else:
                 self._link(upstream, downstream, line)
 
