@@ -6,6 +6,7 @@ import typer
 
 from sluice.api import sidecar
 from sluice.cli import backfill as backfill_cli
+from sluice.cli import convert as convert_cli
 from sluice.cli import dags as dags_cli
 from sluice.cli import db as db_cli
 from sluice.cli import logs as logs_cli
@@ -31,6 +32,7 @@ app.command("backfill")(backfill_cli.backfill)
 app.command("operator")(operator_cli.operator)
 app.command("logs")(logs_cli.logs)
 app.command("ui")(ui_cli.ui)
+app.command("convert")(convert_cli.convert)
 
 
 @app.command(
