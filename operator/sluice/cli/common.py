@@ -37,6 +37,20 @@ LogStoreUrl = Annotated[
     ),
 ]
 
+# How the long-running commands log (`sluice scheduler`, `sluice operator`): one pair of
+# options, so both read and mean the same (sluice.logs).
+LogLevel = Annotated[
+    str,
+    typer.Option("--log-level", help="the least severe level logged: debug, info, warning, error"),
+]
+LogJson = Annotated[
+    bool,
+    typer.Option(
+        "--log-json/--no-log-json",
+        help="one JSON object per log line (for log collectors) instead of text",
+    ),
+]
+
 
 StateDir = Annotated[
     Path | None,

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sluice.api.server import TaskApi
 from sluice.archive.store import StoreError, open_store
 from sluice.cli import kubernetes as k8s
-from sluice.cli.common import DatabaseUrl, LogStoreUrl, load_manifests
+from sluice.cli.common import DatabaseUrl, LogJson, LogLevel, LogStoreUrl, load_manifests
 from sluice.cli.errors import fail
 from sluice.config import ConfigError, require_database_url
 from sluice.db.clock import DatabaseClock
@@ -186,8 +186,8 @@ def scheduler(
             " database outage)"
         ),
     ] = DEFAULT_STALE_AFTER,
-    log_level: Annotated[str, typer.Option()] = "info",
-    log_json: Annotated[bool, typer.Option()] = False,
+    log_level: LogLevel = "info",
+    log_json: LogJson = False,
 ) -> None:
     """Run the four-phase loop until SIGTERM or SIGINT."""
     configure_logging(log_level, json=log_json)
