@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+import yaml
 
 from sluice.cli.errors import fail
 from sluice.config import ConfigError, require_database_url
@@ -50,6 +52,26 @@ LogJson = Annotated[
         help="one JSON object per log line (for log collectors) instead of text",
     ),
 ]
+
+# `-o`: a table for people; JSON or YAML, the same document, for scripts.
+OUTPUT_FORMATS = ("table", "json", "yaml")
+Output = Annotated[
+    str,
+    typer.Option("--output", "-o", help="table, json or yaml (json and yaml: the same document)"),
+]
+
+
+def check_output(output: str) -> None:
+    if output not in OUTPUT_FORMATS:
+        fail(f"--output {output!r} is not supported; use table, json or yaml")
+
+
+def print_document(document: dict[str, Any], output: str) -> None:
+    """`document` on stdout as `output` says (json or yaml)."""
+    if output == "yaml":
+        print(yaml.safe_dump(document, sort_keys=False, allow_unicode=True), end="")
+    else:
+        print(json.dumps(document, indent=2))
 
 
 StateDir = Annotated[

@@ -37,7 +37,7 @@ from typing import Annotated, Any, cast
 
 import typer
 
-from sluice.cli.common import LogJson, LogLevel
+from sluice.cli.common import DatabaseUrl, LogJson, LogLevel
 from sluice.cli.errors import fail
 from sluice.config import DATABASE_URL_ENV
 from sluice.handlers import resync
@@ -115,9 +115,7 @@ def operator(
     all_namespaces: Annotated[
         bool, typer.Option("--all-namespaces", "-A", help="watch every namespace")
     ] = False,
-    database_url: Annotated[
-        str | None, typer.Option("--database-url", envvar=DATABASE_URL_ENV, show_envvar=True)
-    ] = None,
+    database_url: DatabaseUrl = None,
     peering: Annotated[
         str, typer.Option(help="the kopf peering object the replicas share")
     ] = "sluice",
