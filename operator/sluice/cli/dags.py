@@ -21,6 +21,7 @@ from sluice.cli.common import (
     parse_datetime,
     print_document,
     require_database,
+    require_embedded_postgres,
 )
 from sluice.cli.dags_validate import validate_command
 from sluice.cli.errors import fail
@@ -106,6 +107,8 @@ def dag_test(
     manifest = _pick(load_manifests([file]), dag, file)
     when = parse_datetime(logical_date, "--logical-date") if logical_date else None
     run_conf = _conf(conf)
+    if database_url is None:
+        require_embedded_postgres()
     with LocalRuntime(database_url=database_url) as runtime:
         try:
             runtime.register([manifest])

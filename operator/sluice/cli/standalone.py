@@ -13,7 +13,14 @@ import typer
 from rich.console import Console
 from rich.live import Live
 
-from sluice.cli.common import DatabaseUrl, Output, check_output, load_manifests, print_document
+from sluice.cli.common import (
+    DatabaseUrl,
+    Output,
+    check_output,
+    load_manifests,
+    print_document,
+    require_embedded_postgres,
+)
 from sluice.cli.errors import fail
 from sluice.db.dags import DagNameTaken
 from sluice.logs import configure_logging
@@ -64,6 +71,8 @@ def standalone(
     stop = _stop_on_signals()
     console = Console(stderr=output != "table")
     config = SchedulerConfig(tick_interval=tick_interval)
+    if database_url is None:
+        require_embedded_postgres()
     with (
         LocalRuntime(database_url=database_url, state_dir=state_dir, config=config) as runtime,
         contextlib.ExitStack() as metrics,
