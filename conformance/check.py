@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conformance import cases as case_files
-from conformance import records, sluice_side
+from conformance import converted, records, sluice_side
 from conformance.compare import Outcome, documented_deviations, judge, render, summary
 
 README = case_files.ROOT.parent / "README.md"
+# How a converted case's result is labelled beside the case's own.
+CONVERTED = ", converted by sluice convert"
 
 
 @dataclass(frozen=True)
@@ -35,16 +37,19 @@ def check_case(
     expected: Path = records.EXPECTED,
     dags: Path = records.AIRFLOW_DAGS,
     versions: Sequence[str] = records.AIRFLOW_VERSIONS,
+    subject: case_files.Case | None = None,
 ) -> list[Checked]:
-    """The case against each Airflow version's record."""
+    """The case against each Airflow version's record; `subject`: observe this instead
+    (the case's Airflow DAG converted back, `converted`), judged by the case's records."""
     recorded = records.load(case, expected)
-    observed = sluice_side.observe_all([case])[case.name]
+    observed = sluice_side.observe_all([subject or case])[case.name]
+    suffix = CONVERTED if subject is not None else ""
     checked = []
     for version in versions:
         record = recorded.get(version)
         if record is None:
             outcome = judge(case.name, None, observed)
-            checked.append(Checked(case, version, f"Airflow {version}", outcome))
+            checked.append(Checked(case, version + suffix, f"Airflow {version}{suffix}", outcome))
             continue
         outcome = judge(
             case.name,
@@ -54,14 +59,28 @@ def check_case(
             documented=documented,
             stale=records.staleness(case, record, dags),
         )
-        checked.append(Checked(case, version, record.label, outcome))
+        checked.append(Checked(case, version + suffix, record.label + suffix, outcome))
     return checked
 
 
-def check_all(selected: Sequence[case_files.Case], readme: Path = README) -> list[Checked]:
+def check_all(
+    selected: Sequence[case_files.Case], readme: Path = README, with_converted: bool = True
+) -> list[Checked]:
+    """Every case, then (`with_converted`) every case's Airflow DAG as `sluice convert`
+    converts it, against the same records."""
     documented = documented_deviations(readme.read_text())
     sluice_side.observe_all(selected)  # the executed cases together, in one standalone run
-    return [item for case in selected for item in check_case(case, documented)]
+    checked = [item for case in selected for item in check_case(case, documented)]
+    if not with_converted:
+        return checked
+    subjects = {case.name: converted.converted(case) for case in selected}
+    sluice_side.observe_all(list(subjects.values()))  # likewise, in standalones of their own
+    checked.extend(
+        item
+        for case in selected
+        for item in check_case(case, documented, subject=subjects[case.name])
+    )
+    return checked
 
 
 def report(checked: Sequence[Checked], write: Callable[[str], None] = print) -> bool:

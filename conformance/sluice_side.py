@@ -65,7 +65,7 @@ API = {
 
 # Executed cases' observations by (name, digest): `make conformance`'s report and each
 # test ask for the same runs, which take seconds to make.
-_EXECUTED: dict[tuple[str, str], dict[str, Any]] = {}
+_EXECUTED: dict[tuple[str, str, str], dict[str, Any]] = {}
 
 
 def observe_all(selected: Sequence[Case]) -> dict[str, dict[str, Any]]:
@@ -79,8 +79,9 @@ def observe_all(selected: Sequence[Case]) -> dict[str, dict[str, Any]]:
     }
 
 
-def _key(case: Case) -> tuple[str, str]:
-    return case.name, case.digest
+def _key(case: Case) -> tuple[str, str, str]:
+    # The file too: a case's converted manifest (`converted`) runs apart from the case's own.
+    return case.name, case.digest, str(case.path)
 
 
 def observe(case: Case) -> dict[str, Any]:

@@ -4,15 +4,22 @@ The same validation the operator runs when a DAG object arrives, available
 offline so CI and editors can catch a bad manifest before `kubectl apply`.
 Output is one line per issue, `FILE: DAG/NAME: field.path: message`, so it is
 easy to grep and to turn into editor annotations; stdout carries only issues.
+A Pool document in the stream (as `sluice dags render` prints beside the DAGs
+that use it) is checked by the Pool rules (`handlers.objects.pool_issues`) and
+reported as `Pool/NAME`.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
-from sluice.spec.validation import SpecError, load_dag_documents
+from sluice.handlers.objects import pool_issues
+from sluice.spec.errors import SpecIssue
+from sluice.spec.models import API_VERSION, DagManifest
+from sluice.spec.validation import SpecError, load_documents, parse_dag_manifest
 
 STDIN = Path("-")
 
@@ -23,25 +30,52 @@ def validate_command(
     """Validate every DAG document in `files` ('-' reads stdin); 0 if all are valid, else 1."""
     out = out or sys.stdout
     err = err or sys.stderr
-    valid = invalid = 0
+    counts = {"DAG": [0, 0], "Pool": [0, 0]}  # kind -> [valid, invalid]
     for path in files:
         text = _read(path, out)
         if text is None:
-            invalid += 1
+            counts["DAG"][1] += 1
             continue
-        results = load_dag_documents(text)
+        results = load_documents(text, _parse)
         if not results:
             _report(out, path, None, "<file>", "no DAG documents found")
-            invalid += 1
+            counts["DAG"][1] += 1
         for result in results:
+            kind = "Pool" if isinstance(result, PoolDocument | PoolError) else "DAG"
             if isinstance(result, SpecError):
-                invalid += 1
+                counts[kind][1] += 1
                 for issue in result.issues:
-                    _report(out, path, result.dag_name, issue.path, issue.message)
+                    _report(out, path, result.dag_name, issue.path, issue.message, kind)
             else:
-                valid += 1
-    print(f"{valid} valid, {invalid} invalid DAG document(s)", file=err)
-    return 1 if invalid else 0
+                counts[kind][0] += 1
+    (valid, invalid), (pools_valid, pools_invalid) = counts["DAG"], counts["Pool"]
+    summary = f"{valid} valid, {invalid} invalid DAG document(s)"
+    if pools_valid or pools_invalid:
+        summary += f"; {pools_valid} valid, {pools_invalid} invalid Pool document(s)"
+    print(summary, file=err)
+    return 1 if invalid or pools_invalid else 0
+
+
+class PoolDocument(str):
+    """A valid Pool document (its name)."""
+
+
+class PoolError(SpecError):
+    """A Pool document's issues; `dag_name` holds the Pool's name."""
+
+
+def _parse(doc: object) -> DagManifest | PoolDocument:
+    if not (isinstance(doc, Mapping) and doc.get("kind") == "Pool"):
+        return parse_dag_manifest(doc)
+    metadata = doc.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    name = name if isinstance(name, str) else None
+    issues = pool_issues(doc)
+    if doc.get("apiVersion") != API_VERSION:
+        issues.insert(0, SpecIssue("apiVersion", f"must be {API_VERSION!r}"))
+    if issues:
+        raise PoolError(issues, name)
+    return PoolDocument(name or "")
 
 
 def _read(path: Path, out: TextIO) -> str | None:
@@ -60,5 +94,7 @@ def _read(path: Path, out: TextIO) -> str | None:
     return None
 
 
-def _report(out: TextIO, path: Path, dag_name: str | None, field: str, message: str) -> None:
-    print(f"{path}: DAG/{dag_name or '?'}: {field}: {message}", file=out)
+def _report(
+    out: TextIO, path: Path, name: str | None, field: str, message: str, kind: str = "DAG"
+) -> None:
+    print(f"{path}: {kind}/{name or '?'}: {field}: {message}", file=out)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
 from sluice.spec.states import TaskState
@@ -49,16 +49,21 @@ class TaskLaunch:
         return (self.ti_id, self.try_number)
 
     def context_env(self) -> dict[str, str]:
-        """The run context every task sees as environment variables."""
+        """The run context every task sees as environment variables.
+
+        Instants are written in UTC whatever zone the database session returned them in,
+        as Airflow's `ts` is: a command can cut `ds` (the date) out of them
+        (`sluice convert` does, for Airflow's `{{ ds }}`).
+        """
         import json
 
         return {
             "SLUICE_DAG": self.dag_id,
             "SLUICE_TASK": self.task_id,
             "SLUICE_RUN_ID": self.run_id,
-            "SLUICE_LOGICAL_DATE": self.logical_date.isoformat(),
-            "SLUICE_DATA_INTERVAL_START": self.data_interval_start.isoformat(),
-            "SLUICE_DATA_INTERVAL_END": self.data_interval_end.isoformat(),
+            "SLUICE_LOGICAL_DATE": self.logical_date.astimezone(UTC).isoformat(),
+            "SLUICE_DATA_INTERVAL_START": self.data_interval_start.astimezone(UTC).isoformat(),
+            "SLUICE_DATA_INTERVAL_END": self.data_interval_end.astimezone(UTC).isoformat(),
             "SLUICE_TRY_NUMBER": str(self.try_number),
             "SLUICE_CONF": json.dumps(self.conf, sort_keys=True),
         }

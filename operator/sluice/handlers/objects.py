@@ -33,6 +33,7 @@ from sluice.k8s_names import digest, dns_label
 from sluice.spec import podpolicy
 from sluice.spec.errors import SpecError, SpecIssue
 from sluice.spec.models import DagManifest
+from sluice.spec.names import dns_subdomain_problem
 from sluice.spec.states import Reprocess
 from sluice.spec.validation import parse_dag_manifest
 
@@ -395,6 +396,22 @@ def pool_spec(body: Mapping[str, Any]) -> PoolSpec | SpecIssue:
     if not isinstance(description, str):
         return SpecIssue("spec.description", "must be a string")
     return PoolSpec(name, slots, description)
+
+
+def pool_issues(body: Mapping[str, Any]) -> list[SpecIssue]:
+    """Every problem a Pool object has before it is applied: its name (an object name, as a
+    task's `pool` is) and `pool_spec`'s rules. Used by `sluice dags validate` and the SDK."""
+    meta, _ = _meta_and_spec(body)
+    name = meta.get("name")
+    issues: list[SpecIssue] = []
+    if isinstance(name, str) and name:
+        problem = dns_subdomain_problem(name)
+        if problem:
+            issues.append(SpecIssue("metadata.name", problem))
+    found = pool_spec(body)
+    if isinstance(found, SpecIssue):
+        issues.append(found)
+    return issues
 
 
 def _plain(value: Mapping[Any, Any]) -> dict[str, Any]:

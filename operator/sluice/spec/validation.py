@@ -9,8 +9,8 @@ reported even when other fields are broken, so one pass shows everything.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, get_args, get_origin
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -24,11 +24,13 @@ __all__ = [
     "SpecError",
     "SpecIssue",
     "load_dag_documents",
+    "load_documents",
     "parse_dag_manifest",
     "translate_errors",
 ]
 
 Loc = tuple[int | str, ...]
+Parsed = TypeVar("Parsed")
 
 _DATETIME_FORMS = "a date or date-time like 2026-12-01 or 2026-12-01T00:00:00Z"
 _FIXED_MESSAGES = {
@@ -77,14 +79,20 @@ def load_dag_documents(text: str) -> list[DagManifest | SpecError]:
     A YAML syntax error ends the stream (the parser cannot resynchronise); it is
     reported with path `<document N>` after the documents before it.
     """
-    results: list[DagManifest | SpecError] = []
+    return load_documents(text, parse_dag_manifest)
+
+
+def load_documents(text: str, parse: Callable[[object], Parsed]) -> list[Parsed | SpecError]:
+    """`load_dag_documents` with another parser for each document (one that also takes
+    other kinds, as `sluice dags validate` does with Pools); `parse` raises SpecError."""
+    results: list[Parsed | SpecError] = []
     number = 0  # of the last document read; an error is in the one after it
     try:
         for number, doc in enumerate(yaml.load_all(text, Loader=_StrictLoader), start=1):
             if doc is None:
                 continue
             try:
-                results.append(parse_dag_manifest(doc))
+                results.append(parse(doc))
             except SpecError as error:
                 results.append(_numbered(error, number))
     except yaml.YAMLError as exc:
@@ -277,7 +285,7 @@ def _numbered(error: SpecError, number: int) -> SpecError:
         SpecIssue(f"<document {number}>", issue.message) if issue.path == "<document>" else issue
         for issue in error.issues
     ]
-    return SpecError(issues, error.dag_name)
+    return type(error)(issues, error.dag_name)  # a subclass (a Pool's error) stays one
 
 
 def _yaml_message(exc: yaml.YAMLError) -> str:
