@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -43,12 +44,19 @@ def helm_binary() -> str:
     return found
 
 
-def _images_loaded(cluster: Cluster) -> bool:
-    # The node's image list, as the kubelet reports it.
-    node = cluster.get_json("nodes")["items"][0]
-    images = node["status"].get("images") or []
-    loaded = {n for image in images for n in image.get("names") or []}
-    return any("sluice-postgres" in n for n in loaded)
+def _images_loaded(cluster: Cluster, wait: float = 60) -> bool:
+    # The node's image list, as the kubelet reports it: up to its next status update
+    # (about 10 s) after an image was loaded, as `e2e/run.sh` does just before pytest.
+    deadline = time.monotonic() + wait
+    while True:
+        node = cluster.get_json("nodes")["items"][0]
+        images = node["status"].get("images") or []
+        loaded = {n for image in images for n in image.get("names") or []}
+        if any("sluice-postgres" in n for n in loaded):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(2)
 
 
 class Release:
