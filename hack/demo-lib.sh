@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # The cluster demo's common part, shared by hack/demo-cluster.sh (the local
-# cluster) and `e2e/kind.sh demo` (kind, where Docker exists). Source it after
+# cluster) and `e2e/kind.sh demo` (kind). Source it after
 # hack/lib.sh; do not execute it.
 #
 # demo_run VALUES_FILE [HELM_ARGS...] works on whatever cluster $KUBECONFIG

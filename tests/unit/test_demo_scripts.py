@@ -106,8 +106,9 @@ def test_an_unknown_command_lists_demo(tmp_path: Path) -> None:
 
 # -- the demo's steps, on fakes -------------------------------------------------------------
 #
-# Neither demo can run here against a cluster of its own (no Docker engine for kind; the
-# local cluster is not the tests' to use), so both scripts run to the end against fake
+# Neither demo runs here against a cluster of its own in a unit test (kind's published
+# node needs Docker and the internet; `make demo-cluster CLUSTER=kind` runs the built one
+# for real), so both scripts run to the end against fake
 # docker, kind, kubectl and helm that record every call: the steps, their order and their
 # arguments are the scripts' own, the cluster's answers are the fakes'.
 
