@@ -70,18 +70,25 @@ def ui(db_url: str) -> Iterator[str]:
 def _until(what: str, check: Any, timeout: float = 20) -> Any:
     """`check()` once it is true. The page replaces its <main> every few seconds (it
     follows the runs), so an element found a moment ago may be gone: look again."""
-    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 
     deadline = time.monotonic() + timeout
+    last: Exception | None = None
     while time.monotonic() < deadline:
         try:
             found = check()
-        except StaleElementReferenceException:
-            found = None
+        except StaleElementReferenceException as exc:
+            found, last = None, exc
+        except WebDriverException as exc:
+            # Chromium's words for an element whose page was replaced under it
+            # (a navigation between find and read): the same as a stale element.
+            if "does not belong to the document" not in str(exc):
+                raise
+            found, last = None, exc
         if found:
             return found
         time.sleep(0.25)
-    raise AssertionError(f"not seen within {timeout:.0f} s: {what}")
+    raise AssertionError(f"not seen within {timeout:.0f} s: {what} (last error: {last})")
 
 
 def test_a_failed_task_is_seen_cleared_and_turns_green(

@@ -56,6 +56,8 @@ def _workload(now: datetime) -> list[Any]:
                 tasks,
                 schedule="@hourly",
                 startDate=start.isoformat(),
+                # Exactly HOURS runs, even when the test crosses an hour boundary.
+                endDate=(start + timedelta(hours=HOURS - 1)).isoformat(),
                 catchup=True,
                 maxActiveRuns=3,
                 maxActiveTasks=8,
