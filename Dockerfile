@@ -3,7 +3,15 @@
 #   docker build -t sluice:dev .
 #   docker build --build-arg BASE_IMAGE=python:3.12-slim -t sluice:dev .
 #
-# BASE_IMAGE must provide python3 (>= 3.11) with the venv module. The local
+# BASE_IMAGE must provide python3 (>= 3.11) with the venv module. A release build
+# should pin it by digest, so that a rebuild of the same commit gets the same base:
+#   --build-arg BASE_IMAGE=python:3.11-slim@sha256:<digest>
+# (`docker buildx imagetools inspect python:3.11-slim` prints the digest). The default
+# stays a tag: no registry is reachable where Sluice is developed, so no digest could be
+# read and checked here.
+#
+# The image installs the package without extras: the embedded Postgres
+# (`sluice[embedded]`, for `sluice standalone` and the tests) is not in it. The local
 # test cluster (hack/build-images.sh) builds this same file with buildah over a
 # Debian base made with debootstrap and passes WHEELHOUSE, a directory of
 # wheels inside the build context, so that pip installs without an index.

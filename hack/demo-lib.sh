@@ -49,6 +49,15 @@ demo_run() {
     log "demo: the default Pool's protection is installed already (not by this release): keeping it"
     extra+=(--set defaultPoolProtection.enabled=false)
   fi
+  # Likewise the CRDs (templates of the chart, docs/adr/0043): applied by hand or by
+  # another release, they are left as they are.
+  local crds
+  crds="$(kubectl get crd dags.sluice.io \
+    -o jsonpath='{.metadata.annotations.meta\.helm\.sh/release-namespace}/{.metadata.annotations.meta\.helm\.sh/release-name}' 2>/dev/null || echo absent)"
+  if [[ "$crds" != absent && "$crds" != "$NS/$RELEASE" ]]; then
+    log "demo: Sluice's CRDs are installed already (not by this release): keeping them"
+    extra+=(--set crds.install=false)
+  fi
 
   local t0=$SECONDS
   log "demo: helm upgrade --install $RELEASE charts/sluice -n $NS -f ${values#"$SLUICE_ROOT"/} (waits for every pod)"

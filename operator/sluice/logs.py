@@ -1,4 +1,9 @@
-"""Logging setup: structlog for the loop, key=value on a terminal, JSON when asked."""
+"""Logging setup: structlog for the loop, key=value on a terminal, JSON when asked.
+
+`sluice scheduler` and `sluice operator` take the same `--log-level` and `--log-json`
+(sluice.cli.common); the operator's standard-library records (kopf's, its handlers')
+are formatted by kopf, JSON too when asked (sluice.cli.operator).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,13 @@ import sys
 import structlog
 
 
+def level_number(level: str) -> int:
+    """A --log-level name as logging's number; INFO for a name logging does not know."""
+    return logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
+
+
 def configure_logging(level: str = "info", *, json: bool = False) -> None:
-    numeric = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
+    numeric = level_number(level)
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer()
         if json

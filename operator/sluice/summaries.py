@@ -8,7 +8,7 @@ try's Job name with the Job executor; `reason`: why it failed, was skipped or
 was retried; `evidence`: what a zombie verdict saw); `sluice dags list
 --output json` prints `{"dags": [{"dag", "namespace", "version",
 "schedule", "paused", "active", "next_run_after", "broken_reason",
-"broken_at"}]}`.
+"broken_at"}]}`. `--output yaml` prints the same documents as YAML.
 """
 
 from __future__ import annotations

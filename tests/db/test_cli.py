@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner, Result
@@ -895,3 +896,33 @@ def test_backfill_rerun_failed_contradicting_reprocess_is_refused(db_url: str, d
     assert "--rerun-failed is --reprocess failed; it contradicts --reprocess completed" in (
         result.stderr
     )
+
+
+# --- -o yaml: the same document as -o json -------------------------------------------------
+
+
+def test_yaml_output_is_the_json_document(db_url: str, daily: str) -> None:
+    listed = {
+        output: sluice("dags", "list", "-o", output, "--database-url", db_url)
+        for output in ("json", "yaml")
+    }
+    assert all(r.exit_code == 0 for r in listed.values()), listed
+    assert yaml.safe_load(listed["yaml"].stdout) == json.loads(listed["json"].stdout)
+    assert listed["yaml"].stdout.startswith("dags:\n")
+    tested = sluice(
+        "dags", "test", str(EXAMPLES / "hello.yaml"), "-o", "yaml", "--database-url", db_url
+    )
+    assert tested.exit_code == 0, tested.output
+    (run,) = yaml.safe_load(tested.stdout)["runs"]
+    assert (run["dag"], run["state"]) == ("hello", "success")
+    runs = {
+        output: sluice("dags", "runs", "hello", "-o", output, "--database-url", db_url)
+        for output in ("json", "yaml")
+    }
+    assert yaml.safe_load(runs["yaml"].stdout) == json.loads(runs["json"].stdout)
+
+
+def test_an_unknown_output_format_is_refused(db_url: str) -> None:
+    result = sluice("dags", "list", "-o", "xml", "--database-url", db_url)
+    assert result.exit_code == 2
+    assert "--output 'xml' is not supported; use table, json or yaml" in result.stderr

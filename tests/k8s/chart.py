@@ -79,6 +79,7 @@ class Release:
         """`helm install` (or `upgrade`) with the local values and more helm `flags`."""
         args = [command, self.name, str(CHART), "-f", str(LOCAL_VALUES)]
         args += ["--set", "defaultPoolProtection.enabled=false"]  # apply_crds made one
+        args += ["--set", "crds.install=false"]  # and the CRDs, which helm cannot take over
         self.run_helm(*args, *flags, "--wait", "--timeout", "8m")
 
     def installed(self) -> bool:

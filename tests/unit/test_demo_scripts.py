@@ -134,7 +134,7 @@ if tool == "docker" and words[:2] == ["image", "inspect"]:
 if tool == "kind" and words[:2] == ["get", "clusters"]:
     sys.exit(0)  # none yet
 if tool == "kubectl":
-    if words[:2] == ["get", "validatingadmissionpolicy"] or words[:2] == ["get", "pv"]:
+    if words[:2] in (["get", "validatingadmissionpolicy"], ["get", "pv"], ["get", "crd"]):
         sys.exit(1)  # not there: the demo installs it, or makes it
     if words[:2] == ["get", "dags"]:
         print("\\n".join(f"dag.sluice.io/d{{i}}" for i in range(len(states) - 1)))
@@ -221,6 +221,9 @@ def _shared_steps(calls: list[dict[str, Any]], values: str) -> list[dict[str, An
     ]
     assert install["args"][6:8] == ["-f", str(ROOT / "charts/sluice/ci" / values)]
     assert install["args"][-3:] == ["--wait", "--timeout", "10m"]
+    # A fresh cluster: the release installs the CRDs and the default Pool's protection.
+    assert "crds.install=false" not in install["args"]
+    assert "defaultPoolProtection.enabled=false" not in install["args"]
     before = [c["args"] for c in calls[:first] if c["tool"] == "kubectl"]
     assert ["label", "namespace", "sluice", "--overwrite",
             "pod-security.kubernetes.io/enforce=restricted",

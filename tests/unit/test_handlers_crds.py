@@ -36,8 +36,18 @@ def test_dag_schema_has_every_spec_and_task_field() -> None:
 def test_kinds_names_and_columns() -> None:
     found = {crd["spec"]["names"]["kind"]: crd["spec"] for crd in crds.definitions().values()}
     assert set(found) == {"DAG", "DagRun", "Pool", "Backfill", "TaskAction"}
-    assert found["DAG"]["names"]["shortNames"] == ["dag"]
-    assert found["DagRun"]["names"]["shortNames"] == ["dr"]
+    short = {kind: spec["names"].get("shortNames") for kind, spec in found.items()}
+    assert short == {
+        "DAG": ["dg"],
+        "DagRun": ["dr"],
+        "Pool": ["pl"],
+        "Backfill": ["bf"],
+        "TaskAction": None,
+    }
+    # A short name that is the singular (or plural) again adds nothing to kubectl.
+    for spec in found.values():
+        names = spec["names"]
+        assert not set(names.get("shortNames") or []) & {names["singular"], names["plural"]}
     for spec in found.values():
         assert spec["group"] == "sluice.io"
         assert spec["names"]["categories"] == ["sluice"]
@@ -57,7 +67,9 @@ def test_kinds_names_and_columns() -> None:
         "State",
         "Tasks",
         "Duration",
+        "Reason",
         "Age",
+        "Message",
     ]
     assert columns("DAG")[:6] == ["Schedule", "Paused", "Active", "Last Run", "Next Run", "Ready"]
     assert columns("Backfill")[:5] == ["DAG", "From", "To", "Progress", "State"]
@@ -73,3 +85,36 @@ def test_a_task_action_is_done_once_so_its_spec_never_changes() -> None:
     assert spec["properties"]["action"]["enum"] == ["clear", "markSuccess", "markFailed"]
     rules = {rule["rule"] for rule in spec["x-kubernetes-validations"]}
     assert "self == oldSelf" in rules
+
+
+def test_every_printer_column_is_described_and_points_into_the_schema() -> None:
+    """Each column has a description (kubectl explain, UIs) and reads a field the schema has,
+    so a renamed status field cannot leave a column silently empty."""
+    for crd in crds.definitions().values():
+        version = crd["spec"]["versions"][0]
+        schema = version["schema"]["openAPIV3Schema"]
+        for column in version["additionalPrinterColumns"]:
+            where = f"{crd['spec']['names']['kind']} column {column['name']}"
+            assert column["description"].strip(), where
+            path = column["jsonPath"].split("[", 1)[0].strip(".").split(".")
+            if path[0] == "metadata":
+                continue
+            node = schema
+            for part in path:
+                assert part in node.get("properties", {}), f"{where}: no {part} in the schema"
+                node = node["properties"][part]
+
+
+def test_dagrun_reason_and_message_columns_read_the_status_the_publisher_writes() -> None:
+    spec = crds.definitions()["dagruns.yaml"]["spec"]
+    columns = {c["name"]: c for c in spec["versions"][0]["additionalPrinterColumns"]}
+    assert columns["Reason"]["jsonPath"] == ".status.reason"
+    assert "priority" not in columns["Reason"]
+    # Messages run long: shown with -o wide.
+    assert columns["Message"] == {
+        "name": "Message",
+        "type": "string",
+        "jsonPath": ".status.message",
+        "description": columns["Message"]["description"],
+        "priority": 1,
+    }

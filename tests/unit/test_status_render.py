@@ -7,6 +7,8 @@ import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from sluice.spec.states import TaskState
 from sluice.status import render
 from sluice.status.render import RunView, TaskView
@@ -107,6 +109,26 @@ def test_a_failed_runs_condition_names_the_failed_tasks_and_the_reason() -> None
     (condition,) = [c for c in render.status_of(failed)["conditions"] if c["type"] == "Failed"]
     assert condition["status"] == "True"
     assert condition["message"] == "failed: a, b; a: exit code 3"
+    status = render.status_of(failed)
+    assert (status["reason"], status["message"]) == ("TasksFailed", condition["message"])
+
+
+@pytest.mark.parametrize(
+    ("state", "reason", "message"),
+    [
+        ("queued", "Queued", "waiting for a free run slot (maxActiveRuns)"),
+        ("running", "Started", "tasks are being scheduled"),
+        ("success", "AllTasksDone", "every task ended as its trigger rule asks"),
+        ("failed", "TasksFailed", "the run failed"),
+    ],
+)
+def test_the_status_lifts_the_reason_and_message_of_the_runs_state(
+    state: str, reason: str, message: str
+) -> None:
+    """kubectl get dagruns shows them (the Reason column, and Message with -o wide)."""
+    ended = T0 + timedelta(days=1) if state in ("success", "failed") else None
+    status = render.status_of(run(state, end_date=ended))
+    assert (status["reason"], status["message"]) == (reason, message)
 
 
 def test_a_2000_task_status_stays_small_and_shows_the_failures_first() -> None:

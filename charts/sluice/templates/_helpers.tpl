@@ -319,3 +319,79 @@ database URL or password and the task API keys, and Sluice's ServiceAccounts. */
 {{- define "sluice.protectedServiceAccounts" -}}
 {{- list (include "sluice.schedulerServiceAccount" .) (include "sluice.operatorServiceAccount" .) | uniq | join " " -}}
 {{- end -}}
+
+{{/*
+Extension points, the same for every Sluice Deployment (scheduler, operator, UI):
+call each with the component's values, never copy one into a template by hand
+(docs/adr/0043).
+*/}}
+
+{{/*
+A pod's securityContext: the restricted defaults (sluice.podSecurityContext) with
+the component's podSecurityContext merged over them, key by key (a map merges, a
+list or a value replaces). Call with (dict "uid" 65532 "override" .Values.scheduler.podSecurityContext).
+*/}}
+{{- define "sluice.podSecurityContextWith" -}}
+{{- $context := include "sluice.podSecurityContext" (dict "uid" .uid) | fromYaml -}}
+{{- toYaml (mergeOverwrite $context (deepCopy (.override | default dict))) -}}
+{{- end -}}
+
+{{/* The main container's securityContext: the restricted defaults, the component's securityContext merged over. */}}
+{{- define "sluice.containerSecurityContextWith" -}}
+{{- $context := include "sluice.containerSecurityContext" . | fromYaml -}}
+{{- toYaml (mergeOverwrite $context (deepCopy (.override | default dict))) -}}
+{{- end -}}
+
+{{/*
+List items to append to a list the template already has (containers, init
+containers, volumes, volume mounts), rendered through `tpl`; nothing when there
+are none. Call with (dict "root" $ "items" .Values.scheduler.extraContainers "indent" 8).
+*/}}
+{{- define "sluice.extraItems" -}}
+{{- if .items -}}
+{{- tpl (toYaml .items) .root | nindent (int .indent) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* `priorityClassName: NAME` when the component's values name one; nothing else.
+Call with (dict "values" .Values.scheduler "indent" 6). */}}
+{{- define "sluice.priorityClassName" -}}
+{{- with .values.priorityClassName -}}
+{{- printf "priorityClassName: %s" . | nindent (int $.indent) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The generated Postgres password: the live Secret's (`lookup`, during `helm
+install/upgrade`), else a new random one; drawn once per rendering and kept in
+.Values, so the Secret and the pods' checksum annotation see the same password.
+*/}}
+{{- define "sluice.generatedPostgresPassword" -}}
+{{- if not (hasKey .Values "_sluiceGeneratedPostgresPassword") -}}
+{{- $live := lookup "v1" "Secret" .Release.Namespace (include "sluice.postgresName" .) -}}
+{{- $password := randAlphaNum 32 -}}
+{{- if and $live $live.data (index $live.data "password") -}}
+{{- $password = index $live.data "password" | b64dec -}}
+{{- end -}}
+{{- $_ := set .Values "_sluiceGeneratedPostgresPassword" $password -}}
+{{- end -}}
+{{- index .Values "_sluiceGeneratedPostgresPassword" -}}
+{{- end -}}
+
+{{/*
+Every Sluice pod's `checksum/secrets` annotation: a change rolls it out, since a
+process reads its Secrets (as environment variables) at start. Of what the chart
+knows: how the database is reached (the URL, or the Secret and key it is in), the
+generated Postgres password itself, the log store's credentials Secret's name, and
+secretsRevision, the value to change after changing a Secret of your own (which
+the chart does not read: it cannot under Argo CD or `helm template`; ADR 0030).
+*/}}
+{{- define "sluice.secretsChecksum" -}}
+{{- $parts := list (include "sluice.databaseEnv" .) -}}
+{{- if and (include "sluice.bundledPostgres" .) (not .Values.postgres.existingSecret) -}}
+{{- $parts = append $parts (printf "password:%s" (include "sluice.generatedPostgresPassword" .)) -}}
+{{- end -}}
+{{- $parts = append $parts (printf "logs:%s" .Values.logs.existingSecret) -}}
+{{- $parts = append $parts (printf "revision:%s" (toString .Values.secretsRevision)) -}}
+{{- join "\n" $parts | sha256sum -}}
+{{- end -}}

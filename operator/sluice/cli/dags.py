@@ -13,11 +13,15 @@ from rich.console import Console
 
 from sluice.cli.common import (
     DatabaseUrl,
+    Output,
     StateDir,
+    check_output,
     database_or_state_dir,
     load_manifests,
     parse_datetime,
+    print_document,
     require_database,
+    require_embedded_postgres,
 )
 from sluice.cli.dags_render import render_command
 from sluice.cli.dags_validate import validate_command
@@ -47,8 +51,6 @@ app = typer.Typer(
     help="Check, try out, trigger, list and pause DAGs, and show their runs.", no_args_is_help=True
 )
 
-Output = Annotated[str, typer.Option("--output", "-o", help="table or json")]
-
 
 def _conf(value: str | None) -> dict[str, Any] | None:
     if value is None:
@@ -60,11 +62,6 @@ def _conf(value: str | None) -> dict[str, Any] | None:
     if not isinstance(conf, dict):
         fail('--conf must be a JSON object, e.g. \'{"key": "value"}\'')
     return conf
-
-
-def _check_output(output: str) -> None:
-    if output not in ("table", "json"):
-        fail(f"--output {output!r} is not supported; use table or json")
 
 
 @app.command()
@@ -118,11 +115,13 @@ def dag_test(
     ] = None,
 ) -> None:
     """Run one DAG run to completion locally; exit 0 if it succeeded, 1 if it failed."""
-    _check_output(output)
+    check_output(output)
     configure_logging("warning")
     manifest = _pick(load_manifests([file]), dag, file)
     when = parse_datetime(logical_date, "--logical-date") if logical_date else None
     run_conf = _conf(conf)
+    if database_url is None:
+        require_embedded_postgres()
     with LocalRuntime(database_url=database_url) as runtime:
         try:
             runtime.register([manifest])
@@ -150,8 +149,8 @@ def dag_test(
         runtime.run(finished)
         with runtime.sessions() as session:
             (summary,) = read_runs(session, [run.id])
-    if output == "json":
-        print(json.dumps(as_json([summary]), indent=2))
+    if output != "table":
+        print_document(as_json([summary]), output)
     else:
         Console().print(tasks_table(summary))
     raise typer.Exit(0 if summary.state == RunState.SUCCESS else 1)
@@ -198,13 +197,13 @@ def _database(database_url: str | None) -> str:
 def list_dags(output: Output = "table", database_url: DatabaseUrl = None) -> None:
     """List the registered DAGs: version, schedule, paused, next run, and whether they are
     broken (their current version cannot be loaded, so no runs are created) and why."""
-    _check_output(output)
+    check_output(output)
     engine = make_engine(_database(database_url))
     with session_factory(engine)() as session:
         dags = read_dags(session)
     engine.dispose()
-    if output == "json":
-        print(json.dumps(dags_as_json(dags), indent=2))
+    if output != "table":
+        print_document(dags_as_json(dags), output)
         return
     Console().print(dags_table(dags))
     for line in broken_lines(dags):
@@ -225,7 +224,7 @@ def runs(
     """A DAG's latest runs; with --run, that run's tasks with every try (across clears), its
     Job and the reason it failed, was skipped or retried (with --output json, the zombie
     evidence too)."""
-    _check_output(output)
+    check_output(output)
     if last < 1:
         fail(f"--last must be at least 1 (got {last})")
     with database_or_state_dir(database_url, state_dir) as url:
@@ -235,8 +234,8 @@ def runs(
         engine.dispose()
     if run is not None and not found:
         fail(f"DAG {dag!r} has no run {run!r}; list its runs with `sluice dags runs {dag}`")
-    if output == "json":
-        print(json.dumps(as_json(found), indent=2))
+    if output != "table":
+        print_document(as_json(found), output)
         return
     console = Console()
     if run is not None:

@@ -11,6 +11,13 @@ Every replica also runs the resync (`sluice.handlers.resync`): every
 `RESYNC_INTERVAL` seconds it annotates the Sluice objects kopf never finished
 handling, so an event lost between replicas is not lost for good.
 
+Every watch is bounded (`--watch-server-timeout`, `--watch-client-timeout`): kopf's
+default leaves both unset, and a watch whose connection dies without a close (a
+load balancer's idle timeout, a restarted API server behind a VIP) then hangs
+silently with no events and no error (kopf issue #585). With them the API server
+ends each watch after the server timeout and kopf resumes it; a connection that
+says nothing for the client timeout is dropped and opened again.
+
 `--health-port` serves kopf's own liveness endpoint at
 `http://0.0.0.0:PORT/healthz`: it answers while kopf's event loop runs (and
 runs the `@kopf.on.probe` handlers, none yet), on every replica, serving or
@@ -21,16 +28,20 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import logging
 import os
 import random
 import socket
+from dataclasses import dataclass
 from typing import Annotated, Any, cast
 
 import typer
 
+from sluice.cli.common import DatabaseUrl, LogJson, LogLevel
 from sluice.cli.errors import fail
 from sluice.config import DATABASE_URL_ENV
 from sluice.handlers import resync
+from sluice.logs import configure_logging, level_number
 
 PEERING_GROUP = "kopf.dev"
 PEERING_VERSION = "v1"
@@ -39,6 +50,57 @@ HEALTH_PATH = "/healthz"
 # handles a new object within a second or two; one waiting for a retry is nudged too).
 RESYNC_INTERVAL = 30.0
 RESYNC_GRACE = 30.0
+# Watch timeouts (seconds): the API server ends a watch after WATCH_SERVER_TIMEOUT and kopf
+# resumes it from its resourceVersion; the client gives up on a connection after
+# WATCH_CLIENT_TIMEOUT, later than the server would end it, so only a dead one is cut.
+WATCH_SERVER_TIMEOUT = 300.0
+WATCH_CLIENT_TIMEOUT = 330.0
+WATCH_CONNECT_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class OperatorTuning:
+    """The kopf settings `sluice operator` takes from its flags (applied at startup)."""
+
+    peering_lifetime: int = 60
+    watch_server_timeout: float = WATCH_SERVER_TIMEOUT
+    watch_client_timeout: float = WATCH_CLIENT_TIMEOUT
+
+    def problems(self) -> list[str]:
+        found = []
+        if self.peering_lifetime < 5:
+            found.append(
+                f"--peering-lifetime must be at least 5 seconds (got {self.peering_lifetime})"
+            )
+        if self.watch_server_timeout < 1:
+            found.append(
+                "--watch-server-timeout must be at least 1 second"
+                f" (got {self.watch_server_timeout:g})"
+            )
+        if self.watch_client_timeout <= self.watch_server_timeout:
+            found.append(
+                f"--watch-client-timeout ({self.watch_client_timeout:g}) must be more than"
+                f" --watch-server-timeout ({self.watch_server_timeout:g}): else the client cuts"
+                " healthy watches before the server ends them"
+            )
+        return found
+
+    def apply(self, settings: Any) -> None:
+        """Set them on kopf's OperatorSettings."""
+        settings.peering.lifetime = self.peering_lifetime
+        settings.watching.server_timeout = self.watch_server_timeout
+        settings.watching.client_timeout = self.watch_client_timeout
+        settings.watching.connect_timeout = WATCH_CONNECT_TIMEOUT
+
+
+def configure_operator_logging(level: str, *, json: bool) -> None:
+    """kopf's records (and the handlers', standard logging) as kopf formats them, JSON when
+    asked; the resync's structlog records the same way as the scheduler's."""
+    import kopf
+
+    kopf.configure(log_format=kopf.LogFormat.JSON if json else kopf.LogFormat.FULL)
+    logging.getLogger().setLevel(level_number(level))
+    configure_logging(level, json=json)
 
 
 def liveness_endpoint(port: int | None) -> str | None:
@@ -53,9 +115,7 @@ def operator(
     all_namespaces: Annotated[
         bool, typer.Option("--all-namespaces", "-A", help="watch every namespace")
     ] = False,
-    database_url: Annotated[
-        str | None, typer.Option("--database-url", envvar=DATABASE_URL_ENV, show_envvar=True)
-    ] = None,
+    database_url: DatabaseUrl = None,
     peering: Annotated[
         str, typer.Option(help="the kopf peering object the replicas share")
     ] = "sluice",
@@ -78,6 +138,19 @@ def operator(
             max=65535,
         ),
     ] = None,
+    watch_server_timeout: Annotated[
+        float,
+        typer.Option(help="seconds after which the API server ends each watch (kopf resumes it)"),
+    ] = WATCH_SERVER_TIMEOUT,
+    watch_client_timeout: Annotated[
+        float,
+        typer.Option(
+            help="seconds after which a watch connection is dropped and opened again;"
+            " more than --watch-server-timeout (a watch without it can hang silently)"
+        ),
+    ] = WATCH_CLIENT_TIMEOUT,
+    log_level: LogLevel = "info",
+    log_json: LogJson = False,
 ) -> None:
     """Run the operator (any number of replicas; one handles events at a time)."""
     import kopf
@@ -86,19 +159,22 @@ def operator(
 
     if database_url:
         os.environ[DATABASE_URL_ENV] = database_url
-    if peering_lifetime < 5:
-        fail(f"--peering-lifetime must be at least 5 seconds (got {peering_lifetime})")
+    tuning = OperatorTuning(peering_lifetime, watch_server_timeout, watch_client_timeout)
+    problems = tuning.problems()
+    if problems:
+        fail("; ".join(problems))
     namespaces = namespace or []
     clusterwide = all_namespaces or not namespaces
     chosen = priority if priority is not None else random.randint(1, 2**31 - 1)
     if not standalone:
         ensure_peering(peering, [] if clusterwide else namespaces)
 
-    kopf.configure(verbose=False)  # INFO: handlers run, peering pauses and resumes
+    # At info: handlers run, peering pauses and resumes.
+    configure_operator_logging(log_level, json=log_json)
 
     @kopf.on.startup()
-    def peering_settings(settings: kopf.OperatorSettings, **_: Any) -> None:
-        settings.peering.lifetime = peering_lifetime
+    def operator_settings(settings: kopf.OperatorSettings, **_: Any) -> None:
+        tuning.apply(settings)
 
     @kopf.on.startup()
     async def start_resync(memo: kopf.Memo, **_: Any) -> None:

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sluice.api.server import TaskApi
 from sluice.archive.store import StoreError, open_store
 from sluice.cli import kubernetes as k8s
-from sluice.cli.common import DatabaseUrl, LogStoreUrl, load_manifests
+from sluice.cli.common import DatabaseUrl, LogJson, LogLevel, LogStoreUrl, load_manifests
 from sluice.cli.errors import fail
 from sluice.config import ConfigError, require_database_url
 from sluice.db.clock import DatabaseClock
@@ -67,8 +67,17 @@ def scheduler(
         ),
     ] = Path("sluice-logs"),
     migrate: Annotated[bool, typer.Option(help="run `db upgrade` first")] = True,
-    tick_interval: Annotated[float, typer.Option()] = _defaults.tick_interval,
-    runs_created_per_tick: Annotated[int, typer.Option()] = _defaults.runs_created_per_tick,
+    tick_interval: Annotated[
+        float,
+        typer.Option(help="seconds an idle replica waits between ticks (Airflow's idle sleep)"),
+    ] = _defaults.tick_interval,
+    runs_created_per_tick: Annotated[
+        int,
+        typer.Option(
+            help="phase 1 creates at most this many scheduled runs per tick (and starts the"
+            " queued runs of at most as many DAGs; Airflow's max_dagruns_to_create_per_loop)"
+        ),
+    ] = _defaults.runs_created_per_tick,
     runs_created_per_batch: Annotated[
         int,
         typer.Option(
@@ -90,7 +99,13 @@ def scheduler(
             " lasts --tick-interval, as Airflow's idle sleep does)"
         ),
     ] = _defaults.wake_at_next_due,
-    runs_examined_per_tick: Annotated[int, typer.Option()] = _defaults.runs_examined_per_tick,
+    runs_examined_per_tick: Annotated[
+        int,
+        typer.Option(
+            help="phase 2 examines at most this many running runs per tick (Airflow's"
+            " max_dagruns_per_loop_to_schedule)"
+        ),
+    ] = _defaults.runs_examined_per_tick,
     quiet_round_interval: Annotated[
         float,
         typer.Option(
@@ -99,11 +114,23 @@ def scheduler(
             " (ADR 0024)"
         ),
     ] = _defaults.quiet_round_interval,
-    max_tis_per_query: Annotated[int, typer.Option()] = _defaults.max_tis_per_query,
+    max_tis_per_query: Annotated[
+        int,
+        typer.Option(
+            help="phase 3 reads at most this many scheduled task instances per critical"
+            " section, and dispatches as many per batch (Airflow's max_tis_per_query)"
+        ),
+    ] = _defaults.max_tis_per_query,
     critical_batches_per_tick: Annotated[
         int, typer.Option(help="critical-section batches per tick while batches come back full")
     ] = _defaults.critical_batches_per_tick,
-    zombie_threshold: Annotated[float, typer.Option()] = _defaults.zombie_threshold,
+    zombie_threshold: Annotated[
+        float,
+        typer.Option(
+            help="seconds without a heartbeat after which a running try whose worker is gone"
+            " fails as a zombie"
+        ),
+    ] = _defaults.zombie_threshold,
     heartbeat_kill_threshold: Annotated[
         float,
         typer.Option(
@@ -111,8 +138,20 @@ def scheduler(
             "heartbeat for this long is killed as a zombie"
         ),
     ] = _defaults.heartbeat_kill_threshold,
-    heartbeat_interval: Annotated[float, typer.Option()] = _defaults.heartbeat_interval,
-    scheduler_dead_after: Annotated[float, typer.Option()] = _defaults.scheduler_dead_after,
+    heartbeat_interval: Annotated[
+        float,
+        typer.Option(
+            help="seconds between the replica's heartbeats (of itself and of the tries its"
+            " executor runs)"
+        ),
+    ] = _defaults.heartbeat_interval,
+    scheduler_dead_after: Annotated[
+        float,
+        typer.Option(
+            help="seconds without a heartbeat after which a replica is taken for dead and"
+            " live replicas adopt its tries"
+        ),
+    ] = _defaults.scheduler_dead_after,
     zombie_check_interval: Annotated[
         float, typer.Option(help="how often a replica looks for stale tries (seconds)")
     ] = _defaults.zombie_check_interval,
@@ -186,8 +225,8 @@ def scheduler(
             " database outage)"
         ),
     ] = DEFAULT_STALE_AFTER,
-    log_level: Annotated[str, typer.Option()] = "info",
-    log_json: Annotated[bool, typer.Option()] = False,
+    log_level: LogLevel = "info",
+    log_json: LogJson = False,
 ) -> None:
     """Run the four-phase loop until SIGTERM or SIGINT."""
     configure_logging(log_level, json=log_json)

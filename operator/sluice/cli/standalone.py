@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import signal
 import sys
 import time
@@ -14,7 +13,14 @@ import typer
 from rich.console import Console
 from rich.live import Live
 
-from sluice.cli.common import DatabaseUrl, load_manifests
+from sluice.cli.common import (
+    DatabaseUrl,
+    Output,
+    check_output,
+    load_manifests,
+    print_document,
+    require_embedded_postgres,
+)
 from sluice.cli.errors import fail
 from sluice.db.dags import DagNameTaken
 from sluice.logs import configure_logging
@@ -32,7 +38,7 @@ def standalone(
     until_idle: Annotated[
         bool, typer.Option(help="exit when no run is active and none is due")
     ] = False,
-    output: Annotated[str, typer.Option("--output", "-o", help="table or json")] = "table",
+    output: Output = "table",
     database_url: DatabaseUrl = None,
     state_dir: Annotated[
         Path | None,
@@ -57,15 +63,16 @@ def standalone(
     ] = None,
 ) -> None:
     """Schedule every DAG in DIR locally: tasks run as subprocesses."""
-    if output not in ("table", "json"):
-        fail(f"--output {output!r} is not supported; use table or json")
+    check_output(output)
     configure_logging("warning")
     manifests = load_manifests([dag_dir])
     if not manifests:
         fail(f"no DAG manifests (*.yaml, *.yml) in {dag_dir}", code=1)
     stop = _stop_on_signals()
-    console = Console(stderr=output == "json")
+    console = Console(stderr=output != "table")
     config = SchedulerConfig(tick_interval=tick_interval)
+    if database_url is None:
+        require_embedded_postgres()
     with (
         LocalRuntime(database_url=database_url, state_dir=state_dir, config=config) as runtime,
         contextlib.ExitStack() as metrics,
@@ -125,8 +132,8 @@ def standalone(
         else:
             runtime.run(done)
         runs = snapshot()
-    if output == "json":
-        print(json.dumps(as_json(runs), indent=2))
+    if output != "table":
+        print_document(as_json(runs), output)
     elif not live_view:
         console.print(runs_table(runs))
     if state_dir is not None and until_idle and ui_port is None:

@@ -374,6 +374,12 @@ def _dagrun_schema() -> Schema:
                 },
             },
             "taskInstancesOmitted": _int("tasks not in taskInstances", minimum=0),
+            "reason": _str(
+                128,
+                "why the run is in its state (CamelCase): the reason of its Running, Succeeded "
+                "or Failed condition",
+            ),
+            "message": _str(1024, "the same condition's message, e.g. which tasks failed and why"),
         },
     }
     return {
@@ -515,12 +521,21 @@ def _task_action_schema() -> Schema:
     return {"type": "object", "required": ["spec"], "properties": {"spec": spec, "status": status}}
 
 
-def _column(name: str, json_path: str, type_: str = "string", **extra: Any) -> Schema:
-    return {"name": name, "type": type_, "jsonPath": json_path, **extra}
+def _column(
+    name: str, json_path: str, description: str, type_: str = "string", **extra: Any
+) -> Schema:
+    """A printer column; its description is what `kubectl explain` and UIs show for it."""
+    return {
+        "name": name,
+        "type": type_,
+        "jsonPath": json_path,
+        "description": description,
+        **extra,
+    }
 
 
 _READY = '.status.conditions[?(@.type=="Ready")].status'
-_AGE = _column("Age", ".metadata.creationTimestamp", "date")
+_AGE = _column("Age", ".metadata.creationTimestamp", "time since the object was created", "date")
 
 
 def _crd(
@@ -571,28 +586,40 @@ def definitions() -> dict[str, dict[str, Any]]:
             "dags",
             _dag_schema(),
             [
-                _column("Schedule", ".spec.schedule"),
-                _column("Paused", ".status.paused", "boolean"),
-                _column("Active", ".status.activeRuns", "integer"),
-                _column("Last Run", ".status.lastRun.state"),
-                _column("Next Run", ".status.nextRun"),
-                _column("Ready", _READY),
+                _column("Schedule", ".spec.schedule", "the cron expression or preset"),
+                _column("Paused", ".status.paused", "no new runs are scheduled", "boolean"),
+                _column("Active", ".status.activeRuns", "runs queued or running", "integer"),
+                _column(
+                    "Last Run",
+                    ".status.lastRun.state",
+                    "the state of the run with the latest logical date",
+                ),
+                _column("Next Run", ".status.nextRun", "the next scheduled run's logical date"),
+                _column("Ready", _READY, "the spec is in the database as written"),
                 _AGE,
             ],
-            short_names=["dag"],
+            # Not "dag", which is the singular already.
+            short_names=["dg"],
         ),
         "dagruns.yaml": _crd(
             "DagRun",
             "dagruns",
             _dagrun_schema(),
             [
-                _column("DAG", ".spec.dagName"),
-                _column("Type", ".status.runType"),
-                _column("Logical Date", ".status.logicalDate"),
-                _column("State", ".status.state"),
-                _column("Tasks", ".status.tasks"),
-                _column("Duration", ".status.duration"),
+                _column("DAG", ".spec.dagName", "the DAG this is a run of"),
+                _column("Type", ".status.runType", "scheduled, manual or backfill"),
+                _column("Logical Date", ".status.logicalDate", "the run's logical date"),
+                _column("State", ".status.state", "queued, running, success or failed"),
+                _column("Tasks", ".status.tasks", "tasks ended of all tasks"),
+                _column("Duration", ".status.duration", "how long the run took, once ended"),
+                _column("Reason", ".status.reason", "why the run is in its state"),
                 _AGE,
+                _column(
+                    "Message",
+                    ".status.message",
+                    "what the reason means for this run, e.g. which tasks failed and why",
+                    priority=1,
+                ),
             ],
             short_names=["dr"],
         ),
@@ -603,12 +630,13 @@ def definitions() -> dict[str, dict[str, Any]]:
             "pools",
             _pool_schema(),
             [
-                _column("Slots", ".spec.slots", "integer"),
-                _column("Running", ".status.running", "integer"),
-                _column("Queued", ".status.queued", "integer"),
-                _column("Open", ".status.open", "integer"),
+                _column("Slots", ".spec.slots", "how many tasks may run at once", "integer"),
+                _column("Running", ".status.running", "slots taken by running tasks", "integer"),
+                _column("Queued", ".status.queued", "slots taken by queued tasks", "integer"),
+                _column("Open", ".status.open", "slots minus running and queued", "integer"),
                 _AGE,
             ],
+            short_names=["pl"],
             namespaced=False,
         ),
         "backfills.yaml": _crd(
@@ -616,24 +644,25 @@ def definitions() -> dict[str, dict[str, Any]]:
             "backfills",
             _backfill_schema(),
             [
-                _column("DAG", ".spec.dagName"),
-                _column("From", ".spec.startDate"),
-                _column("To", ".spec.endDate"),
-                _column("Progress", ".status.progress"),
-                _column("State", ".status.state"),
+                _column("DAG", ".spec.dagName", "the DAG backfilled"),
+                _column("From", ".spec.startDate", "the first logical date"),
+                _column("To", ".spec.endDate", "the last logical date"),
+                _column("Progress", ".status.progress", "runs ended of all runs"),
+                _column("State", ".status.state", "the backfill's state"),
                 _AGE,
             ],
+            short_names=["bf"],
         ),
         "taskactions.yaml": _crd(
             "TaskAction",
             "taskactions",
             _task_action_schema(),
             [
-                _column("DAG", ".spec.dagName"),
-                _column("Run", ".spec.runId"),
-                _column("Action", ".spec.action"),
-                _column("Phase", ".status.phase"),
-                _column("Changed", ".status.summary"),
+                _column("DAG", ".spec.dagName", "the DAG of the run acted on"),
+                _column("Run", ".spec.runId", "the run acted on"),
+                _column("Action", ".spec.action", "clear, markSuccess or markFailed"),
+                _column("Phase", ".status.phase", "Done or Failed, once handled"),
+                _column("Changed", ".status.summary", "what the action changed"),
                 _AGE,
             ],
         ),

@@ -253,9 +253,19 @@ def status_of(run: RunView, generation: int | None = None) -> dict[str, Any]:
         "taskInstancesOmitted": len(chosen) - len(shown),
         "conditions": _conditions(run, generation),
     }
+    # The condition that describes the run's state, lifted for `kubectl get dagruns`' Reason
+    # and Message columns (a printer column cannot pick the condition that is True).
+    current = _STATE_CONDITION.get(RunState(run.state), "Running")
+    shown_condition = next(c for c in status["conditions"] if c["type"] == current)
+    status["reason"] = shown_condition["reason"]
+    status["message"] = shown_condition["message"]
     if generation is not None:
         status["observedGeneration"] = generation
     return status
+
+
+# Which of the run's conditions says why it is in its state (queued and running: Running).
+_STATE_CONDITION = {RunState.SUCCESS: "Succeeded", RunState.FAILED: "Failed"}
 
 
 def summary_of(run: RunView) -> dict[str, Any]:
