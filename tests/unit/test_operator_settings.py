@@ -27,6 +27,15 @@ def test_watches_are_bounded_by_default() -> None:
     assert settings.peering.lifetime == 60
 
 
+def test_the_server_timeout_is_sent_as_whole_seconds() -> None:
+    """kopf writes `str(server_timeout)` into the watch's `timeoutSeconds`; the API server
+    parses it as an integer and answers "300.0" with 400 Bad Request, failing every watch
+    (a release then stopped acting on new objects in tests/k8s/test_chart_operations.py)."""
+    settings = kopf.OperatorSettings()
+    operator_cli.OperatorTuning().apply(settings)
+    assert str(settings.watching.server_timeout) == "300"
+
+
 def test_the_flags_reach_kopfs_settings() -> None:
     settings = kopf.OperatorSettings()
     tuning = operator_cli.OperatorTuning(
@@ -42,7 +51,8 @@ def test_the_flags_reach_kopfs_settings() -> None:
     ("args", "message"),
     [
         (["--watch-client-timeout", "300"], "must be more than --watch-server-timeout (300)"),
-        (["--watch-server-timeout", "0.5", "--watch-client-timeout", "9"], "at least 1 second"),
+        (["--watch-server-timeout", "0", "--watch-client-timeout", "9"], "at least 1 second"),
+        (["--watch-server-timeout", "2.5"], "--watch-server-timeout"),
         (["--peering-lifetime", "2"], "--peering-lifetime must be at least 5 seconds"),
     ],
 )

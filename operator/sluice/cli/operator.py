@@ -53,7 +53,10 @@ RESYNC_GRACE = 30.0
 # Watch timeouts (seconds): the API server ends a watch after WATCH_SERVER_TIMEOUT and kopf
 # resumes it from its resourceVersion; the client gives up on a connection after
 # WATCH_CLIENT_TIMEOUT, later than the server would end it, so only a dead one is cut.
-WATCH_SERVER_TIMEOUT = 300.0
+# The server's is whole seconds: kopf sends str() of it as the watch's `timeoutSeconds`,
+# which the API server parses as an integer (a float's "300.0" is refused with 400 Bad
+# Request, and every watch fails).
+WATCH_SERVER_TIMEOUT = 300
 WATCH_CLIENT_TIMEOUT = 330.0
 WATCH_CONNECT_TIMEOUT = 30.0
 
@@ -63,7 +66,7 @@ class OperatorTuning:
     """The kopf settings `sluice operator` takes from its flags (applied at startup)."""
 
     peering_lifetime: int = 60
-    watch_server_timeout: float = WATCH_SERVER_TIMEOUT
+    watch_server_timeout: int = WATCH_SERVER_TIMEOUT
     watch_client_timeout: float = WATCH_CLIENT_TIMEOUT
 
     def problems(self) -> list[str]:
@@ -75,7 +78,7 @@ class OperatorTuning:
         if self.watch_server_timeout < 1:
             found.append(
                 "--watch-server-timeout must be at least 1 second"
-                f" (got {self.watch_server_timeout:g})"
+                f" (got {self.watch_server_timeout})"
             )
         if self.watch_client_timeout <= self.watch_server_timeout:
             found.append(
@@ -139,8 +142,10 @@ def operator(
         ),
     ] = None,
     watch_server_timeout: Annotated[
-        float,
-        typer.Option(help="seconds after which the API server ends each watch (kopf resumes it)"),
+        int,
+        typer.Option(
+            help="whole seconds after which the API server ends each watch (kopf resumes it)"
+        ),
     ] = WATCH_SERVER_TIMEOUT,
     watch_client_timeout: Annotated[
         float,
