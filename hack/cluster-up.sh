@@ -555,7 +555,8 @@ wait_up kube-proxy 60 in_netns curl -fsS --max-time 2 "http://127.0.0.1:$PROXY_H
 # its rules as each pod comes and goes (0.28 cores in a 1,000-task bench-k8s
 # trial), which node-bound benchmarks would share the node with.
 if [[ "${SLUICE_NETWORK_POLICY:-1}" != 0 ]]; then
-  "${KUBECTL[@]}" apply -f - >/dev/null <<EOF
+  kube_router_rbac "{apiGroup: rbac.authorization.k8s.io, kind: User, name: system:sluice-kube-router}" \
+    | "${KUBECTL[@]}" apply -f - >/dev/null
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata:

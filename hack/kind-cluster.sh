@@ -103,31 +103,12 @@ EOF
 # on the node's network, its iptables rules and ipsets there, read-only access to what
 # its informers watch. Its image is the node image's (hack/kind-node-image.sh).
 network_policy() {
+  kube_router_rbac "{kind: ServiceAccount, name: sluice-kube-router, namespace: kube-system}" \
+    | kubectl_ apply -f - >/dev/null
   kubectl_ apply -f - >/dev/null <<EOF
 apiVersion: v1
 kind: ServiceAccount
 metadata: {name: sluice-kube-router, namespace: kube-system}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: sluice:kube-router}
-rules:
-- apiGroups: [""]
-  resources: [nodes, pods, namespaces, services, endpoints]
-  verbs: [get, list, watch]
-- apiGroups: [networking.k8s.io]
-  resources: [networkpolicies]
-  verbs: [get, list, watch]
-- apiGroups: [discovery.k8s.io]
-  resources: [endpointslices]
-  verbs: [get, list, watch]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: sluice:kube-router}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: sluice:kube-router}
-subjects:
-- {kind: ServiceAccount, name: sluice-kube-router, namespace: kube-system}
 ---
 apiVersion: apps/v1
 kind: DaemonSet

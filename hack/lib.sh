@@ -48,6 +48,34 @@ export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 trap 'log "FAILED: ${BASH_SOURCE[0]##*/} line $LINENO: $BASH_COMMAND"' ERR
 set -o errtrace
 
+# kube-router's firewall reads what its informers watch, nothing more: the
+# ClusterRole and its binding to SUBJECT (a YAML flow mapping: the local
+# cluster's client certificate user, kind's ServiceAccount), for kubectl apply.
+kube_router_rbac() {
+  cat <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: sluice:kube-router}
+rules:
+- apiGroups: [""]
+  resources: [nodes, pods, namespaces, services, endpoints]
+  verbs: [get, list, watch]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, list, watch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: sluice:kube-router}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: sluice:kube-router}
+subjects:
+- $1
+EOF
+}
+
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
