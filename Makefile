@@ -60,7 +60,7 @@ s3-server:
 registry:
 	bash hack/build-registry.sh
 
-# Publish the image and the Helm chart to an OCI registry (hack/release.sh, ADR 0045):
+# Publish the image and the Helm chart to an OCI registry (hack/release.sh, ADR 0046):
 #   make release REGISTRY=ghcr.io/sluice-project          VERSION: pyproject's (another is refused)
 #   make release REGISTRY=$$(hack/registry.sh up)/sluice-project PLAIN_HTTP=1   a local registry
 # REGISTRY_USERNAME and REGISTRY_PASSWORD (environment) log in for this run only.

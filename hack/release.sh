@@ -23,7 +23,7 @@
 # REGISTRY_PASSWORD (environment) log in for this run only, into temporary files;
 # without them buildah and helm use the logins they already have. PLAIN_HTTP=1
 # talks plain HTTP to the registry (a local test registry; never for a real one).
-# Needs root, buildah and helm (hack/build-k8s.sh helm); ADR 0045.
+# Needs root, buildah and helm (hack/build-k8s.sh helm); ADR 0046.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
