@@ -4,8 +4,8 @@ A registry (hack/registry.sh: CNCF distribution, plain HTTP) in this session's
 network namespace on the address the node reaches (`Cluster.host_address()`: the
 local cluster's node address, kind's gateway), the node's containerd told that it
 speaks plain HTTP (a hosts.toml in the `config_path` hack/cluster-up.sh and
-hack/kind-cluster.sh give it), `make release` to it (the Sluice image e2e/run.sh
-has just built: nothing is built here), then `helm install oci://.../charts/sluice
+hack/kind-cluster.sh give it), `make release` to it (its image build a no-op: e2e/run.sh
+has just built this tree's), then `helm install oci://.../charts/sluice
 --version V` as a user runs it: from an empty directory, helm's own homes in it,
 only `--set`s on the command line. The CRDs are the session's (cluster-scoped, the
 chart's copies are the same files: tests/chart), so `crds.install=false`, as every
@@ -153,10 +153,10 @@ def node_registries(cluster: Cluster) -> NodeRegistries:
     mode = os.environ.get("KIND_MODE")
     if mode == "published":
         pytest.skip(
-            "kind's published mode: its node reaches no registry this test can start (the"
-            " tests run on the host, the node in the machine's Docker, and make release needs"
-            " root and buildah): run it on the local cluster (make e2e) or on kind built here"
-            " (make e2e CLUSTER=kind KIND_MODE=built)"
+            "kind's published mode is not wired for this test: its registry would listen on"
+            " Docker's kind network from the host, and make release builds with buildah as"
+            " root (hack/build-images.sh), as the tests do not run there: run it on the local"
+            " cluster (make e2e) or on kind built here (make e2e CLUSTER=kind KIND_MODE=built)"
         )
     if mode != "built":
         pytest.skip(
