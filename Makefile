@@ -70,8 +70,9 @@ release: install helm
 # The release path against a real registry, no cluster (tests/release): a registry on
 # loopback, `make release` to it, then from an empty directory `helm pull`/`helm template`
 # of oci://.../charts/sluice and the image's manifest from the registry's API. Builds the
-# Sluice image when it is not up to date (hack/build-images.sh sluice); root.
-release-test: install helm registry
+# Sluice image when it is not up to date (hack/build-images.sh sluice: root, and buildah and
+# debootstrap, which cluster-deps installs with the rest of hack/install-deps.sh's packages).
+release-test: install helm registry cluster-deps
 	SLUICE_REQUIRE_RELEASE=1 $(BIN)/pytest tests/release
 
 # Debian's Chromium and chromedriver for the UI's real-browser tests (tests/browser).
