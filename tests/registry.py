@@ -35,6 +35,10 @@ MANIFEST_TYPES = ", ".join(
 )
 
 
+# The registry is on this machine: never through a proxy the environment names.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def sluice_bin() -> Path:
     """hack/lib.sh's $SLUICE_BIN: $SLUICE_BIN, else $SLUICE_CACHE/bin, else ~/.cache/sluice/bin."""
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sluice"
@@ -106,7 +110,7 @@ class Registry:
             token = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
             request.add_header("Authorization", f"Basic {token}")
         try:
-            with urllib.request.urlopen(request, timeout=30) as response:
+            with _DIRECT.open(request, timeout=30) as response:
                 return response.status, dict(response.headers), response.read()
         except urllib.error.HTTPError as exc:
             return exc.code, dict(exc.headers), exc.read()

@@ -206,13 +206,13 @@ def test_helm_install_from_the_registry_runs_a_dag_on_the_image_pulled_from_it(
     assert released.image == f"{reg.address}/{PREFIX}/sluice:{VERSION}"
     assert VERSION in reg.tags(f"{PREFIX}/sluice")
 
-    with installed(k8s_cluster, k8s_namespace) as rel:
-        try:
+    try:
+        with installed(k8s_cluster, k8s_namespace) as rel:
             _install_and_run(k8s_cluster, rel, reg, released, tmp_path)
-        finally:
-            # Its names on the node: the next run's registry has another port, and the
-            # local cluster's containerd store outlives the cluster.
-            node.forget_image(released.digest)
+    finally:
+        # Its names on the node, once the release is gone: the next run's registry has
+        # another port, and the local cluster's containerd store outlives the cluster.
+        node.forget_image(released.digest)
 
 
 def _install_and_run(
