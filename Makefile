@@ -5,7 +5,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 
 .PHONY: pod-template-schema install lint test test-unit test-db demo chaos chaos-soak clean helm chart-crds chart-test browser ui-assets screenshots \
-	s3-server conformance conformance-refresh conformance-standalone
+	s3-server conformance conformance-refresh conformance-standalone registry release release-test
 
 $(BIN)/.installed: pyproject.toml
 	bash hack/ui-assets.sh --optional
@@ -54,6 +54,26 @@ helm:
 # those tests skip, saying so, unless SLUICE_REQUIRE_S3=1.
 s3-server:
 	bash hack/build-versitygw.sh
+
+# CNCF distribution's registry, the OCI registry `make release` is tested against
+# (hack/registry.sh up|url|down), built from source once into ~/.cache/sluice/bin.
+registry:
+	bash hack/build-registry.sh
+
+# Publish the image and the Helm chart to an OCI registry (hack/release.sh, ADR 0046):
+#   make release REGISTRY=ghcr.io/sluice-project          VERSION: pyproject's (another is refused)
+#   make release REGISTRY=$$(hack/registry.sh up)/sluice-project PLAIN_HTTP=1   a local registry
+# REGISTRY_USERNAME and REGISTRY_PASSWORD (environment) log in for this run only.
+release: install helm
+	REGISTRY='$(REGISTRY)' VERSION='$(VERSION)' PLAIN_HTTP='$(or $(PLAIN_HTTP),0)' bash hack/release.sh
+
+# The release path against a real registry, no cluster (tests/release): a registry on
+# loopback, `make release` to it, then from an empty directory `helm pull`/`helm template`
+# of oci://.../charts/sluice and the image's manifest from the registry's API. Builds the
+# Sluice image when it is not up to date (hack/build-images.sh sluice: root, and buildah and
+# debootstrap, which cluster-deps installs with the rest of hack/install-deps.sh's packages).
+release-test: install helm registry cluster-deps
+	SLUICE_REQUIRE_RELEASE=1 $(BIN)/pytest tests/release
 
 # Debian's Chromium and chromedriver for the UI's real-browser tests (tests/browser).
 browser:

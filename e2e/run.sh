@@ -86,5 +86,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The registry tests/k8s/test_release_install.py releases to (a no-op once built): built
+# here, where the Go module proxy is reachable, not inside the cluster's namespace.
+"$ROOT/hack/build-registry.sh"
+
 cd "$ROOT"
 "${run[@]}" "$PY" -m pytest -m k8s tests/k8s -p no:cacheprovider "$@"

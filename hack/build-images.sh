@@ -18,6 +18,10 @@
 # Each image is saved as a docker-archive under $SLUICE_CACHE/images/ for
 # `ctr images import`. A warm run with unchanged inputs is a no-op.
 # Needs root, and the Debian packages buildah, debootstrap and gcc (libc6-dev).
+#
+#   hack/build-images.sh                 # all of them
+#   hack/build-images.sh sluice          # only some (pause, sluice, postgres; the base
+#                                        # comes with sluice and postgres): `make release`
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -31,10 +35,6 @@ mkdir -p "$IMG_DIR"
 for tool in buildah debootstrap gcc; do
   command -v "$tool" >/dev/null || die "$tool not found: apt-get install -y buildah debootstrap gcc libc6-dev"
 done
-
-# buildah keeps its own storage in the cache, not in /var/lib/containers.
-BUILDAH=(buildah --root "$SLUICE_CACHE/containers/storage" --runroot "$SLUICE_CACHE/containers/run"
-  --storage-driver "${SLUICE_STORAGE_DRIVER:-overlay}")
 
 image_id() { "${BUILDAH[@]}" images --noheading --format '{{.ID}}' "$1" 2>/dev/null | head -n1; }
 
@@ -206,8 +206,17 @@ build_postgres() {
 }
 
 start=$SECONDS
-build_pause
-build_base
-build_sluice
-build_postgres
-log "build-images: done in $(fmt_duration $((SECONDS - start))) (archives in $IMG_DIR)"
+parts=("$@")
+[[ ${#parts[@]} -gt 0 ]] || parts=(pause sluice postgres)
+base_done=""
+for part in "${parts[@]}"; do
+  case "$part" in
+    pause) build_pause ;;
+    sluice | postgres)
+      [[ -n "$base_done" ]] || { build_base; base_done=1; }
+      "build_$part"
+      ;;
+    *) die "unknown image: $part (pause, sluice, postgres)" ;;
+  esac
+done
+log "build-images: ${parts[*]} done in $(fmt_duration $((SECONDS - start))) (archives in $IMG_DIR)"

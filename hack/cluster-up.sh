@@ -450,7 +450,13 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     bin_dir = "/usr/lib/cni"
     conf_dir = "$D/cni/net.d"
     max_conf_num = 1
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$D/containerd/certs.d"
 EOF
+# A registry's hosts.toml goes in certs.d/HOST:PORT/ (containerd reads them at each
+# pull): tests/k8s/test_release_install.py's plain-HTTP registry, inside this
+# namespace. Empty, nothing changes: the images are imported, nothing is pulled.
+mkdir -p "$D/containerd/certs.d"
 start containerd containerd --config "$D/containerd/config.toml"
 CTR=(ctr --address "$SOCK" -n k8s.io)
 wait_up containerd 30 "${CTR[@]}" version

@@ -47,6 +47,12 @@ kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
 networking:
   disableDefaultCNI: true
+# Registries' hosts.toml in the node's /etc/containerd/certs.d/HOST:PORT/ (kind's own
+# recipe for a local registry): tests/k8s/test_release_install.py's plain-HTTP one.
+containerdConfigPatches:
+- |-
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "/etc/containerd/certs.d"
 kubeadmConfigPatches:
 - |
   kind: ClusterConfiguration

@@ -28,6 +28,9 @@ KUBE_ROUTER_VERSION="${KUBE_ROUTER_VERSION:-v2.1.0}"
 PROMETHEUS_OPERATOR_VERSION="${PROMETHEUS_OPERATOR_VERSION:-v0.85.0}"
 # The S3-compatible server the log-archive tests run against (tests/s3server.py).
 VERSITYGW_VERSION="${VERSITYGW_VERSION:-v1.8.0}"
+# CNCF distribution's registry: the OCI registry `make release` is tested against
+# (hack/registry.sh, tests/release/, tests/k8s/test_release_install.py).
+DISTRIBUTION_VERSION="${DISTRIBUTION_VERSION:-v3.1.2}"
 
 # Image names used by the local cluster (never pulled from a registry).
 SLUICE_IMAGE="${SLUICE_IMAGE:-localhost/sluice:dev}"
@@ -35,6 +38,10 @@ PAUSE_IMAGE="${PAUSE_IMAGE:-localhost/sluice-pause:3.10}"
 POSTGRES_IMAGE="${POSTGRES_IMAGE:-localhost/sluice-postgres:15}"
 # kube-router's firewall on kind's node built here (hack/kind-node-image.sh, kind-cluster.sh).
 KIND_KUBE_ROUTER_IMAGE="localhost/sluice-kube-router:$KUBE_ROUTER_VERSION"
+# buildah keeps its own storage in the cache, not in /var/lib/containers
+# (hack/build-images.sh builds the images there, hack/release.sh pushes from it).
+BUILDAH=(buildah --root "$SLUICE_CACHE/containers/storage" --runroot "$SLUICE_CACHE/containers/run"
+  --storage-driver "${SLUICE_STORAGE_DRIVER:-overlay}")
 
 # Go may be installed outside PATH (a non-login shell, CI).
 if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
