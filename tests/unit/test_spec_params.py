@@ -107,10 +107,10 @@ spec:
     (result,) = load_dag_documents(text)
     assert isinstance(result, SpecError)
     assert [str(issue) for issue in result.issues] == [
-        "spec.params.at: YAML reads 2026-12-01T06:00:00+00:00 as a datetime, which is not a "
-        "JSON value; quote it ('2026-12-01T06:00:00+00:00') to make it a string",
-        "spec.params.day: YAML reads 2026-12-01 as a date, which is not a JSON value; quote it "
-        "('2026-12-01') to make it a string",
+        "spec.params.at: 2026-12-01T06:00:00+00:00 is a datetime, not a JSON value: write it "
+        "as a string ('2026-12-01T06:00:00+00:00'; in YAML, quoted)",
+        "spec.params.day: 2026-12-01 is a date, not a JSON value: write it as a string "
+        "('2026-12-01'; in YAML, quoted)",
         "spec.params.n: inf is not a JSON number; use a finite number or a string",
     ]
 

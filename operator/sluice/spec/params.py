@@ -134,8 +134,8 @@ def _not_json(value: object) -> str:
     if isinstance(value, date | time):
         text = value.isoformat()
         return (
-            f"YAML reads {text} as a {type(value).__name__}, which is not a JSON value; "
-            f"quote it ('{text}') to make it a string"
+            f"{text} is a {type(value).__name__}, not a JSON value: write it as a string "
+            f"('{text}'; in YAML, quoted)"
         )
     return (
         f"a {type(value).__name__} is not a JSON value; use a string, a number, true/false, "
