@@ -321,7 +321,10 @@ def _dagrun_schema() -> Schema:
                     ]
                 },
             ),
-            "conf": _free_object("the run's conf (SLUICE_CONF in each task)"),
+            "conf": _free_object(
+                "the run's conf (SLUICE_CONF in each task); its keys override the DAG's "
+                "params of the same name (SLUICE_PARAMS)"
+            ),
             "state": {
                 "type": "string",
                 "enum": ["success", "failed"],
