@@ -175,3 +175,18 @@ def test_the_run_context_writes_instants_in_utc() -> None:
     env = launch.context_env()
     assert env["SLUICE_LOGICAL_DATE"] == "2026-11-01T01:00:00+00:00"
     assert env["SLUICE_DATA_INTERVAL_END"] == "2026-11-02T01:00:00+00:00"
+
+
+def test_all_params_as_json_are_sluice_params() -> None:
+    parsed = templates.parse("{{ params | tojson }}", VARIABLE)
+    assert parsed.pieces == [templates.ContextValue("SLUICE_PARAMS")]
+    assert parsed.notes == []
+    bare = templates.parse("{{ params }}", VARIABLE)
+    assert bare.pieces == [templates.ContextValue("SLUICE_PARAMS")]
+    assert "Python dict" in bare.notes[0]
+    own = TemplateParams({"table": "mine"}, {}, {}, "the task's own params are not in it")
+    assert templates.parse("{{ params | tojson }}", own).problems == [
+        "`{{ params | tojson }}`: $SLUICE_PARAMS is not these params: the task's own params "
+        "are not in it"
+    ]
+    assert "only a param's value" in templates.parse("{{ params | upper }}", VARIABLE).problems[0]

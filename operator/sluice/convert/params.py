@@ -48,12 +48,14 @@ class TemplateParams:
     values: Mapping[str, Any] | None
     variables: Mapping[str, str] = field(default_factory=dict)
     why_static: Mapping[str, str] = field(default_factory=dict)
+    # Why $SLUICE_PARAMS is not the task's `params` (None: it is).
+    why_not_all: str | None = None
 
     def without_variables(self, why: str) -> TemplateParams:
         """The same params where no variable can be read (a pod's env, an image name)."""
         names = self.values or {}
         reasons = {name: self.why_static.get(name, why) for name in names}
-        return TemplateParams(self.values, {}, reasons)
+        return TemplateParams(self.values, {}, reasons, why)
 
 
 def dag_params(given: Any, from_default_args: Any) -> DagParams:
@@ -97,11 +99,11 @@ def dag_params(given: Any, from_default_args: Any) -> DagParams:
 def for_task(dag: DagParams, task_params: Any) -> TemplateParams:
     """What the templates of a task with these params of its own (None: none) can use."""
     if dag.values is None:
-        return TemplateParams(None)
+        return TemplateParams(None, why_not_all="the DAG's params are not read statically")
     own: dict[str, Any] = {}
     if task_params is not None:
         if isinstance(task_params, Unknown) or not isinstance(task_params, Mapping):
-            return TemplateParams(None)
+            return TemplateParams(None, why_not_all="the task's params are not read statically")
         own = {
             name: raw.default if isinstance(raw, ParamValue) else raw
             for name, raw in task_params.items()
@@ -123,7 +125,9 @@ def for_task(dag: DagParams, task_params: Any) -> TemplateParams:
             why_static[name] = "its name makes no variable name; it is only in $SLUICE_PARAMS"
         else:
             variables[name] = variable
-    return TemplateParams(values, variables, why_static)
+    differ = any(name in own and own[name] != dag.values.get(name) for name in own)
+    why_not_all = "the task's own params are not in it" if differ else None
+    return TemplateParams(values, variables, why_static, why_not_all)
 
 
 def to_json(value: Any) -> Any:

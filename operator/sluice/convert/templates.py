@@ -22,6 +22,7 @@ from jinja2 import nodes
 
 from sluice.convert.params import TemplateParams
 from sluice.convert.values import Unknown
+from sluice.spec import params as run_params
 
 LOGICAL = "SLUICE_LOGICAL_DATE"
 START = "SLUICE_DATA_INTERVAL_START"
@@ -250,7 +251,19 @@ def _context(
 def _param(
     path: tuple[str, ...], filters: list[str], params: TemplateParams | None, result: Template
 ) -> None:
-    shown = "{{ " + ".".join(path) + " }}"
+    shown = "{{ " + " | ".join([".".join(path), *filters]) + " }}"
+    if path == ("params",) and filters in ([], ["tojson"]):
+        why = params.why_not_all if params is not None else "no params are known"
+        if why is not None:
+            result.problems.append(f"`{shown}`: $SLUICE_PARAMS is not these params: {why}")
+            return
+        result.pieces.append(ContextValue(run_params.ALL_PARAMS))
+        if not filters:
+            result.notes.append(
+                f"`{shown}` renders a Python dict on Airflow; $SLUICE_PARAMS is the same "
+                "params as JSON"
+            )
+        return
     if len(path) != 2 or filters:
         result.problems.append(f"`{shown}`: only a param's value as is can be converted")
         return
