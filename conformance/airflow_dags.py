@@ -2,7 +2,8 @@
 
 Each task becomes a BashOperator running the same shell text, with the
 `SLUICE_*` variables a Sluice task sees mapped from Airflow's templates, so a
-command reads the same run context on both sides. A DAG or task field is
+command reads the same run context on both sides (a DAG's params too: its
+`params`, and `SLUICE_PARAMS`/`SLUICE_PARAM_*` from Airflow's `params`). A DAG or task field is
 written only when the manifest sets it, so where the two defaults differ the
 generated DAG keeps Airflow's, and the definition check (`definitions`) shows
 it. The DAG's timezone is its start date's zone, as Airflow takes it. What
@@ -19,6 +20,7 @@ from typing import Any
 
 from conformance.cases import Case, instant
 from conformance.definitions import pool_name, shell_text
+from sluice.spec import params as run_params
 from sluice.spec.models import DagSpec, TaskSpec, task_field_name
 
 # The run context a Sluice task reads, as Airflow templates (the same text on both sides:
@@ -88,8 +90,9 @@ def file_name(case: Case) -> str:
 def source(case: Case) -> str:
     spec = case.manifest.spec
     defaults = _defaults(spec)
+    env = dag_env(spec)
     lines = [
-        HEADER.format(path=case.relative_path, about=case.about, env=_dict(SLUICE_ENV, 0)),
+        HEADER.format(path=case.relative_path, about=case.about, env=_dict(env, 0)),
         "with DAG(",
         f"    {case.name!r},",
         *(f"    {name}={value}," for name, value in _dag_arguments(spec)),
@@ -105,13 +108,26 @@ def source(case: Case) -> str:
     for task in spec.tasks:
         lines.append(f"        {task.name!r}: BashOperator(")
         lines.extend(
-            f"            {name}={value}," for name, value in _task_arguments(task, defaults)
+            f"            {name}={value}," for name, value in _task_arguments(task, defaults, env)
         )
         lines.append("        ),")
     lines.append("    }")
     edges = [(up, task.name) for task in spec.tasks for up in task.depends_on]
     lines.extend(f"    tasks[{up!r}] >> tasks[{down!r}]" for up, down in edges)
     return "\n".join(lines) + "\n"
+
+
+def dag_env(spec: DagSpec) -> dict[str, str]:
+    """SLUICE_ENV, and for a DAG with params the SLUICE_PARAMS and SLUICE_PARAM_* a Sluice
+    task reads, from Airflow's `params` (the DAG's under the run's conf, as Sluice's)."""
+    if not spec.params:
+        return SLUICE_ENV
+    env = {**SLUICE_ENV, "SLUICE_PARAMS": "{{ params | tojson }}"}
+    for name, value in spec.params.items():
+        variable = run_params.env_name(name)
+        if variable is not None and run_params.rendered(value) is not None:
+            env[variable] = "{{ params." + name + " }}"
+    return env
 
 
 def _dag_arguments(spec: DagSpec) -> list[tuple[str, str]]:
@@ -125,6 +141,8 @@ def _dag_arguments(spec: DagSpec) -> list[tuple[str, str]]:
         for field, argument in _DAG_FIELDS.items()
         if field in spec.model_fields_set
     )
+    if spec.params:
+        arguments.append(("params", repr(spec.params)))
     return arguments
 
 
@@ -137,12 +155,14 @@ def _defaults(spec: DagSpec) -> dict[str, Any]:
     return {field: getattr(parsed, field) for field in _TASK_FIELDS if field in given}
 
 
-def _task_arguments(task: TaskSpec, defaults: dict[str, Any]) -> list[tuple[str, str]]:
-    env = {**SLUICE_ENV, **{var.name: var.value for var in task.env}}
+def _task_arguments(
+    task: TaskSpec, defaults: dict[str, Any], dag_env: dict[str, str]
+) -> list[tuple[str, str]]:
+    env = {**dag_env, **{var.name: var.value for var in task.env}}
     arguments = [
         ("task_id", repr(task.name)),
         ("bash_command", repr(shell_text(task))),
-        ("env", "SLUICE_ENV" if env == SLUICE_ENV else _dict(env, 12)),
+        ("env", "SLUICE_ENV" if env == dag_env else _dict(env, 12)),
         ("append_env", "True"),
     ]
     for field, argument in _TASK_FIELDS.items():

@@ -96,6 +96,8 @@ def definition(dag: Any) -> dict[str, Any]:
         "max_active_runs": dag.max_active_runs,
         "max_active_tasks": dag.max_active_tasks,
         "dagrun_timeout": seconds(dag.dagrun_timeout),
+        # Only when the DAG has params (as the Sluice side), so older records still compare.
+        **({"params": dag.params.dump()} if dag.params else {}),
         "tasks": {task.task_id: _task(task) for task in dag.tasks},
     }
 

@@ -34,6 +34,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -70,8 +71,8 @@ API = {
         "and the most runs and tasks at once (conformance.executions.order_of)"
     ),
     "triggers": (
-        "airflow dags trigger DAG --exec-date (2.x) / --logical-date (3.x) DATE once "
-        "serialized_dag has the DAG: created if it exits 0, else refused"
+        "airflow dags trigger DAG --exec-date (2.x) / --logical-date (3.x) DATE [-c CONF] "
+        "once serialized_dag has the DAG: created if it exits 0, else refused"
     ),
     "action": (
         "once the runs acted on have ended, the scheduler still running: airflow tasks "
@@ -266,11 +267,12 @@ class AirflowRuns:
             return []
         self._wait_parsed(engine, case, home, procs)
         option = "--exec-date" if self.major < 3 else "--logical-date"
+        conf = [] if case.trigger_conf is None else ["-c", json.dumps(case.trigger_conf)]
         found = []
         with (home / "triggers.log").open("w") as log:
             for when in case.triggers:
                 result = subprocess.run(
-                    [self.airflow, "dags", "trigger", case.name, option, str(instant(when))],
+                    [self.airflow, "dags", "trigger", case.name, option, str(instant(when)), *conf],
                     env=env,
                     cwd=home,
                     capture_output=True,
@@ -278,7 +280,8 @@ class AirflowRuns:
                     check=False,
                     timeout=300,
                 )
-                log.write(f"$ airflow dags trigger {case.name} {option} {instant(when)}\n")
+                shown = shlex.join([case.name, option, str(instant(when)), *conf])
+                log.write(f"$ airflow dags trigger {shown}\n")
                 log.write(f"exit {result.returncode}\n{result.stdout}{result.stderr}\n")
                 refused = None
                 if result.returncode:

@@ -31,6 +31,8 @@ written as annotations, so one file says it all:
   of manual runs asked for once the DAG is registered, before it runs: `airflow
   dags trigger` on Airflow, `scheduler.triggers.trigger_run` on Sluice; whether
   each was created or refused is compared too (`triggers`);
+- `conformance.sluice.io/trigger-conf` (with `triggers`): a JSON object, the conf
+  of every manual run asked for (`airflow dags trigger -c`, `trigger_run(conf=)`);
 - `conformance.sluice.io/wait: SECONDS` (executed cases): observe the DAG's runs that
   long after its first run appeared, ended or not (for runs that never end, such as
   a dependsOnPast task after a failure), instead of once every run has ended;
@@ -71,6 +73,7 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from sluice.spec.errors import SpecError
 from sluice.spec.models import DagManifest
@@ -82,7 +85,7 @@ PREFIX = "conformance.sluice.io/"
 # Areas whose cases run their tasks (real schedulers, a fresh database), compared once
 # their runs have ended; every other area is decided in-process at the case's `now`.
 EXECUTED_AREAS = frozenset(
-    {"dependencies", "retries", "limits", "across-runs", "backfill", "clearing"}
+    {"dependencies", "retries", "limits", "across-runs", "backfill", "clearing", "params"}
 )
 # What a backfill may do with a date that already has an ended run (see the module doc).
 REPROCESS_CHOICES = ("none", "failed", "completed")
@@ -140,6 +143,7 @@ class Case:
     observe: frozenset[str] = frozenset()
     pools: tuple[tuple[str, int], ...] = ()
     triggers: tuple[datetime, ...] = ()
+    trigger_conf: dict[str, Any] | None = None  # the conf of every manual run asked for
     wait: float | None = None
     backfill: BackfillAsk | None = None
     action: ActionAsk | None = None
@@ -163,10 +167,13 @@ class Case:
     def digest(self) -> str:
         """A sha256 of what Airflow's observations depend on, recorded with them to tell
         them stale: the manifest and the scenario, not `about` or `deviation`."""
+        manifest = self.manifest.model_dump(
+            mode="json", by_alias=True, exclude={"metadata": {"annotations"}}
+        )
+        if not manifest["spec"]["params"]:
+            del manifest["spec"]["params"]  # added later (spec schema 3): older digests stand
         inputs: dict[str, object] = {
-            "manifest": self.manifest.model_dump(
-                mode="json", by_alias=True, exclude={"metadata": {"annotations"}}
-            ),
+            "manifest": manifest,
             "now": instant(self.now),
             "manual_runs": [instant(when) for when in self.manual_runs],
             "last_run": [instant(when) for when in self.last_run or ()],
@@ -178,6 +185,8 @@ class Case:
             inputs["pools"] = [list(pool) for pool in self.pools]
         if self.triggers:
             inputs["triggers"] = [instant(when) for when in self.triggers]
+        if self.trigger_conf is not None:
+            inputs["trigger_conf"] = self.trigger_conf
         if self.wait is not None:
             inputs["wait"] = self.wait
         if self.backfill is not None:
@@ -254,6 +263,7 @@ def load(path: Path) -> Case:
     triggers = tuple(
         parse_instant(text, path) for text in notes.get(PREFIX + "triggers", "").split()
     )
+    trigger_conf = _trigger_conf(notes.get(PREFIX + "trigger-conf"), triggers, path)
     wait_text = notes.get(PREFIX + "wait")
     if wait_text is not None and not wait_text.isdigit():
         raise CaseError(f"{path}: {PREFIX}wait is a whole number of seconds, got {wait_text!r}")
@@ -281,10 +291,28 @@ def load(path: Path) -> Case:
         observe=observe,
         pools=pools,
         triggers=triggers,
+        trigger_conf=trigger_conf,
         wait=float(wait_text) if wait_text is not None else None,
         backfill=backfill,
         action=action,
     )
+
+
+def _trigger_conf(
+    text: str | None, triggers: tuple[datetime, ...], where: object
+) -> dict[str, Any] | None:
+    """The conf of the case's manual runs: a JSON object, only beside `triggers`."""
+    if text is None:
+        return None
+    if not triggers:
+        raise CaseError(f"{where}: {PREFIX}trigger-conf is the conf of {PREFIX}triggers' runs")
+    try:
+        conf = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CaseError(f"{where}: {PREFIX}trigger-conf is not JSON: {exc}") from None
+    if not isinstance(conf, dict):
+        raise CaseError(f"{where}: {PREFIX}trigger-conf is a JSON object, got {text!r}")
+    return conf
 
 
 def _backfill(notes: dict[str, str], area: str, where: object) -> BackfillAsk | None:
@@ -412,6 +440,7 @@ _ANNOTATIONS = (
     "observe",
     "pools",
     "triggers",
+    "trigger-conf",
     "wait",
     "backfill",
     "backfill-reprocess",

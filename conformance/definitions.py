@@ -39,6 +39,7 @@ def seconds(value: timedelta | None) -> float | None:
 
 def of_manifest(manifest: DagManifest) -> dict[str, Any]:
     spec = manifest.spec
+    params = {"params": spec.params} if spec.params else {}  # added later: only when given
     return {
         "dag_id": manifest.metadata.name,
         "schedule": spec.schedule,
@@ -49,6 +50,7 @@ def of_manifest(manifest: DagManifest) -> dict[str, Any]:
         "max_active_runs": spec.max_active_runs,
         "max_active_tasks": spec.max_active_tasks,
         "dagrun_timeout": seconds(spec.dagrun_timeout),
+        **params,
         "tasks": {task.name: _task(task) for task in spec.tasks},
     }
 

@@ -468,7 +468,14 @@ def trigger_runs(url: str, selected: Sequence[Case]) -> dict[str, list[dict[str,
                 found[case.name] = []
                 for when in case.triggers:
                     try:
-                        trigger_run(session, SpecCache(), case.name, utcnow(), logical_date=when)
+                        trigger_run(
+                            session,
+                            SpecCache(),
+                            case.name,
+                            utcnow(),
+                            logical_date=when,
+                            conf=case.trigger_conf,
+                        )
                     except TriggerError as exc:
                         session.rollback()
                         found[case.name].append(trigger_record(when, str(exc)))

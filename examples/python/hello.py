@@ -15,12 +15,16 @@ dag = DAG(
     schedule="@hourly",
     start_date=datetime(2026, 12, 1, tzinfo=UTC),
     catchup=False,  # only the latest hour runs, not every hour since start_date
+    params={"audience": "world"},  # Airflow's params: a run's conf may override it
     defaults={"image": "busybox:1.36", "command": ["sh", "-c"], "execution_timeout": "5m"},
 )
 
 extract = dag.task(
     "extract",
-    args=['echo "hello from $SLUICE_DAG, run $SLUICE_RUN_ID, logical date $SLUICE_LOGICAL_DATE"'],
+    args=[
+        'echo "hello $SLUICE_PARAM_AUDIENCE from $SLUICE_DAG, run $SLUICE_RUN_ID, '
+        'logical date $SLUICE_LOGICAL_DATE"'
+    ],
 )
 words = dag.task(
     "transform-words",

@@ -41,6 +41,9 @@ OLD_SPEC = (
     '"podTemplate": null}]}'
 )
 OLD_HASH = "486727b7c2f76b42831a92c5ccab9d899b822b56481352a7f8bbc5164768180c"
+# What the schema-2 model (before `params`) stored for the same manifest is OLD_SPEC without
+# `paused`; the hash it computed:
+SCHEMA_2_HASH = "f46fe94bc916da3f4aa3c57831ec4f65c22435353d0fde76a41af9e29ed8a40f"
 
 
 def the_same_manifest_today(**changes: Any) -> DagManifest:
@@ -57,7 +60,9 @@ def the_same_manifest_today(**changes: Any) -> DagManifest:
     return manifest("old", tasks, **{**spec, **changes})
 
 
-def store_old_dag(session: Session, spec: str = OLD_SPEC, schema_version: int = 1) -> int:
+def store_old_dag(
+    session: Session, spec: str = OLD_SPEC, schema_version: int = 1, digest: str = OLD_HASH
+) -> int:
     """The rows an older release left: a due DAG whose current version is `spec` (paused in
     the manifest, unpaused by hand), as migration 0006 leaves them."""
     session.execute(
@@ -75,7 +80,7 @@ def store_old_dag(session: Session, spec: str = OLD_SPEC, schema_version: int = 
             "INSERT INTO dag_version (dag_id, version_number, spec_hash, spec, spec_schema_version)"
             " VALUES ('old', 1, :hash, CAST(:spec AS jsonb), :schema) RETURNING id"
         ),
-        {"hash": OLD_HASH, "spec": spec, "schema": schema_version},
+        {"hash": digest, "spec": spec, "schema": schema_version},
     ).scalar_one()
     session.execute(
         text("UPDATE dag SET current_version_id = :v WHERE dag_id = 'old'"), {"v": version_id}
@@ -195,3 +200,20 @@ def test_an_unchanged_manifest_keeps_its_schema_1_version(sessions: sessionmaker
             select(DagVersion.version_number).where(DagVersion.dag_id == "old")
         ).scalars()
         assert sorted(numbers) == [1, 2]
+
+
+def test_an_unchanged_manifest_keeps_its_schema_2_version(sessions: sessionmaker[Session]) -> None:
+    """Schema 3 added `params` (an empty object when none are given), so the dump of every
+    spec changed; a DAG applied again without params keeps its version."""
+    schema_2 = {key: value for key, value in json.loads(OLD_SPEC).items() if key != "paused"}
+    with sessions() as session:
+        version_id = store_old_dag(
+            session, spec=json.dumps(schema_2), schema_version=2, digest=SCHEMA_2_HASH
+        )
+        assert SpecCache().get(session, version_id).spec.params == {}
+        result = sync_dag(session, the_same_manifest_today(), T0)
+        assert (result.version_id, result.new_version) == (version_id, False)
+        changed = sync_dag(session, the_same_manifest_today(params={"mode": "full"}), T0)
+        assert changed.new_version
+        stored = session.get_one(DagVersion, changed.version_id)
+        assert (stored.spec["params"], stored.spec_schema_version) == ({"mode": "full"}, 3)

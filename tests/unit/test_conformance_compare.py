@@ -481,9 +481,49 @@ def test_an_executed_case_reads_order_pools_triggers_and_wait(tmp_path: Path) ->
     assert plain.digest != case.digest
 
 
+def test_a_params_case_triggers_with_its_conf_and_generates_params(tmp_path: Path) -> None:
+    notes = (
+        '    conformance.sluice.io/about: "x"\n'
+        '    conformance.sluice.io/triggers: "2026-10-31T00:00:00Z"\n'
+        '    conformance.sluice.io/trigger-conf: \'{"mode": "delta"}\''
+    )
+    path = write_case(tmp_path, notes, area_name="params")
+    path.write_text(path.read_text().replace("spec:\n", "spec:\n  params: {mode: full, n: [1]}\n"))
+    case = cases.load(path)
+    assert case.executes
+    assert case.trigger_conf == {"mode": "delta"}
+    without = notes.rsplit("\n", 1)[0]
+    other = write_case(tmp_path / "other", without, area_name="params")
+    other.write_text(path.read_text().replace(notes, without))
+    assert cases.load(other).digest != case.digest
+    source = airflow_dags.source(case)
+    assert "    params={'mode': 'full', 'n': [1]},\n" in source
+    assert "    'SLUICE_PARAMS': '{{ params | tojson }}',\n" in source
+    assert "    'SLUICE_PARAM_MODE': '{{ params.mode }}',\n" in source
+    assert "SLUICE_PARAM_N'" not in source  # a list: JSON only
+    assert definitions.of_manifest(case.manifest)["params"] == {"mode": "full", "n": [1]}
+    plain = cases.load(
+        write_case(tmp_path / "plain", '    conformance.sluice.io/about: "x"', area_name="params")
+    )
+    assert "params" not in definitions.of_manifest(plain.manifest)  # older records compare
+    assert "params=" not in airflow_dags.source(plain)
+    assert "SLUICE_PARAM" not in airflow_dags.source(plain)
+
+
 @pytest.mark.parametrize(
     ("notes", "area", "message"),
     [
+        (
+            "    conformance.sluice.io/trigger-conf: '{}'",
+            "params",
+            "trigger-conf is the conf of conformance.sluice.io/triggers' runs",
+        ),
+        (
+            '    conformance.sluice.io/triggers: "2026-10-31T00:00:00Z"\n'
+            "    conformance.sluice.io/trigger-conf: '[1]'",
+            "params",
+            "trigger-conf is a JSON object",
+        ),
         ("    conformance.sluice.io/observe: timing", "limits", "observe: unknown timing"),
         ('    conformance.sluice.io/pools: "p"', "limits", "pools are NAME=SLOTS"),
         ('    conformance.sluice.io/wait: "soon"', "limits", "wait is a whole number"),

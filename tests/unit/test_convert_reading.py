@@ -277,3 +277,74 @@ def test_invalid_python_names_the_file_and_line(tmp_path: Path) -> None:
         convert_file(path)
     with pytest.raises(ConvertError, match="no such file"):
         convert_file(tmp_path / "missing.py")
+
+
+def test_dag_params_become_spec_params_default_args_params_over_them() -> None:
+    conversion = convert(
+        dag(
+            "t = BashOperator(task_id='t', bash_command='run {{ params.mode }} {{ params.n }}')",
+            params="{'mode': 'full', 'n': 1, 'pair': (1, 2)}",
+            default_args="{'params': {'n': 2}}",
+        )
+    )
+    spec = manifest(conversion).spec
+    assert spec.params == {"mode": "full", "n": 2, "pair": [1, 2]}  # a tuple: a JSON list
+    assert spec.tasks[0].args == ['run "${SLUICE_PARAM_MODE}" "${SLUICE_PARAM_N}"']
+    assert [f.message for f in conversion.all_findings if "params" in f.message] == []
+
+
+def test_a_param_sluice_cannot_hold_is_a_gap_and_params_not_read_are_one() -> None:
+    conversion = convert(dag("t = BashOperator(task_id='t', bash_command='true')", params="P"))
+    assert gaps(conversion) == [
+        "params is not a dict read statically: name 'P' is not defined in this file"
+    ]
+    conversion = convert(
+        dag(
+            "t = BashOperator(task_id='t', bash_command='echo {{ params.at }}')",
+            params="{'at': datetime(2026, 1, 1), 'ok': 1}",
+        )
+    )
+    assert gaps(conversion) == [
+        "params['at']: a datetime is not a JSON value: Sluice's params are JSON; write it as a "
+        "string ('2026-01-01T00:00:00')",
+    ]
+    (document,) = conversion.documents
+    assert "  params:\n    ok: 1\n" in document.text
+    # Airflow renders the default in its template, and so does the converted command.
+    assert "- echo 2026-01-01 00:00:00\n" in document.text
+
+
+def test_a_task_s_own_param_equal_to_the_dag_s_is_still_the_variable() -> None:
+    conversion = convert(
+        dag(
+            "t = BashOperator(task_id='t', bash_command='echo {{ params.mode }}',"
+            " params={'mode': 'full'})",
+            params="{'mode': 'full'}",
+        )
+    )
+    assert manifest(conversion).spec.tasks[0].args == ['echo "${SLUICE_PARAM_MODE}"']
+
+
+def test_a_converted_command_reads_the_run_s_params(tmp_path: Path) -> None:
+    """The converted script, run with the environment a run with conf gives its task,
+    prints what Airflow renders for that run (dag_run_conf_overrides_params)."""
+    import subprocess
+
+    from sluice.spec import params
+
+    conversion = convert(
+        dag(
+            "t = BashOperator(task_id='t', env={'N': '{{ params.n }}'},"
+            " bash_command='echo \"{{ params.mode }}\" \\'{{ params.flag }}\\' $N')",
+            params="{'mode': 'full', 'flag': False, 'n': 1}",
+        )
+    )
+    spec = manifest(conversion).spec
+    (script,) = spec.tasks[0].args
+    for conf, printed in [
+        ({}, "full False 1\n"),
+        ({"mode": "two words", "flag": None, "n": 2.5}, "two words None 2.5\n"),
+    ]:
+        env = params.environment(spec.params, conf)
+        done = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True)
+        assert done.stdout == printed, script

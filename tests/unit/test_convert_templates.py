@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from sluice.convert import templates
+from sluice.convert.params import TemplateParams
 from sluice.executors.base import TaskLaunch
 
 CONTEXT = {
@@ -23,7 +24,11 @@ CONTEXT = {
     "SLUICE_DATA_INTERVAL_END": "2026-11-02T05:06:07.250000+00:00",
     "SLUICE_TRY_NUMBER": "2",
     "SLUICE_CONF": '{"a": 1}',
+    "SLUICE_PARAM_TABLE": "users",
 }
+# `table` as a default written in, and as the variable a run's conf overrides.
+STATIC = TemplateParams({"table": "users"})
+VARIABLE = TemplateParams({"table": "users"}, {"table": "SLUICE_PARAM_TABLE"})
 
 # What Airflow renders for each, given CONTEXT's run (its `ds`, `ts`, ... definitions).
 RENDERED = [
@@ -60,16 +65,22 @@ def sh(script: str) -> str:
 
 @pytest.mark.parametrize(("template", "rendered"), RENDERED)
 @pytest.mark.parametrize("quoting", ["echo {}", 'echo "<{}>"', "echo '<{}>'"])
-def test_a_command_prints_what_airflow_rendered(template: str, rendered: str, quoting: str) -> None:
-    parsed = templates.parse(quoting.format(template), {"table": "users"})
+@pytest.mark.parametrize("params", [STATIC, VARIABLE], ids=["static", "variable"])
+def test_a_command_prints_what_airflow_rendered(
+    template: str, rendered: str, quoting: str, params: TemplateParams
+) -> None:
+    parsed = templates.parse(quoting.format(template), params)
     assert parsed.problems == []
     expected = quoting.format(rendered).removeprefix("echo ").strip("'\"")
     assert sh(templates.shell_script(parsed)) == expected + "\n"
 
 
 @pytest.mark.parametrize(("template", "rendered"), RENDERED)
-def test_an_env_value_is_one_word_with_the_rendered_value(template: str, rendered: str) -> None:
-    parsed = templates.parse(f"it's {template} * x", {"table": "users"})
+@pytest.mark.parametrize("params", [STATIC, VARIABLE], ids=["static", "variable"])
+def test_an_env_value_is_one_word_with_the_rendered_value(
+    template: str, rendered: str, params: TemplateParams
+) -> None:
+    parsed = templates.parse(f"it's {template} * x", params)
     word = templates.shell_word(parsed)
     assert sh(f'V={word}; printf %s "$V"') == f"it's {rendered} * x"
 
@@ -92,21 +103,46 @@ def test_an_env_value_is_one_word_with_the_rendered_value(template: str, rendere
     ],
 )
 def test_what_has_no_sluice_form_is_a_problem_saying_why(template: str, why: str) -> None:
-    parsed = templates.parse(template, {"table": "users"})
+    parsed = templates.parse(template, VARIABLE)
     assert len(parsed.problems) == 1
     assert why in parsed.problems[0]
 
 
 def test_conf_rendered_as_a_dict_is_converted_with_a_note() -> None:
-    parsed = templates.parse("{{ dag_run.conf }}", {})
+    parsed = templates.parse("{{ dag_run.conf }}", TemplateParams({}))
     assert parsed.pieces == [templates.ContextValue("SLUICE_CONF")]
     assert "Python dict" in parsed.notes[0]
 
 
-def test_a_param_is_its_default_with_a_note() -> None:
-    parsed = templates.parse("{{ params.n }}", {"n": 3})
-    assert parsed.pieces == ["3"]
-    assert "cannot override" in parsed.notes[0]
+def test_a_param_with_a_variable_reads_it() -> None:
+    parsed = templates.parse("{{ params.table }}", VARIABLE)
+    assert parsed.pieces == [templates.ContextValue("SLUICE_PARAM_TABLE")]
+    assert parsed.notes == []
+
+
+def test_a_param_without_one_is_its_default_with_a_note_saying_why() -> None:
+    params = TemplateParams({"n": 3, "flag": False, "none": None}, {}, {"n": "a reason"})
+    parsed = templates.parse("{{ params.n }} {{ params.flag }} {{ params.none }}", params)
+    assert parsed.pieces == ["3", " ", "False", " ", "None"]  # Airflow's Jinja: str()
+    assert parsed.notes[0] == (
+        "`{{ params.n }}` became its default 3 (a reason): a run's conf cannot override it here"
+    )
+    assert "(" not in parsed.notes[1]  # no reason given
+
+
+def test_without_variables_every_param_is_written_in_saying_why() -> None:
+    params = VARIABLE.without_variables("no variable here")
+    parsed = templates.parse("{{ params.table }}", params)
+    assert parsed.pieces == ["users"]
+    assert "(no variable here)" in parsed.notes[0]
+
+
+def test_a_param_with_no_static_value_is_a_problem() -> None:
+    for params in (None, TemplateParams(None), TemplateParams({}, {"other": "SLUICE_PARAM_OTHER"})):
+        parsed = templates.parse("{{ params.table }}", params)
+        assert parsed.problems == [
+            "`{{ params.table }}`: the DAG's params have no static value for 'table'"
+        ]
 
 
 def test_text_without_templates_is_left_as_it_is() -> None:
@@ -139,3 +175,18 @@ def test_the_run_context_writes_instants_in_utc() -> None:
     env = launch.context_env()
     assert env["SLUICE_LOGICAL_DATE"] == "2026-11-01T01:00:00+00:00"
     assert env["SLUICE_DATA_INTERVAL_END"] == "2026-11-02T01:00:00+00:00"
+
+
+def test_all_params_as_json_are_sluice_params() -> None:
+    parsed = templates.parse("{{ params | tojson }}", VARIABLE)
+    assert parsed.pieces == [templates.ContextValue("SLUICE_PARAMS")]
+    assert parsed.notes == []
+    bare = templates.parse("{{ params }}", VARIABLE)
+    assert bare.pieces == [templates.ContextValue("SLUICE_PARAMS")]
+    assert "Python dict" in bare.notes[0]
+    own = TemplateParams({"table": "mine"}, {}, {}, "the task's own params are not in it")
+    assert templates.parse("{{ params | tojson }}", own).problems == [
+        "`{{ params | tojson }}`: $SLUICE_PARAMS is not these params: the task's own params "
+        "are not in it"
+    ]
+    assert "only a param's value" in templates.parse("{{ params | upper }}", VARIABLE).problems[0]

@@ -120,6 +120,29 @@ def test_a_job_has_identity_no_retries_the_timeout_and_restricted_security() -> 
     assert env["SLUICE_CONF"] == '{"k": "v"}'
 
 
+def test_the_run_context_reaches_the_container_as_written() -> None:
+    """The params and the conf are data: Kubernetes expands `$(VAR)` in an env value and
+    makes `$$` one `$`, so a `$` in them is written `$$`; the task's own env is left as is."""
+    job = build_job(
+        launch(
+            conf={"cmd": "echo $(HOME) $$ $1"},
+            dag_params={"mode": "full", "price": "$5"},
+            env={"MINE": "$(SLUICE_DAG)"},
+        ),
+        SETTINGS,
+        token="tok",
+    )
+    env = {e["name"]: e["value"] for e in main_container(job)["env"]}
+    assert env["SLUICE_CONF"] == '{"cmd": "echo $$(HOME) $$$$ $$1"}'
+    assert (
+        env["SLUICE_PARAMS"] == '{"cmd": "echo $$(HOME) $$$$ $$1", "mode": "full", "price": "$$5"}'
+    )
+    assert env["SLUICE_PARAM_MODE"] == "full"
+    assert env["SLUICE_PARAM_PRICE"] == "$$5"
+    assert env["SLUICE_PARAM_CMD"] == "echo $$(HOME) $$$$ $$1"
+    assert env["MINE"] == "$(SLUICE_DAG)"
+
+
 def test_the_heartbeat_sidecar_is_a_native_sidecar_with_the_try_and_its_token() -> None:
     job = build_job(launch(), SETTINGS, token="tok")
     (sidecar,) = job["spec"]["template"]["spec"]["initContainers"]

@@ -7,7 +7,7 @@ from typing import Any, get_args
 
 import pytest
 
-from sluice.sdk import DAG, Pool, TaskFields, TriggerRule, WeightRule
+from sluice.sdk import DAG, AuthoringError, Pool, TaskFields, TriggerRule, WeightRule
 from sluice.sdk.fields import SETTABLE, TriggerRuleName, WeightRuleName, task_body
 from sluice.spec.models import EnvVar, TaskSpec
 from sluice.spec.validation import parse_dag_manifest
@@ -133,6 +133,7 @@ def test_every_dag_setting_maps_to_its_manifest_field() -> None:
         max_active_tasks=4,
         dagrun_timeout=timedelta(hours=1),
         defaults={"image": "busybox", "retries": 1},
+        params={"mode": "full"},
         paused=True,
         namespace="team-a",
         labels={"team": "a"},
@@ -157,12 +158,62 @@ def test_every_dag_setting_maps_to_its_manifest_field() -> None:
         "dagrunTimeout": "1h",
         "paused": True,
         "defaults": {"image": "busybox", "retries": 1},
+        "params": {"mode": "full"},
         "tasks": [{"name": "t"}],
     }
     spec = parse_dag_manifest(manifest).spec
     assert spec.start_date is not None
     assert spec.start_date.isoformat() == "2026-12-01T00:00:00+01:00"  # read in the DAG's zone
     assert (spec.max_active_tasks, spec.paused, spec.task("t").retries) == (4, True, 1)
+    assert spec.params == {"mode": "full"}
+
+
+def test_params_are_written_as_json_values() -> None:
+    dag = DAG(
+        "params",
+        params={
+            "mode": "full",
+            "limit": 1000,
+            "ratio": 0.5,
+            "dry_run": False,
+            "none": None,
+            "tables": ("orders", "users"),
+            "target": {"schema": "prod", "ports": [5432]},
+        },
+    )
+    dag.task("t", image="busybox")
+    params = dag.manifest()["spec"]["params"]
+    assert params == {
+        "mode": "full",
+        "limit": 1000,
+        "ratio": 0.5,
+        "dry_run": False,
+        "none": None,
+        "tables": ["orders", "users"],  # a tuple is a list, as JSON has it
+        "target": {"schema": "prod", "ports": [5432]},
+    }
+    assert isinstance(params["tables"], list)
+    assert DAG("no-params").params == {}
+
+
+def test_a_param_json_cannot_hold_names_the_dag_and_the_field() -> None:
+    with pytest.raises(AuthoringError) as caught:
+        DAG("bad-params", params={"at": datetime(2026, 12, 1, tzinfo=UTC), "MODE": 1, "mode": 2})
+    assert [(p.dag, p.field, p.message) for p in caught.value.problems] == [
+        (
+            "bad-params",
+            "params.at",
+            "2026-12-01T00:00:00+00:00 is a datetime, not a JSON value: write it as a string "
+            "('2026-12-01T00:00:00+00:00'; in YAML, quoted)",
+        ),
+        (
+            "bad-params",
+            "params.mode",
+            "params 'MODE' and 'mode' would both be $SLUICE_PARAM_MODE in a task's environment; "
+            "rename one",
+        ),
+    ]
+    assert caught.value.problems[0].location is not None
 
 
 def test_utc_dates_are_written_with_z_and_naive_ones_as_written() -> None:

@@ -26,6 +26,7 @@ a >> "b"
 dag.task("d", env=["A=1"])
 DAG("e", catchup="no")
 dag.group("g", pool_slot=2)
+DAG("f", params={"at": object(), "ok": [1, {"k": None}]})
 """
 # line -> the error code mypy must report there
 EXPECTED = {
@@ -36,6 +37,7 @@ EXPECTED = {
     8: "arg-type",
     9: "arg-type",
     10: "call-arg",
+    11: "dict-item",
 }
 
 

@@ -38,8 +38,17 @@ def test_schema_1_loses_paused_and_validates_today() -> None:
     assert stored == SCHEMA_1  # the stored value is not changed
 
 
+def test_schema_2_gains_empty_params_and_validates_today() -> None:
+    stored = {k: v for k, v in SCHEMA_1.items() if k != "paused"}
+    upgraded = upgrades.upgrade_spec(stored, 2)
+    assert upgraded == {**stored, "params": {}}
+    assert DagSpec.model_validate(upgraded).params == {}
+    assert "params" not in stored  # the stored value is not changed
+    assert upgrades.upgrade_spec(SCHEMA_1, 1)["params"] == {}  # the whole chain
+
+
 def test_today_s_version_passes_through_as_a_copy() -> None:
-    current = {k: v for k, v in SCHEMA_1.items() if k != "paused"}
+    current = {**{k: v for k, v in SCHEMA_1.items() if k != "paused"}, "params": {"a": 1}}
     upgraded = upgrades.upgrade_spec(current, upgrades.SPEC_SCHEMA_VERSION)
     assert upgraded == current
     assert upgraded is not current

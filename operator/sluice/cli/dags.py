@@ -52,6 +52,9 @@ app = typer.Typer(
 )
 
 
+_CONF_HELP = "run conf as a JSON object; its keys override the DAG's params"
+
+
 def _conf(value: str | None) -> dict[str, Any] | None:
     if value is None:
         return None
@@ -103,7 +106,7 @@ def dag_test(
     logical_date: Annotated[
         str | None, typer.Option(help="ISO 8601 logical date (default: now)")
     ] = None,
-    conf: Annotated[str | None, typer.Option(help="run conf as a JSON object")] = None,
+    conf: Annotated[str | None, typer.Option(help=_CONF_HELP)] = None,
     output: Output = "table",
     database_url: Annotated[
         str | None,
@@ -159,7 +162,7 @@ def dag_test(
 @app.command()
 def trigger(
     dag: Annotated[str, typer.Argument(help="DAG name")],
-    conf: Annotated[str | None, typer.Option(help="run conf as a JSON object")] = None,
+    conf: Annotated[str | None, typer.Option(help=_CONF_HELP)] = None,
     logical_date: Annotated[str | None, typer.Option(help="ISO 8601 (default: now)")] = None,
     run_id: Annotated[str | None, typer.Option(help="run id (default: manual__DATE)")] = None,
     database_url: DatabaseUrl = None,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sluice.convert import tasks
+from sluice.convert import params, tasks
 from sluice.convert.findings import Finding
 from sluice.convert.reading import DagDef
 from sluice.convert.values import Unknown, zone_name
@@ -124,7 +124,8 @@ class DagConverter:
         self._schedule(spec)
         self._limits(spec)
         defaults = self._defaults()
-        converted = self._tasks(defaults)
+        dag_params = self._params()
+        converted = self._tasks(defaults, dag_params)
         if converted is None:
             return None
         entries, task_findings, all_shell = converted
@@ -138,6 +139,8 @@ class DagConverter:
             defaults = {**shell_defaults, **defaults}
         if defaults:
             spec["defaults"] = defaults
+        if dag_params.spec:
+            spec["params"] = dag_params.spec
         spec["tasks"] = [_ordered(entry) for entry, _ in entries]
         manifest = {
             "apiVersion": API_VERSION,
@@ -326,14 +329,24 @@ class DagConverter:
             self.gap(f"default_args[{argument!r}] has no Sluice equivalent", "default_args")
         return defaults
 
+    def _params(self) -> params.DagParams:
+        """`params=` and `default_args["params"]` (over them, as Airflow merges them)."""
+        default_args = self.dag.default_args
+        from_default_args = (
+            default_args.get("params") if isinstance(default_args, Mapping) else None
+        )
+        found = params.dag_params(self.dag.kwargs.get("params"), from_default_args)
+        for kind, message in found.findings:
+            argument = "params" if "params" in self.dag.kwargs else "default_args"
+            self._find(kind, message, argument)
+        return found
+
     def _tasks(
-        self, defaults: dict[str, Any]
+        self, defaults: dict[str, Any], dag_params: params.DagParams
     ) -> tuple[list[tuple[dict[str, Any], bool]], dict[str, list[Finding]], bool] | None:
         if not self.dag.tasks:
             self.gap("the DAG has no tasks the converter could read; Sluice needs at least one")
             return None
-        params = self.dag.kwargs.get("params")
-        params = None if isinstance(params, Unknown) else (params or {})
         upstream: dict[str, list[str]] = {}
         for up, down in self.dag.edges:
             upstream.setdefault(down.task_id, []).append(names.suggest_label(up.task_id))
@@ -342,7 +355,8 @@ class DagConverter:
         seen: dict[str, str] = {}
         all_shell = True
         for task in self.dag.tasks.values():
-            result = tasks.TaskConverter(task, self.path, self.image, params).convert(defaults)
+            converter = tasks.TaskConverter(task, self.path, self.image, dag_params)
+            result = converter.convert(defaults)
             name = result.entry["name"]
             if name in seen:
                 self.gap(

@@ -24,6 +24,7 @@ from sluice.convert.values import (
     BoundMethod,
     EvaluationError,
     Evaluator,
+    ParamValue,
     Symbol,
     Unknown,
     bind,
@@ -516,7 +517,9 @@ class FileReader(Evaluator):
         if last == "Param":
             if not args and "default" not in kwargs:
                 raise EvaluationError(line, "a Param without a default value")
-            return args[0] if args else kwargs["default"]
+            given = ["description"] if len(args) > 1 else []
+            given += [key for key in kwargs if key != "default"]
+            return ParamValue(args[0] if args else kwargs["default"], tuple(given))
         if last == "Label":
             raise EvaluationError(line, "edge labels (Label) are not converted")
         if last == "CronDataIntervalTimetable":

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from sluice.convert import templates
+from sluice.convert import params, templates
 from sluice.convert.findings import Finding
 from sluice.convert.reading import TaskDef
 from sluice.convert.values import Symbol, Unknown
@@ -214,7 +214,7 @@ class Converted:
 
 
 class TaskConverter:
-    def __init__(self, task: TaskDef, path: str, image: str, dag_params: Any) -> None:
+    def __init__(self, task: TaskDef, path: str, image: str, dag_params: params.DagParams) -> None:
         self.task = task
         self.path = path
         self.image = image
@@ -350,18 +350,14 @@ class TaskConverter:
 
     # -- BashOperator -------------------------------------------------------------------
 
-    def _params(self) -> Mapping[str, Any] | None:
-        params: dict[str, Any] = {}
-        for source in (self.dag_params, self.argument("params")):
-            if source is None:
-                continue
-            if not isinstance(source, Mapping):
-                return None
-            params.update(source)
-        return params
-
-    def _template(self, text: str, argument: str) -> templates.Template:
-        parsed = templates.parse(text, self._params())
+    def _template(
+        self, text: str, argument: str, no_variables: str | None = None
+    ) -> templates.Template:
+        """`text` parsed; `no_variables` says why no variable can be read where it goes."""
+        task_params = params.for_task(self.dag_params, self.argument("params"))
+        if no_variables is not None:
+            task_params = task_params.without_variables(no_variables)
+        parsed = templates.parse(text, task_params)
         for message in parsed.problems:
             self.command_gaps.append(f"{argument}: {message}")
         for message in parsed.notes:
@@ -442,7 +438,9 @@ class TaskConverter:
                 + (image.why if isinstance(image, Unknown) else "not a string read statically")
             )
         else:
-            entry["image"] = self._kubernetes(image, "image")
+            entry["image"] = self._kubernetes(
+                image, "image", "Kubernetes expands no variable in an image name"
+            )
         entry["command"] = self._strings("cmds")
         entry["args"] = self._strings("arguments")
         env = self._pod_env()
@@ -463,8 +461,8 @@ class TaskConverter:
             entry["podTemplate"] = template
         return entry
 
-    def _kubernetes(self, text: str, argument: str) -> str:
-        parsed = self._template(text, argument)
+    def _kubernetes(self, text: str, argument: str, no_variables: str | None = None) -> str:
+        parsed = self._template(text, argument, no_variables)
         converted, why = templates.kubernetes_text(parsed)
         if converted is None:
             self.command_gaps.append(f"{argument}: {why}")
@@ -498,7 +496,11 @@ class TaskConverter:
             if isinstance(raw, Unknown):
                 self.command_gaps.append(f"env_vars {name!r}: {raw.why}")
                 continue
-            parsed = self._template(str(raw), f"env_vars {name!r}")
+            parsed = self._template(
+                str(raw),
+                f"env_vars {name!r}",
+                "a pod's env cannot read the run context, which Kubernetes sets after it",
+            )
             if _is_identity(name, parsed):
                 continue
             if not parsed.is_plain:

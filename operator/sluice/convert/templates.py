@@ -15,12 +15,14 @@ Variables, one key of the conf, date arithmetic) is a problem, with why.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import jinja2
 from jinja2 import nodes
+
+from sluice.convert.params import TemplateParams
+from sluice.convert.values import Unknown
+from sluice.spec import params as run_params
 
 LOGICAL = "SLUICE_LOGICAL_DATE"
 START = "SLUICE_DATA_INTERVAL_START"
@@ -121,9 +123,9 @@ class Template:
         return {piece.var for piece in self.pieces if isinstance(piece, ContextValue)}
 
 
-def parse(text: str, params: Mapping[str, Any] | None) -> Template:
-    """The template's literal text and context references; `params` the DAG's and task's
-    params (None: not known statically)."""
+def parse(text: str, params: TemplateParams | None) -> Template:
+    """The template's literal text and context references; `params` what the task's
+    `{{ params.x }}` can become (None: nothing is known statically)."""
     result = Template()
     if "{{" not in text and "{%" not in text and "{#" not in text:
         result.pieces.append(text)
@@ -148,7 +150,7 @@ def parse(text: str, params: Mapping[str, Any] | None) -> Template:
     return result
 
 
-def _expression(node: nodes.Node, params: Mapping[str, Any] | None, result: Template) -> None:
+def _expression(node: nodes.Node, params: TemplateParams | None, result: Template) -> None:
     filters: list[str] = []
     while isinstance(node, nodes.Filter):
         if node.args or node.kwargs:
@@ -247,19 +249,39 @@ def _context(
 
 
 def _param(
-    path: tuple[str, ...], filters: list[str], params: Mapping[str, Any] | None, result: Template
+    path: tuple[str, ...], filters: list[str], params: TemplateParams | None, result: Template
 ) -> None:
-    shown = "{{ " + ".".join(path) + " }}"
+    shown = "{{ " + " | ".join([".".join(path), *filters]) + " }}"
+    if path == ("params",) and filters in ([], ["tojson"]):
+        why = params.why_not_all if params is not None else "no params are known"
+        if why is not None:
+            result.problems.append(f"`{shown}`: $SLUICE_PARAMS is not these params: {why}")
+            return
+        result.pieces.append(ContextValue(run_params.ALL_PARAMS))
+        if not filters:
+            result.notes.append(
+                f"`{shown}` renders a Python dict on Airflow; $SLUICE_PARAMS is the same "
+                "params as JSON"
+            )
+        return
     if len(path) != 2 or filters:
         result.problems.append(f"`{shown}`: only a param's value as is can be converted")
         return
-    if params is None or path[1] not in params:
-        result.problems.append(f"`{shown}`: the DAG's params have no static value for {path[1]!r}")
+    name = path[1]
+    if params is not None and name in params.variables:
+        result.pieces.append(ContextValue(params.variables[name]))
         return
-    result.pieces.append(str(params[path[1]]))
+    values = params.values if params is not None else None
+    if values is None or name not in values or isinstance(values[name], Unknown):
+        result.problems.append(f"`{shown}`: the DAG's params have no static value for {name!r}")
+        return
+    value = values[name]
+    result.pieces.append(str(value))  # what Airflow's Jinja renders
+    why = params.why_static.get(name, "") if params is not None else ""
     result.notes.append(
-        f"`{shown}` became its default {params[path[1]]!r}: Sluice has no params, so a "
-        "run's conf cannot override it"
+        f"`{shown}` became its default {value!r}"
+        + (f" ({why})" if why else "")
+        + ": a run's conf cannot override it here"
     )
 
 

@@ -47,6 +47,15 @@ class Symbol:
 
 
 @dataclass(frozen=True)
+class ParamValue:
+    """An Airflow `Param(default, ...)`: its default, and the other arguments it was given
+    (a description, JSON Schema keywords such as `type` or `enum`)."""
+
+    default: Any
+    keywords: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Builtin:
     name: str
 

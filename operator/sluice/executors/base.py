@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
+from sluice.spec import params
 from sluice.spec.states import TaskState
 
 
@@ -43,6 +44,9 @@ class TaskLaunch:
     # This machine's time.monotonic() just before the claim's transaction: a local try's
     # lease starts then, so one started long after its claim does not run (ADR 0015).
     claimed_at: float | None = None
+    # The params of the run's DAG version (`spec.params`, their defaults): the run's `conf`
+    # overrides them in the task's environment (`spec.params.environment`).
+    dag_params: dict[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -53,7 +57,9 @@ class TaskLaunch:
 
         Instants are written in UTC whatever zone the database session returned them in,
         as Airflow's `ts` is: a command can cut `ds` (the date) out of them
-        (`sluice convert` does, for Airflow's `{{ ds }}`).
+        (`sluice convert` does, for Airflow's `{{ ds }}`). The params are the DAG's under
+        the conf, as Airflow's `params` are: JSON in SLUICE_PARAMS, and SLUICE_PARAM_<NAME>
+        (see `spec.params`).
         """
         import json
 
@@ -66,6 +72,7 @@ class TaskLaunch:
             "SLUICE_DATA_INTERVAL_END": self.data_interval_end.astimezone(UTC).isoformat(),
             "SLUICE_TRY_NUMBER": str(self.try_number),
             "SLUICE_CONF": json.dumps(self.conf, sort_keys=True),
+            **params.environment(self.dag_params, self.conf),
         }
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from sluice.handlers.objects import TASK_ACTIONS
+from sluice.spec import params as run_params
 from sluice.spec import podpolicy, podschema
 from sluice.spec.models import TriggerRule, WeightRule
 from sluice.spec.states import Reprocess
@@ -221,6 +222,14 @@ def _dag_schema() -> Schema:
             ),
             "dagrunTimeout": _duration("limit on one run"),
             "defaults": defaults,
+            "params": {
+                "type": "object",
+                "maxProperties": run_params.MAX_PARAMS,
+                "x-kubernetes-preserve-unknown-fields": True,
+                "description": "Airflow's DAG params: name -> default value (any JSON value); "
+                "a run's conf overrides them key by key; tasks read them as JSON in "
+                "SLUICE_PARAMS and each scalar one in SLUICE_PARAM_<NAME>",
+            },
             "tasks": {
                 "type": "array",
                 "minItems": 1,
@@ -312,7 +321,10 @@ def _dagrun_schema() -> Schema:
                     ]
                 },
             ),
-            "conf": _free_object("the run's conf (SLUICE_CONF in each task)"),
+            "conf": _free_object(
+                "the run's conf (SLUICE_CONF in each task); its keys override the DAG's "
+                "params of the same name (SLUICE_PARAMS)"
+            ),
             "state": {
                 "type": "string",
                 "enum": ["success", "failed"],

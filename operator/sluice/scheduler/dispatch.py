@@ -142,7 +142,9 @@ def _record_planned_ids(
 
 
 def _launch(specs: SpecCache, session: Session, c: Row[Any]) -> TaskLaunch:
-    task = specs.get(session, c.dag_version_id).tasks[c.task_id]
+    # The run's own DAG version: its params are the ones the run's conf overrides.
+    compiled = specs.get(session, c.dag_version_id)
+    task = compiled.tasks[c.task_id]
     return TaskLaunch(
         ti_id=c.id,
         try_number=c.try_number,
@@ -162,6 +164,7 @@ def _launch(specs: SpecCache, session: Session, c: Row[Any]) -> TaskLaunch:
         resources={k: dict(v) for k, v in task.resources.items()},
         pod_template=task.pod_template,
         namespace=c.namespace,
+        dag_params=dict(compiled.spec.params),
     )
 
 

@@ -15,7 +15,13 @@ is applied, stored and scheduled is the manifest (ADR 0041, docs/python-sdk.md).
 
 from sluice.sdk.dags import DAG
 from sluice.sdk.errors import AuthoringError, Location, Problem
-from sluice.sdk.fields import DurationLike, TaskFields, TriggerRuleName, WeightRuleName
+from sluice.sdk.fields import (
+    DurationLike,
+    JsonValue,
+    TaskFields,
+    TriggerRuleName,
+    WeightRuleName,
+)
 from sluice.sdk.nodes import Task, TaskGroup
 from sluice.sdk.pools import Pool
 from sluice.spec.models import TriggerRule, WeightRule
@@ -24,6 +30,7 @@ __all__ = [
     "DAG",
     "AuthoringError",
     "DurationLike",
+    "JsonValue",
     "Location",
     "Pool",
     "Problem",

@@ -27,7 +27,15 @@ from sluice.sdk.errors import (
     python_field,
     task_path,
 )
-from sluice.sdk.fields import DurationLike, TaskFields, manifest_value, task_body, unknown_fields
+from sluice.sdk.fields import (
+    DurationLike,
+    JsonValue,
+    TaskFields,
+    json_value,
+    manifest_value,
+    task_body,
+    unknown_fields,
+)
 from sluice.sdk.nodes import Node, Task, TaskGroup
 from sluice.spec import models
 from sluice.spec.errors import SpecError, SpecIssue
@@ -58,6 +66,7 @@ class DAG:
         max_active_tasks: int | None = None,
         dagrun_timeout: DurationLike | None = None,
         defaults: TaskFields | None = None,
+        params: Mapping[str, JsonValue] | None = None,
         paused: bool | None = None,
         namespace: str | None = None,
         labels: Mapping[str, str] | None = None,
@@ -66,6 +75,7 @@ class DAG:
         self.name = name
         self.defined_at: Location | None = caller_location()
         self.defaults: TaskFields = defaults or {}
+        self.params: dict[str, Any] = json_value(params) if params is not None else {}
         given = {
             "schedule": schedule,
             "timezone": timezone,
@@ -107,6 +117,8 @@ class DAG:
         spec = dict(self._settings)
         if self.defaults:
             spec["defaults"] = task_body(self.defaults)
+        if self.params:
+            spec["params"] = self.params
         raw = self._object({**spec, "tasks": tasks})
         try:
             parse_dag_manifest(raw)
@@ -186,6 +198,8 @@ class DAG:
                     for key, hint in unknown
                 )
             raw["spec"]["defaults"] = task_body(self.defaults)
+        if self.params:
+            raw["spec"]["params"] = self.params
         try:
             parse_dag_manifest(raw)
         except SpecError as error:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime, timedelta
 from enum import Enum
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, TypeAlias, TypedDict
 
 from pydantic.alias_generators import to_camel
 
@@ -40,6 +40,10 @@ TriggerRuleName = Literal[
 ]
 WeightRuleName = Literal["downstream", "upstream", "absolute"]
 Quantity = str | int | float
+# What a DAG's params may hold: what JSON says (the manifest stores them as JSON).
+JsonValue: TypeAlias = (
+    str | int | float | bool | Sequence["JsonValue"] | Mapping[str, "JsonValue"] | None
+)
 
 
 class TaskFields(TypedDict, total=False):
@@ -120,3 +124,15 @@ def manifest_datetime(value: datetime) -> str:
         value = value.astimezone(UTC).replace(tzinfo=None)
         return value.isoformat() + "Z"
     return value.isoformat()
+
+
+def json_value(value: object) -> Any:
+    """A param's value as the manifest writes it: mappings as dicts, sequences as lists.
+
+    Nothing else is converted (a datetime stays one), so the manifest's own
+    validation names a value JSON cannot hold, as it would in YAML."""
+    if isinstance(value, Mapping):
+        return {key: json_value(item) for key, item in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        return [json_value(item) for item in value]
+    return value

@@ -34,6 +34,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from sluice.spec import graph, podpolicy, podschema, schedules
+from sluice.spec import params as run_params
 from sluice.spec.errors import SpecIssue, did_you_mean, issues_error
 from sluice.spec.fieldtypes import (
     DnsLabel,
@@ -213,6 +214,8 @@ class DagSpec(BaseModel):
     max_active_tasks: int = Field(default=16, ge=1)
     dagrun_timeout: PositiveDuration | None = None
     defaults: dict[Annotated[str, AfterValidator(_default_key)], Any] = {}
+    # Airflow's DAG params: name -> default (any JSON value); a run's conf overrides them.
+    params: dict[str, Any] = {}
     tasks: list[TaskSpec] = Field(min_length=1)
 
     @model_validator(mode="before")
@@ -237,6 +240,14 @@ class DagSpec(BaseModel):
         if problem:
             raise ValueError(problem)
         return value.strip()
+
+    @field_validator("params")
+    @classmethod
+    def _valid_params(cls, value: dict[str, Any]) -> dict[str, Any]:
+        found = run_params.problems(value)
+        if found:
+            raise issues_error(SpecIssue(path, message) for path, message in found)
+        return value
 
     @field_validator("timezone")
     @classmethod

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-SPEC_SCHEMA_VERSION = 2
+SPEC_SCHEMA_VERSION = 3
 
 Step = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -32,8 +32,14 @@ def _drop_paused(spec: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in spec.items() if key != "paused"}
 
 
+def _add_params(spec: dict[str, Any]) -> dict[str, Any]:
+    """2 -> 3: a DAG has `params` (Airflow's DAG params, defaults a run's conf overrides);
+    a version stored before has none."""
+    return {**spec, "params": spec.get("params", {})}
+
+
 # STEPS[n] turns a spec of schema version n into one of version n + 1.
-STEPS: Mapping[int, Step] = {1: _drop_paused}
+STEPS: Mapping[int, Step] = {1: _drop_paused, 2: _add_params}
 
 
 def upgrade_spec(

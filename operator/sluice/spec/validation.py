@@ -121,7 +121,8 @@ def translate_errors(
         if error["type"] == ISSUES_ERROR_TYPE:
             prefix = _join(loc)
             for path, message in error.get("ctx", {}).get("issues", []):
-                issues.append(SpecIssue(f"{prefix}.{path}" if prefix else path, message))
+                where = f"{prefix}.{path}" if prefix and path else prefix or path
+                issues.append(SpecIssue(where, message))
             continue
         loc = _blame_defaults(loc, raw)
         issues.append(SpecIssue(_join(loc), _message(error, loc, model)))

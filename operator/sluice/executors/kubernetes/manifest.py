@@ -173,8 +173,12 @@ def _pod_template(launch: TaskLaunch, settings: JobSettings, token: str | None) 
     if launch.resources:
         main["resources"] = {k: dict(v) for k, v in launch.resources.items()}
     env = {e["name"]: e for e in main.get("env", [])}
-    for key, value in {**launch.env, **launch.context_env()}.items():
+    for key, value in launch.env.items():
         env[key] = {"name": key, "value": value}
+    # The run context is data (a conf or a param may hold any text): Kubernetes would expand
+    # `$(VAR)` in it and make `$$` one `$`, so each `$` is written `$$`, which it makes `$`.
+    for key, value in launch.context_env().items():
+        env[key] = {"name": key, "value": value.replace("$", "$$")}
     main["env"] = list(env.values())
     if settings.task_api_url is not None:
         _add_sidecar(spec, launch, settings, token)
