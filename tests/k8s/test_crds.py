@@ -132,7 +132,7 @@ def test_dagrun_dag_name_is_immutable_and_columns(crds: Cluster, k8s_namespace: 
     assert "dagName cannot change" in patched.stderr
     header = crds.kubectl("-n", k8s_namespace, "get", "dagruns").stdout.split("\n")[0]
     assert header.split() == [
-        "NAME", "DAG", "TYPE", "LOGICAL", "DATE", "STATE", "TASKS", "DURATION", "AGE",
+        "NAME", "DAG", "TYPE", "LOGICAL", "DATE", "STATE", "TASKS", "DURATION", "REASON", "AGE",
     ]  # fmt: skip
     crds.kubectl("-n", k8s_namespace, "delete", "dagrun", "r1")
 

@@ -341,7 +341,7 @@ def test_operator_replicas_peer_and_one_serves_at_a_time(
         # A replica starts paused and resumes once no peer outranks it (kopf logs that).
         wait_for("the high replica to serve", lambda: "Resuming operations" in high.output(), 60)
         low = start(10)
-        wait_for("the low replica to start", lambda: "peering_settings" in low.output(), 60)
+        wait_for("the low replica to start", lambda: "operator_settings" in low.output(), 60)
         time.sleep(3)  # it has seen the high one's record (kept fresh every few seconds)
         k8s_cluster.apply(_dag("peer-one"), namespace=k8s_namespace)
         assert high.ready("dag", "peer-one")["status"] == "True", high.output()
