@@ -139,7 +139,7 @@ def test_a_running_try_is_followed_live_and_a_deleted_pods_log_is_lost_with_why(
     # A pod deleted before its log was read (a node lost): its try's log is lost, and says so.
     wait_for(
         "doomed's output",
-        lambda: "early" in _logs(rel, dag, "--run", run_id, "--task", "doomed").stdout,
+        lambda: "early" in _logs(rel, dag, "--run", run_id, "--task", "doomed", check=False).stdout,
         60, every=2,
     )  # fmt: skip
     rel.k("delete", "pods", "-l", f"sluice.io/dag={dag},sluice.io/task=doomed",
@@ -202,9 +202,11 @@ def test_a_zombies_partial_log_is_archived_from_its_stopped_pod(rel: Release) ->
     rel.apply(dag_manifest(dag, [{"name": "stuck", "args": [script]}]))
     wait_for("running", lambda: rel.running_jobs(dag), 240, every=1)
     run_id = _run_id(rel, dag)
+    # check=False: until its container starts (PodInitializing) there is no log to read.
     wait_for(
         "its output",
-        lambda: "before 3" in _logs(rel, dag, "--run", run_id, "--task", "stuck").stdout,
+        lambda: "before 3"
+        in _logs(rel, dag, "--run", run_id, "--task", "stuck", check=False).stdout,
         60, every=2,
     )  # fmt: skip
     _select_task_api(rel, "nowhere")

@@ -82,7 +82,7 @@ def test_the_newest_pod_of_the_try_is_streamed_from_its_main_container() -> None
     [
         (FakeCore(), LogGone, "was deleted before its log could be read"),
         (FakeCore(pods=[_pod("p", "")], read_error=404), LogGone, "was deleted"),
-        (FakeCore(pods=[_pod("p", "")], read_error=400), LogGone, "never started: container"),
+        (FakeCore(pods=[_pod("p", "")], read_error=400), LogGone, "has not started: container"),
         (FakeCore(pods=[_pod("p", "")], read_error=503), LogUnavailable, "cannot read pod"),
         (FakeCore(list_error=500), LogUnavailable, "cannot list the try's pods"),
     ],

@@ -143,7 +143,7 @@ class PodLogs:
                     f"pod {namespace}/{name} was deleted before its log could be read"
                 ) from exc
             if exc.status == 400:  # "container main ... is waiting to start"
-                raise LogGone(f"its container never started: {_message(exc)}") from exc
+                raise LogGone(f"its container has not started: {_message(exc)}") from exc
             raise LogUnavailable(f"cannot read pod {namespace}/{name}'s log: {exc.status}") from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise LogUnavailable(f"cannot read pod {namespace}/{name}'s log: {exc}") from exc
