@@ -563,34 +563,6 @@ wait_up kube-proxy 60 in_netns curl -fsS --max-time 2 "http://127.0.0.1:$PROXY_H
 if [[ "${SLUICE_NETWORK_POLICY:-1}" != 0 ]]; then
   kube_router_rbac "{apiGroup: rbac.authorization.k8s.io, kind: User, name: system:sluice-kube-router}" \
     | "${KUBECTL[@]}" apply -f - >/dev/null
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: sluice:kube-router
-rules:
-- apiGroups: [""]
-  resources: [nodes, pods, namespaces, services, endpoints]
-  verbs: [get, list, watch]
-- apiGroups: [networking.k8s.io]
-  resources: [networkpolicies]
-  verbs: [get, list, watch]
-- apiGroups: [discovery.k8s.io]
-  resources: [endpointslices]
-  verbs: [get, list, watch]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: sluice:kube-router
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: sluice:kube-router
-subjects:
-- apiGroup: rbac.authorization.k8s.io
-  kind: User
-  name: system:sluice-kube-router
-EOF
   start kube-router "$SLUICE_BIN/kube-router" \
     --run-firewall=true --run-router=false --run-service-proxy=false \
     --kubeconfig "$D/kube-router.kubeconfig" --hostname-override "$NODE_NAME" \
