@@ -44,7 +44,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -60,7 +60,7 @@ from sluice.executors.base import Executor, TaskEvent, TaskLaunch
 from sluice.logs import first_line
 from sluice.metrics import families as metrics
 from sluice.metrics.health import LoopHealth
-from sluice.scheduler import contact, housekeeping, past, probe, reconcile
+from sluice.scheduler import contact, housekeeping, past, probe, reconcile, ticks
 from sluice.scheduler.config import SchedulerConfig
 from sluice.scheduler.critical import queue_schedulable_task_instances
 from sluice.scheduler.dispatch import claim_alerts, claim_task_starts
@@ -68,79 +68,19 @@ from sluice.scheduler.examine import examine_running_runs
 from sluice.scheduler.isolation import ISOLATE, BatchFailed, batch_or_each
 from sluice.scheduler.results import Applied, apply_task_events
 from sluice.scheduler.runs import create_and_start_runs
+from sluice.scheduler.ticks import Clock, Due, TickReport
 from sluice.spec.states import TaskState
+
+# TickReport and Due live with the phases (`ticks.py`); what a tick returns is the loop's.
+__all__ = ["Clock", "Due", "SchedulerLoop", "TickReport", "utcnow"]
 
 log = structlog.get_logger("sluice.scheduler")
 
-Clock = Callable[[], datetime]
 T = TypeVar("T")
 
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-@dataclass
-class Due:
-    """When a step runs: when told that something may have given it work (`tell`), and
-    otherwise once per `interval` seconds since it last ran."""
-
-    interval: float
-    last: datetime
-    told: bool = True  # a new loop looks at once
-
-    def __call__(self, now: datetime) -> bool:
-        return self.told or (now - self.last).total_seconds() >= self.interval
-
-    def tell(self) -> None:
-        self.told = True
-
-    def ran(self, now: datetime, *, again: bool = False) -> None:
-        """It ran at `now`; `again`: it may have left work (a full batch, a failure)."""
-        self.last = now
-        self.told = again
-
-
-@dataclass
-class TickReport:
-    runs_created: int = 0
-    runs_started: int = 0
-    runs_examined: int = 0
-    runs_finished: int = 0
-    tasks_scheduled: int = 0
-    tasks_queued: int = 0
-    tasks_started: int = 0
-    events_applied: int = 0
-    critical_section_skipped: bool = False
-    errors: list[str] = field(default_factory=list)
-    # Did any of the tick's transactions get an answer from the database (a commit, or
-    # a lock conflict)? And the first database failure, `phase: error`, if any.
-    database_answered: bool = False
-    database_error: str | None = None
-    # Did the tick try the database at all? (A tick whose phases had nothing due opens
-    # no transaction; it says nothing about the database either way.)
-    database_used: bool = False
-
-    @property
-    def database_unreached(self) -> str | None:
-        """Why the tick got nothing done in the database (its first failure), or None if
-        it did: a tick whose every transaction failed did none of the replica's work."""
-        return None if self.database_answered else self.database_error
-
-    @property
-    def busy(self) -> bool:
-        """Did this tick change anything? An idle tick is followed by a sleep."""
-        return any(
-            (
-                self.runs_created,
-                self.runs_started,
-                self.runs_finished,
-                self.tasks_scheduled,
-                self.tasks_queued,
-                self.tasks_started,
-                self.events_applied,
-            )
-        )
 
 
 class SchedulerLoop:
@@ -194,29 +134,12 @@ class SchedulerLoop:
         self._last_heartbeat = self.clock()
         self._last_try_heartbeat = self.clock()
         self._beaten: set[tuple[int, int]] = set()  # tries heartbeated since the last full beat
-        # The sweeps for stale tries and stuck queued tasks, and the counter reconciliation:
-        # their look is at the whole fleet's work, so live replicas share them too.
-        self._sweep_due = Due(self.config.zombie_check_interval, self.clock(), told=False)
-        self._reconcile_due = Due(self.config.reconcile_interval, self.clock(), told=False)
+        self.dues = ticks.Dues.starting(self.config, self.clock)
         self._reconcile_after: int | None = None  # a pass under way: the last run id reached
         self._reconcile_until: int | None = None  # and the newest run id when it began
-        # Each runs on the first tick, then when told (or due: the quiet round and the look).
-        every = self.config.tick_interval
-        long_ago = self.clock() - timedelta(seconds=every)
         # When the next scheduled run falls due, as phase 1's last pass saw it: the idle
         # wait ends then, so a minute's runs are not seen up to a tick interval late.
         self._next_due: datetime | None = None
-        # Phase 2's round of quiet runs: once at start, then once per quiet round interval.
-        self._quiet_due = Due(self.config.quiet_round_interval, long_ago)
-        # These five run when told (with a waker; without one, the first four run every
-        # tick). What no one can tell this replica of is found by one look for all five
-        # once per tick interval (`_probe`).
-        self._runs_due = Due(math.inf, long_ago)  # phase 1
-        self._examine_due = Due(math.inf, long_ago)  # phase 2, runs with work
-        self._queue_due = Due(math.inf, long_ago)  # phase 3
-        self._claims_due = Due(math.inf, long_ago)  # phase 4: queued tries to claim
-        self._alerts_due = Due(math.inf, long_ago)  # phase 4: alerts to deliver
-        self._probe_due = Due(every, long_ago, told=False)
         self._replicas = 1  # live replicas at the last heartbeat: they share the looks
         # Told the live replicas' count when it changes (the status publisher shares its
         # own periodic looks the same way).
@@ -303,26 +226,26 @@ class SchedulerLoop:
 
         # Phase 1: runs.
         if self._runs_phase_due(now):
-            with _timed("runs"):
+            with ticks.timed("runs"):
                 self._create_and_start_runs(now, report)
             metrics.RUNS_CREATED.inc(report.runs_created)
 
         # Phase 2: examine running runs (quiet ones too, once per quiet round interval).
-        with _timed("examine"):
+        with ticks.timed("examine"):
             self._examine(now, report)
 
         # Phase 3: the critical section.
-        with _timed("critical_section"):
+        with ticks.timed("critical_section"):
             entered = self._queue_tasks(now, report)
         if entered:
             metrics.TASKS_EXECUTABLE.set(report.tasks_queued)
 
         # Phase 4: hand over, collect reports, housekeeping.
-        with _timed("dispatch"):
+        with ticks.timed("dispatch"):
             report.tasks_started = self._dispatch(now, report)
-        with _timed("executor_events"):
+        with ticks.timed("executor_events"):
             report.events_applied = self._sync_executor(report)
-        with _timed("housekeeping"):
+        with ticks.timed("housekeeping"):
             self._housekeeping(now, report)
         return report
 
@@ -363,11 +286,11 @@ class SchedulerLoop:
             spent = (self.clock() - began).total_seconds() >= cfg.runs_phase_budget
             if not full or spent or max(report.runs_created, report.runs_started) >= cap:
                 break
-        self._runs_due.ran(now, again=full)
+        self.dues.runs.ran(now, again=full)
         if report.runs_started:
-            self._examine_due.tell()  # their runs wait to be examined (timeouts, completion)
+            self.dues.examine.tell()  # their runs wait to be examined (timeouts, completion)
         if first_tasks:
-            self._queue_due.tell()  # their first tasks wait for a slot
+            self.dues.queue.tell()  # their first tasks wait for a slot
 
     def _examine(self, now: datetime, report: TickReport) -> None:
         """Phase 2, in one transaction; then flag runs whose dependsOnPast tasks it freed.
@@ -379,8 +302,8 @@ class SchedulerLoop:
         deadline: started before migration 0012).
         """
         cfg = self.config
-        quiet = self._quiet_due(now)
-        if not quiet and not self._due(self._examine_due, now):
+        quiet = self.dues.quiet(now)
+        if not quiet and not self._due(self.dues.examine, now):
             return
         stats = self._transaction(
             "examine",
@@ -391,24 +314,24 @@ class SchedulerLoop:
             report,
         )
         if quiet:
-            self._quiet_due.ran(now)
+            self.dues.quiet.ran(now)
         if stats is None:
-            self._examine_due.ran(now, again=True)
+            self.dues.examine.ran(now, again=True)
             return
         report.runs_examined = stats.runs
         report.runs_finished = len(stats.finished_runs)
         if stats.finished_runs:
-            self._runs_due.tell()  # a queued run may start now
+            self.dues.runs.tell()  # a queued run may start now
         report.tasks_scheduled = stats.scheduled + stats.retried
         if report.tasks_scheduled or stats.finished_runs:
-            self._queue_due.tell()  # tasks wait for a slot, or an ended run freed some
+            self.dues.queue.tell()  # tasks wait for a slot, or an ended run freed some
         # Runs taken without the quiet ones all had work, and what they did may leave
         # more (a full batch, a run at the cap of settling rounds): look again next tick.
         # So does a pass that decided anything. (A full quiet pass alone says nothing:
         # the runs with work come first in it.)
         worked = stats.runs > 0 and not quiet
         decided = stats.settled or report.tasks_scheduled or stats.finished_runs
-        self._examine_due.ran(now, again=worked or bool(decided))
+        self.dues.examine.ran(now, again=worked or bool(decided))
         self._wake_next_runs(sorted(stats.settled_ok_runs), report)
 
     def _runs_phase_due(self, now: datetime) -> bool:
@@ -423,7 +346,7 @@ class SchedulerLoop:
         """
         if self._next_due is not None and now >= self._next_due:
             return True  # a schedule fell due (the idle wait ended for it)
-        return self._due(self._runs_due, now)
+        return self._due(self.dues.runs, now)
 
     def _due(self, due: Due, now: datetime) -> bool:
         """Without a waker, a step runs every tick: nothing would tell it what other
@@ -434,33 +357,23 @@ class SchedulerLoop:
         """A notification (a DAG registered or unpaused, a run inserted or ended, by any
         process) may have given every phase work: each looks this tick."""
         if self.waker is not None and (self.waker.pending() or self._heard):
-            for due in (self._runs_due, self._examine_due, self._queue_due, self._claims_due):
+            for due in (self.dues.runs, self.dues.examine, self.dues.queue, self.dues.claims):
                 due.tell()
             self._changed = True  # another process changed a run or a DAG: status to publish
         self._heard = False
-
-    @property
-    def _told_only(self) -> tuple[Due, ...]:
-        return (
-            self._runs_due,
-            self._examine_due,
-            self._queue_due,
-            self._claims_due,
-            self._alerts_due,
-        )
 
     def _probe(self, now: datetime, report: TickReport) -> None:
         """The look once per tick interval for work no one told this replica of, for five
         steps in one statement (`probe.py`): each step with work is told. Without a
         waker the first four run every tick, and the alerts are looked for once per
         interval, as before."""
-        if not self._probe_due(now):
+        if not self.dues.probe(now):
             return
-        self._probe_due.ran(now)
+        self.dues.probe.ran(now)
         if self.waker is None:
-            self._alerts_due.tell()
+            self.dues.alerts.tell()
             return
-        steps = self._told_only
+        steps = self.dues.told_only
         if all(due.told for due in steps):
             return  # every step looks this tick anyway
         work = self._transaction("probe", lambda s: probe.look(s, now), None, report)
@@ -492,7 +405,7 @@ class SchedulerLoop:
         freed, tasks they scheduled and left).
         """
         cfg = self.config
-        if not self._due(self._queue_due, now):
+        if not self._due(self.dues.queue, now):
             return False
         entered = False
         again = False
@@ -522,9 +435,9 @@ class SchedulerLoop:
             again = len(result.queued) >= cfg.max_tis_per_query
             if not again:
                 break
-        self._queue_due.ran(now, again=again)
+        self.dues.queue.ran(now, again=again)
         if report.tasks_queued:
-            self._claims_due.tell()
+            self.dues.claims.tell()
         return entered
 
     def _dispatch(self, now: datetime, report: TickReport) -> int:
@@ -539,8 +452,8 @@ class SchedulerLoop:
         """
         nothing: tuple[list[TaskLaunch], list[dict[str, Any]]] = ([], [])
         batch = self.config.dispatch_batch
-        starts_wanted = self._due(self._claims_due, now)
-        alerts_wanted = self._alerts_due(now)
+        starts_wanted = self._due(self.dues.claims, now)
+        alerts_wanted = self.dues.alerts(now)
         if not starts_wanted and not alerts_wanted:
             return 0
 
@@ -584,9 +497,9 @@ class SchedulerLoop:
             if not more_starts:
                 break
         if starts_wanted:
-            self._claims_due.ran(now, again=more_starts)
+            self.dues.claims.ran(now, again=more_starts)
         if alerts_wanted:
-            self._alerts_due.ran(now, again=more_alerts)
+            self.dues.alerts.ran(now, again=more_alerts)
         return started
 
     def _start(self, launches: list[TaskLaunch], report: TickReport) -> None:
@@ -630,10 +543,10 @@ class SchedulerLoop:
         if not applied:
             return
         self._changed = True
-        self._examine_due.tell()
-        self._queue_due.tell()
+        self.dues.examine.tell()
+        self.dues.queue.tell()
         if any(a.state in (TaskState.FAILED, TaskState.UP_FOR_RETRY) for a in applied):
-            self._alerts_due.tell()
+            self.dues.alerts.tell()
 
     def _sync_executor(self, report: TickReport) -> int:
         """Apply the executor's reports; heartbeat (and fence) the tries it runs.
@@ -735,7 +648,7 @@ class SchedulerLoop:
     def _wake_next_runs(self, run_ids: list[int], report: TickReport) -> None:
         if run_ids:
             self._transaction("wake_past", lambda s: past.wake_next_runs(s, run_ids), 0, report)
-            self._examine_due.tell()  # the tasks it flagged are decided next tick
+            self.dues.examine.tell()  # the tasks it flagged are decided next tick
 
     def _housekeeping(self, now: datetime, report: TickReport) -> None:
         cfg = self.config
@@ -750,12 +663,12 @@ class SchedulerLoop:
             live = self._transaction("heartbeat", beat, None, report)
             if live is not None:
                 self._share_looks(live)
-        if self._sweep_due(now):
-            self._sweep_due.ran(now)
+        if self.dues.sweep(now):
+            self.dues.sweep.ran(now)
             self._sweep_stale_tries(now, report)
             self._handle_stuck_queued(now, report)
-        if self._reconcile_after is None and self._reconcile_due(now):
-            self._reconcile_due.ran(now)
+        if self._reconcile_after is None and self.dues.reconcile(now):
+            self.dues.reconcile.ran(now)
             self._reconcile_after, self._reconcile_until = 0, None
         if self._reconcile_after is not None:
             self._reconcile_step(self._reconcile_after, report)
@@ -779,12 +692,12 @@ class SchedulerLoop:
         self._replicas = replicas
         cfg = self.config
         shared = [
-            (self._sweep_due, cfg.zombie_check_interval),
-            (self._reconcile_due, cfg.reconcile_interval),
-            (self._quiet_due, cfg.quiet_round_interval),
+            (self.dues.sweep, cfg.zombie_check_interval),
+            (self.dues.reconcile, cfg.reconcile_interval),
+            (self.dues.quiet, cfg.quiet_round_interval),
         ]
         if self.waker is not None:
-            shared.append((self._probe_due, cfg.tick_interval))
+            shared.append((self.dues.probe, cfg.tick_interval))
         for due, every in shared:
             due.interval = every * replicas
             if math.isfinite(due.interval):  # a look switched off (infinite) has no phase
@@ -834,7 +747,7 @@ class SchedulerLoop:
             report,
         )
         if released:
-            self._examine_due.tell()
+            self.dues.examine.tell()
 
         def plan(session: Session) -> housekeeping.StalePlan:
             return housekeeping.plan_stale_tries(
@@ -942,7 +855,7 @@ class SchedulerLoop:
             )
         if taken:
             metrics.TRIES_REQUEUED_UNSTARTED.inc(len(taken))
-            self._claims_due.tell()
+            self.dues.claims.tell()
 
     def _handle_stuck_queued(self, now: datetime, report: TickReport) -> None:
         cfg = self.config
@@ -965,7 +878,7 @@ class SchedulerLoop:
         )
         self._settled(failed)
         if requeued:
-            self._queue_due.tell()  # scheduled again: they wait for a slot
+            self.dues.queue.tell()  # scheduled again: they wait for a slot
         if requeued or failed:
             log.warning("tasks stuck in queued", requeued=requeued, failed=len(failed))
 
@@ -1078,8 +991,3 @@ class SchedulerLoop:
 
 
 _DEADLOCK_RETRIES = 4
-
-
-def _timed(phase: str) -> contextlib.AbstractContextManager[Any]:
-    """Observe the block's duration in the phase histogram (even if it raises)."""
-    return metrics.LOOP_PHASE_SECONDS.labels(phase).time()
