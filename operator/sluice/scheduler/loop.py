@@ -2,7 +2,7 @@
 
 1. create runs the timetables call for, start queued runs within maxActiveRuns and
    decide their first tasks, in batches while a time budget lasts (ADR 0023; with a
-   `Waker`, only when something may have changed: see `_runs_phase_due`);
+   `Waker`, only when something may have changed: see `phase_runs.Runs.due`);
 2. examine running runs: trigger rules, retries, timeouts, run completion;
 3. the critical section: queue scheduled tasks within pools and limits, in
    batches of `max_tis_per_query`, each its own short transaction, repeated
@@ -39,7 +39,6 @@ liveness probes (ADR 0020).
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import random
 import time
@@ -60,14 +59,13 @@ from sluice.executors.base import Executor, TaskEvent, TaskLaunch
 from sluice.logs import first_line
 from sluice.metrics import families as metrics
 from sluice.metrics.health import LoopHealth
-from sluice.scheduler import contact, housekeeping, past, probe, reconcile, ticks
+from sluice.scheduler import contact, housekeeping, past, phase_runs, probe, reconcile, ticks
 from sluice.scheduler.config import SchedulerConfig
 from sluice.scheduler.critical import queue_schedulable_task_instances
 from sluice.scheduler.dispatch import claim_alerts, claim_task_starts
 from sluice.scheduler.examine import examine_running_runs
 from sluice.scheduler.isolation import ISOLATE, BatchFailed, batch_or_each
 from sluice.scheduler.results import Applied, apply_task_events
-from sluice.scheduler.runs import create_and_start_runs
 from sluice.scheduler.ticks import Clock, Due, TickReport
 from sluice.spec.states import TaskState
 
@@ -135,11 +133,9 @@ class SchedulerLoop:
         self._last_try_heartbeat = self.clock()
         self._beaten: set[tuple[int, int]] = set()  # tries heartbeated since the last full beat
         self.dues = ticks.Dues.starting(self.config, self.clock)
+        self.runs = phase_runs.Runs(self)
         self._reconcile_after: int | None = None  # a pass under way: the last run id reached
         self._reconcile_until: int | None = None  # and the newest run id when it began
-        # When the next scheduled run falls due, as phase 1's last pass saw it: the idle
-        # wait ends then, so a minute's runs are not seen up to a tick interval late.
-        self._next_due: datetime | None = None
         self._replicas = 1  # live replicas at the last heartbeat: they share the looks
         # Told the live replicas' count when it changes (the status publisher shares its
         # own periodic looks the same way).
@@ -225,10 +221,7 @@ class SchedulerLoop:
         self._probe(now, report)
 
         # Phase 1: runs.
-        if self._runs_phase_due(now):
-            with ticks.timed("runs"):
-                self._create_and_start_runs(now, report)
-            metrics.RUNS_CREATED.inc(report.runs_created)
+        self.runs.tick(now, report)
 
         # Phase 2: examine running runs (quiet ones too, once per quiet round interval).
         with ticks.timed("examine"):
@@ -248,49 +241,6 @@ class SchedulerLoop:
         with ticks.timed("housekeeping"):
             self._housekeeping(now, report)
         return report
-
-    def _create_and_start_runs(self, now: datetime, report: TickReport) -> None:
-        """Phase 1 in batches, each its own short transaction: due runs created, queued
-        runs started and their first tasks decided (`runs.create_and_start_runs`).
-
-        Another batch follows while the last came back full, the tick's
-        `runs_created_per_tick` is not reached and the phase has taken less than
-        `runs_phase_budget` of the loop's clock; otherwise the next tick goes on
-        (a batch left full makes phase 1 due again at once), so a minute's burst
-        of due runs is created in a tick or two without keeping the other phases
-        waiting for long (ADR 0023).
-        """
-        cfg = self.config
-        cap = cfg.runs_created_per_tick
-        began = self.clock()
-        full = False
-        first_tasks = 0
-        while True:
-            limit = min(cfg.runs_created_per_batch, cap - report.runs_created)
-            batch = self._transaction(
-                "runs",
-                functools.partial(create_and_start_runs, specs=self.specs, now=now, limit=limit),
-                None,
-                report,
-            )
-            if batch is None:  # failed, or a lock busy: look again next tick
-                full = True
-                break
-            report.runs_created += batch.created
-            report.runs_started += batch.started
-            first_tasks += batch.first_tasks.scheduled
-            if batch.first_tasks.settled_ok_runs:
-                self._wake_next_runs(sorted(batch.first_tasks.settled_ok_runs), report)
-            self._next_due = batch.next_due
-            full = batch.created >= limit or batch.started >= limit
-            spent = (self.clock() - began).total_seconds() >= cfg.runs_phase_budget
-            if not full or spent or max(report.runs_created, report.runs_started) >= cap:
-                break
-        self.dues.runs.ran(now, again=full)
-        if report.runs_started:
-            self.dues.examine.tell()  # their runs wait to be examined (timeouts, completion)
-        if first_tasks:
-            self.dues.queue.tell()  # their first tasks wait for a slot
 
     def _examine(self, now: datetime, report: TickReport) -> None:
         """Phase 2, in one transaction; then flag runs whose dependsOnPast tasks it freed.
@@ -333,20 +283,6 @@ class SchedulerLoop:
         decided = stats.settled or report.tasks_scheduled or stats.finished_runs
         self.dues.examine.ran(now, again=worked or bool(decided))
         self._wake_next_runs(sorted(stats.settled_ok_runs), report)
-
-    def _runs_phase_due(self, now: datetime) -> bool:
-        """Does phase 1 have anything new to look at?
-
-        Without a waker, always. With one: when a notification came (a DAG
-        registered or unpaused, a run inserted or ended), when the last phase 1
-        came back full or this replica ended a run, and otherwise when the look
-        once per tick interval (`_probe`) finds a schedule fallen due or a queued
-        run (anything a notification missed). A busy replica so skips two queries
-        per tick that would find nothing.
-        """
-        if self._next_due is not None and now >= self._next_due:
-            return True  # a schedule fell due (the idle wait ended for it)
-        return self._due(self.dues.runs, now)
 
     def _due(self, due: Due, now: datetime) -> bool:
         """Without a waker, a step runs every tick: nothing would tell it what other
@@ -902,8 +838,9 @@ class SchedulerLoop:
         """Wait one tick interval, or until the waker hears that work appeared, or until
         the next scheduled run falls due (a schedule falling due notifies no one)."""
         wait = self.config.tick_interval
-        if self._next_due is not None and self.config.wake_at_next_due:
-            until_due = (self._next_due - self.clock()).total_seconds()
+        next_due = self.runs.next_due
+        if next_due is not None and self.config.wake_at_next_due:
+            until_due = (next_due - self.clock()).total_seconds()
             wait = min(wait, max(0.0, until_due))
         if self.waker is not None:
             self._heard = self.waker.wait(wait) or self._heard
