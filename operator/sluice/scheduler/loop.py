@@ -59,11 +59,19 @@ from sluice.executors.base import Executor, TaskEvent, TaskLaunch
 from sluice.logs import first_line
 from sluice.metrics import families as metrics
 from sluice.metrics.health import LoopHealth
-from sluice.scheduler import contact, housekeeping, past, phase_runs, probe, reconcile, ticks
+from sluice.scheduler import (
+    contact,
+    housekeeping,
+    past,
+    phase_examine,
+    phase_runs,
+    probe,
+    reconcile,
+    ticks,
+)
 from sluice.scheduler.config import SchedulerConfig
 from sluice.scheduler.critical import queue_schedulable_task_instances
 from sluice.scheduler.dispatch import claim_alerts, claim_task_starts
-from sluice.scheduler.examine import examine_running_runs
 from sluice.scheduler.isolation import ISOLATE, BatchFailed, batch_or_each
 from sluice.scheduler.results import Applied, apply_task_events
 from sluice.scheduler.ticks import Clock, Due, TickReport
@@ -134,6 +142,7 @@ class SchedulerLoop:
         self._beaten: set[tuple[int, int]] = set()  # tries heartbeated since the last full beat
         self.dues = ticks.Dues.starting(self.config, self.clock)
         self.runs = phase_runs.Runs(self)
+        self.examine = phase_examine.Examine(self)
         self._reconcile_after: int | None = None  # a pass under way: the last run id reached
         self._reconcile_until: int | None = None  # and the newest run id when it began
         self._replicas = 1  # live replicas at the last heartbeat: they share the looks
@@ -224,8 +233,7 @@ class SchedulerLoop:
         self.runs.tick(now, report)
 
         # Phase 2: examine running runs (quiet ones too, once per quiet round interval).
-        with ticks.timed("examine"):
-            self._examine(now, report)
+        self.examine.tick(now, report)
 
         # Phase 3: the critical section.
         with ticks.timed("critical_section"):
@@ -241,48 +249,6 @@ class SchedulerLoop:
         with ticks.timed("housekeeping"):
             self._housekeeping(now, report)
         return report
-
-    def _examine(self, now: datetime, report: TickReport) -> None:
-        """Phase 2, in one transaction; then flag runs whose dependsOnPast tasks it freed.
-
-        Runs with work are looked for when this replica may have made some (reports,
-        runs started, a last pass that did something) or the look found some (what
-        other replicas left, a run past its deadline or of a deleted DAG), and once per
-        quiet round interval with the quiet runs too (the net for runs without a
-        deadline: started before migration 0012).
-        """
-        cfg = self.config
-        quiet = self.dues.quiet(now)
-        if not quiet and not self._due(self.dues.examine, now):
-            return
-        stats = self._transaction(
-            "examine",
-            lambda s: examine_running_runs(
-                s, self.specs, now, cfg.runs_examined_per_tick, quiet=quiet
-            ),
-            None,
-            report,
-        )
-        if quiet:
-            self.dues.quiet.ran(now)
-        if stats is None:
-            self.dues.examine.ran(now, again=True)
-            return
-        report.runs_examined = stats.runs
-        report.runs_finished = len(stats.finished_runs)
-        if stats.finished_runs:
-            self.dues.runs.tell()  # a queued run may start now
-        report.tasks_scheduled = stats.scheduled + stats.retried
-        if report.tasks_scheduled or stats.finished_runs:
-            self.dues.queue.tell()  # tasks wait for a slot, or an ended run freed some
-        # Runs taken without the quiet ones all had work, and what they did may leave
-        # more (a full batch, a run at the cap of settling rounds): look again next tick.
-        # So does a pass that decided anything. (A full quiet pass alone says nothing:
-        # the runs with work come first in it.)
-        worked = stats.runs > 0 and not quiet
-        decided = stats.settled or report.tasks_scheduled or stats.finished_runs
-        self.dues.examine.ran(now, again=worked or bool(decided))
-        self._wake_next_runs(sorted(stats.settled_ok_runs), report)
 
     def _due(self, due: Due, now: datetime) -> bool:
         """Without a waker, a step runs every tick: nothing would tell it what other
