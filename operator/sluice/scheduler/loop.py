@@ -63,6 +63,7 @@ from sluice.scheduler import (
     contact,
     housekeeping,
     past,
+    phase_critical,
     phase_examine,
     phase_runs,
     probe,
@@ -70,7 +71,6 @@ from sluice.scheduler import (
     ticks,
 )
 from sluice.scheduler.config import SchedulerConfig
-from sluice.scheduler.critical import queue_schedulable_task_instances
 from sluice.scheduler.dispatch import claim_alerts, claim_task_starts
 from sluice.scheduler.isolation import ISOLATE, BatchFailed, batch_or_each
 from sluice.scheduler.results import Applied, apply_task_events
@@ -143,6 +143,7 @@ class SchedulerLoop:
         self.dues = ticks.Dues.starting(self.config, self.clock)
         self.runs = phase_runs.Runs(self)
         self.examine = phase_examine.Examine(self)
+        self.critical = phase_critical.Critical(self)
         self._reconcile_after: int | None = None  # a pass under way: the last run id reached
         self._reconcile_until: int | None = None  # and the newest run id when it began
         self._replicas = 1  # live replicas at the last heartbeat: they share the looks
@@ -236,10 +237,7 @@ class SchedulerLoop:
         self.examine.tick(now, report)
 
         # Phase 3: the critical section.
-        with ticks.timed("critical_section"):
-            entered = self._queue_tasks(now, report)
-        if entered:
-            metrics.TASKS_EXECUTABLE.set(report.tasks_queued)
+        self.critical.tick(now, report)
 
         # Phase 4: hand over, collect reports, housekeeping.
         with ticks.timed("dispatch"):
@@ -294,53 +292,6 @@ class SchedulerLoop:
         )
         for due in found:
             due.tell()
-
-    def _queue_tasks(self, now: datetime, report: TickReport) -> bool:
-        """Critical-section batches, each committed (releasing the pool lock) before the next;
-        True if one took the lock.
-
-        Another batch follows only while the last one came back full, so a
-        backlog drains within a tick and the lock is never held for more than
-        one batch. It runs when tasks may have become queueable through this
-        replica (scheduled, or a slot freed), when the last pass was full, busy
-        or failed, and otherwise once per tick interval (slots other replicas
-        freed, tasks they scheduled and left).
-        """
-        cfg = self.config
-        if not self._due(self.dues.queue, now):
-            return False
-        entered = False
-        again = False
-        for _ in range(cfg.critical_batches_per_tick):
-            started = time.perf_counter()
-            result = self._transaction(
-                "critical_section",
-                lambda s: queue_schedulable_task_instances(
-                    s, self.clock(), job_id=self.job_id, max_tis=cfg.max_tis_per_query
-                ),
-                None,
-                report,
-            )
-            if result is None:
-                again = True
-                break
-            if result.entered:
-                entered = True
-                metrics.CRITICAL_SECTION_SECONDS.observe(time.perf_counter() - started)
-            else:
-                metrics.CRITICAL_SECTION_BUSY.inc()
-            report.critical_section_skipped = not result.entered
-            report.tasks_queued += len(result.queued)
-            if not result.entered:  # another replica holds the lock: this tick skips it
-                again = True
-                break
-            again = len(result.queued) >= cfg.max_tis_per_query
-            if not again:
-                break
-        self.dues.queue.ran(now, again=again)
-        if report.tasks_queued:
-            self.dues.claims.tell()
-        return entered
 
     def _dispatch(self, now: datetime, report: TickReport) -> int:
         """Claim queued tries and pending alerts, a batch per transaction; act after each commit.
