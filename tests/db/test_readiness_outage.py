@@ -24,7 +24,13 @@ from sluice.db.embedded import EmbeddedPostgres, start_embedded_postgres
 from sluice.db.engine import make_engine, normalize_url, session_factory
 from sluice.db.migrate import upgrade
 from sluice.metrics.health import LoopHealth
-from sluice.scheduler import housekeeping, phase_critical, phase_examine, phase_runs
+from sluice.scheduler import (
+    housekeeping,
+    phase_critical,
+    phase_examine,
+    phase_handover,
+    phase_runs,
+)
 from sluice.scheduler import loop as loop_module
 from sluice.scheduler.loop import SchedulerLoop
 from tests.db.test_metrics_on_postgres import FakeMonotonic, _free_port, get, value
@@ -105,8 +111,9 @@ def test_a_tick_whose_every_phase_fails_does_not_count_for_readiness(
         (phase_runs, "create_and_start_runs"),
         (phase_examine, "examine_running_runs"),
         (phase_critical, "queue_schedulable_task_instances"),
-        (loop_module, "claim_task_starts"),
-        (loop_module, "apply_task_events"),
+        (phase_handover, "claim_task_starts"),
+        (phase_handover, "apply_task_events"),
+        (loop_module, "apply_task_events"),  # the stale sweep's
     ):
         monkeypatch.setattr(module, phase, broken)
     monkeypatch.setattr(housekeeping, "heartbeat_tries", broken)  # executor_events, no reports
