@@ -29,9 +29,9 @@ from sluice.scheduler import (
     phase_critical,
     phase_examine,
     phase_handover,
+    phase_housekeeping,
     phase_runs,
 )
-from sluice.scheduler import loop as loop_module
 from sluice.scheduler.loop import SchedulerLoop
 from tests.db.test_metrics_on_postgres import FakeMonotonic, _free_port, get, value
 from tests.support import FakeClock, ScriptedExecutor, chain, manifest, register, trigger
@@ -113,7 +113,7 @@ def test_a_tick_whose_every_phase_fails_does_not_count_for_readiness(
         (phase_critical, "queue_schedulable_task_instances"),
         (phase_handover, "claim_task_starts"),
         (phase_handover, "apply_task_events"),
-        (loop_module, "apply_task_events"),  # the stale sweep's
+        (phase_housekeeping, "apply_task_events"),  # the stale sweep's
     ):
         monkeypatch.setattr(module, phase, broken)
     monkeypatch.setattr(housekeeping, "heartbeat_tries", broken)  # executor_events, no reports

@@ -1,18 +1,22 @@
-"""The scheduler loop: four phases per tick, each its own short transaction.
+"""The scheduler loop: four phases per tick, each in a module of its own, each step its
+own short transaction.
 
-1. create runs the timetables call for, start queued runs within maxActiveRuns and
-   decide their first tasks, in batches while a time budget lasts (ADR 0023; with a
-   `Waker`, only when something may have changed: see `phase_runs.Runs.due`);
-2. examine running runs: trigger rules, retries, timeouts, run completion;
-3. the critical section: queue scheduled tasks within pools and limits, in
-   batches of `max_tis_per_query`, each its own short transaction, repeated
-   while batches come back full (up to `critical_batches_per_tick`);
-4. housekeeping: hand queued tries to the executor (and claim alerts) in one
-   transaction, apply its reports and heartbeats, scheduler heartbeats,
-   zombies, counter reconciliation.
+1. runs (`phase_runs.py`): create runs the timetables call for, start queued runs
+   within maxActiveRuns and decide their first tasks, in batches while a time
+   budget lasts (ADR 0023; with a `Waker`, only when something may have changed:
+   see `phase_runs.Runs.due`);
+2. examine (`phase_examine.py`): running runs: trigger rules, retries, timeouts,
+   run completion;
+3. the critical section (`phase_critical.py`): queue scheduled tasks within pools
+   and limits, in batches of `max_tis_per_query`, each its own short transaction,
+   repeated while batches come back full (up to `critical_batches_per_tick`);
+4. hand-over and housekeeping: hand queued tries to the executor (and claim
+   alerts) in one transaction, apply its reports and heartbeats
+   (`phase_handover.py`); scheduler heartbeats, zombies, counter reconciliation
+   (`phase_housekeeping.py`).
 
 With a `Waker`, phases 2 to 4 run like phase 1, when something may have
-given them work (`Due`): this replica did (a report applied frees a slot and
+given them work (`ticks.Due`): this replica did (a report applied frees a slot and
 may make tasks ready, tasks scheduled wait for the critical section, tries
 queued wait for a claim), a notification came, or their last pass came back
 full or failed; and otherwise when the look once per tick interval (one
@@ -20,13 +24,17 @@ statement for all of them, `probe.py`) finds them work that other replicas,
 the clock or a lost notification brought. A tick that follows a busy one so
 skips the statements that would find nothing, and an idle replica still looks
 at everything once per tick interval (with N live replicas, each once per N
-intervals: `_share_looks`). Without a waker every phase runs every tick.
+intervals: `phase_housekeeping`'s `_share_looks`). Without a waker every phase
+runs every tick.
 
-A phase that meets a busy lock skips this tick; a deadlock is retried with
-backoff; any other error is logged and the loop goes on (invariant 6). The
-executor gets the same policy: an error from any of its calls is logged,
-counted in the tick's report and survived; a batch it failed to start fails
-with the reason (and retries as the task allows). The
+This module keeps what the phases share: the tick's order and its one connection,
+the notifications and the look that tell the phases, the one error policy
+(`_transaction`, `_executor_call`, `_record_error`) and what a settled try tells
+the others (`_settled`, `_wake_past`). A phase that meets a busy lock skips this
+tick; a deadlock is retried with backoff; any other error is logged and the loop
+goes on (invariant 6). The executor gets the same policy: an error from any of its
+calls is logged, counted in the tick's report and survived; a batch it failed to
+start fails with the reason (and retries as the task allows). The
 clock is injected so tests can drive time. An idle loop sleeps one tick
 interval, or less when a `Waker` hears that work appeared.
 
@@ -39,11 +47,9 @@ liveness probes (ADR 0020).
 from __future__ import annotations
 
 import contextlib
-import math
-import random
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TypeVar
 
 import structlog
@@ -65,14 +71,14 @@ from sluice.scheduler import (
     phase_critical,
     phase_examine,
     phase_handover,
+    phase_housekeeping,
     phase_runs,
     probe,
-    reconcile,
     ticks,
 )
 from sluice.scheduler.config import SchedulerConfig
 from sluice.scheduler.isolation import ISOLATE, BatchFailed
-from sluice.scheduler.results import Applied, apply_task_events
+from sluice.scheduler.results import Applied
 from sluice.scheduler.ticks import Clock, Due, TickReport
 from sluice.spec.states import TaskState
 
@@ -135,19 +141,15 @@ class SchedulerLoop:
             ),
             recording=recording,
         )
-        self._last_heartbeat = self.clock()
         self.dues = ticks.Dues.starting(self.config, self.clock)
         self.runs = phase_runs.Runs(self)
         self.examine = phase_examine.Examine(self)
         self.critical = phase_critical.Critical(self)
         self.handover = phase_handover.Handover(self)
-        self._reconcile_after: int | None = None  # a pass under way: the last run id reached
-        self._reconcile_until: int | None = None  # and the newest run id when it began
-        self._replicas = 1  # live replicas at the last heartbeat: they share the looks
+        self.housekeeping = phase_housekeeping.Housekeeping(self)
         # Told the live replicas' count when it changes (the status publisher shares its
         # own periodic looks the same way).
         self.on_replicas = on_replicas
-        self._offsets = random.Random(self.job_id)  # each replica its own phase of them
         self._heard = False  # the idle wait was woken by a notification
         self._tick_monotonic = time.monotonic()
 
@@ -229,23 +231,14 @@ class SchedulerLoop:
 
         # Phase 1: runs.
         self.runs.tick(now, report)
-
         # Phase 2: examine running runs (quiet ones too, once per quiet round interval).
         self.examine.tick(now, report)
-
         # Phase 3: the critical section.
         self.critical.tick(now, report)
-
         # Phase 4: hand over, collect reports, housekeeping.
         self.handover.tick(now, report)
-        with ticks.timed("housekeeping"):
-            self._housekeeping(now, report)
+        self.housekeeping.tick(now, report)
         return report
-
-    def _due(self, due: Due, now: datetime) -> bool:
-        """Without a waker, a step runs every tick: nothing would tell it what other
-        processes changed (an unpause, a manual run) before the next tick interval."""
-        return self.waker is None or due(now)
 
     def _listen(self) -> None:
         """A notification (a DAG registered or unpaused, a run inserted or ended, by any
@@ -287,270 +280,6 @@ class SchedulerLoop:
         for due in found:
             due.tell()
 
-    def _executor_call(
-        self, what: str, call: Callable[[], T], default: T, report: TickReport | None
-    ) -> T:
-        """An executor call under the loop's error policy: logged, counted, survived."""
-        try:
-            return call()
-        except Exception as exc:
-            self._record_error(f"executor.{what}", exc, report)
-            return default
-
-    def _settled(self, applied: list[Applied]) -> None:
-        """Tries this replica settled: their slots are free and their downstream tasks
-        may be ready or their runs complete (phases 2 and 3 look next tick); a failed
-        try's alert is in the outbox (this replica looks for it next tick)."""
-        if not applied:
-            return
-        self._changed = True
-        self.dues.examine.tell()
-        self.dues.queue.tell()
-        if any(a.state in (TaskState.FAILED, TaskState.UP_FOR_RETRY) for a in applied):
-            self.dues.alerts.tell()
-
-    def _wake_past(self, applied: list[Applied], report: TickReport) -> None:
-        """Committed settlements may free the next run's dependsOnPast tasks: flag them,
-        in a transaction of their own that locks those runs first."""
-        self._wake_next_runs([a.wakes_run for a in applied if a.wakes_run is not None], report)
-
-    def _wake_next_runs(self, run_ids: list[int], report: TickReport) -> None:
-        if run_ids:
-            self._transaction("wake_past", lambda s: past.wake_next_runs(s, run_ids), 0, report)
-            self.dues.examine.tell()  # the tasks it flagged are decided next tick
-
-    def _housekeeping(self, now: datetime, report: TickReport) -> None:
-        cfg = self.config
-        if (now - self._last_heartbeat).total_seconds() >= cfg.heartbeat_interval:
-            self._last_heartbeat = now
-
-            def beat(session: Session) -> int:
-                return housekeeping.heartbeat_scheduler(
-                    session, self.job_id, now, cfg.scheduler_dead_after, self.contact
-                )
-
-            live = self._transaction("heartbeat", beat, None, report)
-            if live is not None:
-                self._share_looks(live)
-        if self.dues.sweep(now):
-            self.dues.sweep.ran(now)
-            self._sweep_stale_tries(now, report)
-            self._handle_stuck_queued(now, report)
-        if self._reconcile_after is None and self.dues.reconcile(now):
-            self.dues.reconcile.ran(now)
-            self._reconcile_after, self._reconcile_until = 0, None
-        if self._reconcile_after is not None:
-            self._reconcile_step(self._reconcile_after, report)
-
-    def _share_looks(self, replicas: int) -> None:
-        """With a waker, the looks once per tick interval are for what this replica cannot
-        be told of (other replicas' work, the clock, a lost notification), and any
-        replica's look serves them all: with N live replicas each looks once per N tick
-        intervals, so together they still look about once per tick interval and an idle
-        fleet costs what one idle replica does. The sweeps for stale tries and stuck
-        queued tasks, the counter reconciliation and phase 2's quiet round look at the
-        whole fleet's work with or without a waker, so they are shared the same way (a
-        dead replica's tries are still found about once per `zombie_check_interval`).
-        Each replica takes a random phase of its own (seeded by its job id), so their
-        looks do not fall together.
-        Everything this replica did or was notified of is still looked at on its next
-        tick."""
-        replicas = max(1, replicas)
-        if replicas == self._replicas:
-            return
-        self._replicas = replicas
-        cfg = self.config
-        shared = [
-            (self.dues.sweep, cfg.zombie_check_interval),
-            (self.dues.reconcile, cfg.reconcile_interval),
-            (self.dues.quiet, cfg.quiet_round_interval),
-        ]
-        if self.waker is not None:
-            shared.append((self.dues.probe, cfg.tick_interval))
-        for due, every in shared:
-            due.interval = every * replicas
-            if math.isfinite(due.interval):  # a look switched off (infinite) has no phase
-                due.last -= timedelta(seconds=self._offsets.uniform(0, due.interval - every))
-        if self.on_replicas is not None:
-            self.on_replicas(replicas)
-
-    def _reconcile_step(self, after: int, report: TickReport) -> None:
-        """One step of the counter reconciliation pass (a failed step ends the pass)."""
-        budget, until = self.config.reconcile_tasks_per_tick, self._reconcile_until
-        step = self._transaction(
-            "reconcile", lambda s: reconcile.reconcile_runs(s, after, budget, until), None, report
-        )
-        self._reconcile_after = None if step is None else step.through
-        self._reconcile_until = None if step is None else step.until
-        if step is not None and step.fixed:
-            metrics.COUNTER_FIXES.inc(step.fixed)
-            log.warning("counters reconciled", rows_fixed=step.fixed)
-
-    def _sweep_stale_tries(self, now: datetime, report: TickReport) -> None:
-        """Adopt, report or fail running tries whose heartbeat went stale, and release the
-        stopping tries of dead replicas (five transactions)."""
-        cfg = self.config
-
-        # Its own transaction: nothing about one try can keep dead replicas from being seen.
-        no_ids: list[int] = []
-        self._transaction(
-            "mark_dead",
-            lambda s: housekeeping.mark_dead_schedulers(
-                s, now, cfg.scheduler_dead_after, self.contact
-            ),
-            no_ids,
-            report,
-        )
-        # Tries ended under their process whose replica died: stopped once silent long
-        # enough for a zombie's verdict (or a pod's own stop), so a cleared task goes on.
-        released = self._transaction(
-            "release_stopped",
-            lambda s: housekeeping.release_stopped(
-                s,
-                now,
-                threshold=max(cfg.zombie_threshold, cfg.heartbeat_kill_threshold),
-                dead_after=cfg.scheduler_dead_after,
-                contact=self.contact,
-            ),
-            no_ids,
-            report,
-        )
-        if released:
-            self.dues.examine.tell()
-
-        def plan(session: Session) -> housekeeping.StalePlan:
-            return housekeeping.plan_stale_tries(
-                session,
-                self.specs,
-                self.executor,
-                now,
-                job_id=self.job_id,
-                threshold=cfg.zombie_threshold,
-                dead_after=cfg.scheduler_dead_after,
-                kill_after=cfg.heartbeat_kill_threshold,
-                contact=self.contact,
-            )
-
-        stale = self._transaction("stale_tries", plan, None, report)
-        if stale is None:
-            return
-        if stale.events:
-            nothing: list[Applied] = []
-            settled = self._transaction(
-                "zombies",
-                lambda s: apply_task_events(
-                    s, stale.events, self.specs, now, evidence=stale.evidence
-                ),
-                nothing,
-                report,
-            )
-            self._settled(settled)
-            self._wake_past(settled, report)
-            for applied in settled:
-                if applied.ti_id in stale.evidence:
-                    metrics.ZOMBIES.inc()
-                    log.warning("zombie task", ti=applied.ti_id, try_number=applied.try_number)
-            settled_keys = {(a.ti_id, a.try_number) for a in settled}
-            for key in stale.kill:
-                if key in settled_keys:  # only a verdict this replica made stops the try
-                    self._executor_call(
-                        "kill",
-                        lambda key=key: self.executor.kill(  # type: ignore[misc]
-                            key, "zombie: running but no heartbeat", stale.kill[key]
-                        ),
-                        None,
-                        report,
-                    )
-        if stale.restarts:
-            self._restart(stale.restarts, now, report)
-        if stale.adoptions:
-            no_adoptions: list[housekeeping.Adoption] = []
-            taken = self._transaction(
-                "adopt",
-                # The time of the adoption, not of the tick's start: the plan's executor
-                # reads may have blocked long since (an unreachable API server).
-                lambda s: housekeeping.adopt_tries(s, stale.adoptions, self.job_id, self.clock()),
-                no_adoptions,
-                report,
-            )
-            metrics.ADOPTIONS.inc(len(taken))
-            for adoption in taken:
-                self._executor_call(
-                    "adopt",
-                    lambda a=adoption: self.executor.adopt(  # type: ignore[misc]
-                        a.key,
-                        a.external_id,
-                        elapsed=a.elapsed,
-                        timeout=a.timeout,
-                        skip_on_exit_code=a.skip_on_exit_code,
-                    ),
-                    None,
-                    report,
-                )
-                log.info(
-                    "adopted try",
-                    ti=adoption.key[0],
-                    try_number=adoption.key[1],
-                    from_job=adoption.previous_owner,
-                )
-            if taken:
-                # The adoption wrote `now` as their heartbeat: their leases count from then.
-                keys = [adoption.key for adoption in taken]
-                self._executor_call(
-                    "heartbeats_recorded",
-                    lambda: self.executor.heartbeats_recorded(keys, self._tick_monotonic),
-                    None,
-                    report,
-                )
-
-    def _restart(
-        self, restarts: list[housekeeping.Restart], now: datetime, report: TickReport
-    ) -> None:
-        """Queue again the tries dead replicas claimed but never started (same try)."""
-        nothing: list[housekeeping.Restart] = []
-        taken = self._transaction(
-            "restart",
-            lambda s: housekeeping.restart_tries(s, restarts, self.job_id, now),
-            nothing,
-            report,
-        )
-        for restart in taken:
-            log.warning(
-                "queued a never-started try again",
-                ti=restart.key[0],
-                try_number=restart.key[1],
-                from_job=restart.previous_owner,
-                external_id=restart.external_id,
-            )
-        if taken:
-            metrics.TRIES_REQUEUED_UNSTARTED.inc(len(taken))
-            self.dues.claims.tell()
-
-    def _handle_stuck_queued(self, now: datetime, report: TickReport) -> None:
-        cfg = self.config
-        nothing_failed: list[Applied] = []
-        failed = self._transaction(
-            "queued_timeout_fail",
-            lambda s: housekeeping.fail_stuck_tasks(
-                s, self.specs, now, queued_timeout=cfg.queued_timeout, max_requeues=cfg.max_requeues
-            ),
-            nothing_failed,
-            report,
-        )
-        requeued = self._transaction(
-            "queued_timeout_requeue",
-            lambda s: housekeeping.requeue_stuck_tasks(
-                s, now, queued_timeout=cfg.queued_timeout, max_requeues=cfg.max_requeues
-            ),
-            0,
-            report,
-        )
-        self._settled(failed)
-        if requeued:
-            self.dues.queue.tell()  # scheduled again: they wait for a slot
-        if requeued or failed:
-            log.warning("tasks stuck in queued", requeued=requeued, failed=len(failed))
-
     # -- running ------------------------------------------------------------------
 
     def run(self, should_stop: Callable[[], bool]) -> None:
@@ -587,6 +316,13 @@ class SchedulerLoop:
         self._transaction(
             "end", lambda s: housekeeping.end_scheduler(s, self.job_id, self.clock()), None
         )
+
+    # -- what the phases share ----------------------------------------------------
+
+    def _due(self, due: Due, now: datetime) -> bool:
+        """Without a waker, a step runs every tick: nothing would tell it what other
+        processes changed (an unpause, a manual run) before the next tick interval."""
+        return self.waker is None or due(now)
 
     def _transaction(
         self,
@@ -636,6 +372,38 @@ class SchedulerLoop:
             self._record_error(phase, failure, report)
             return default
         return default
+
+    def _executor_call(
+        self, what: str, call: Callable[[], T], default: T, report: TickReport | None
+    ) -> T:
+        """An executor call under the loop's error policy: logged, counted, survived."""
+        try:
+            return call()
+        except Exception as exc:
+            self._record_error(f"executor.{what}", exc, report)
+            return default
+
+    def _settled(self, applied: list[Applied]) -> None:
+        """Tries this replica settled: their slots are free and their downstream tasks
+        may be ready or their runs complete (phases 2 and 3 look next tick); a failed
+        try's alert is in the outbox (this replica looks for it next tick)."""
+        if not applied:
+            return
+        self._changed = True
+        self.dues.examine.tell()
+        self.dues.queue.tell()
+        if any(a.state in (TaskState.FAILED, TaskState.UP_FOR_RETRY) for a in applied):
+            self.dues.alerts.tell()
+
+    def _wake_past(self, applied: list[Applied], report: TickReport) -> None:
+        """Committed settlements may free the next run's dependsOnPast tasks: flag them,
+        in a transaction of their own that locks those runs first."""
+        self._wake_next_runs([a.wakes_run for a in applied if a.wakes_run is not None], report)
+
+    def _wake_next_runs(self, run_ids: list[int], report: TickReport) -> None:
+        if run_ids:
+            self._transaction("wake_past", lambda s: past.wake_next_runs(s, run_ids), 0, report)
+            self.dues.examine.tell()  # the tasks it flagged are decided next tick
 
     def _record_error(self, phase: str, exc: Exception, report: TickReport | None) -> None:
         """Count, log and report a failed phase. The first of a series of the same error
