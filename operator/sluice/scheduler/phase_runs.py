@@ -39,8 +39,8 @@ class Runs:
 
         Without a waker, always. With one: when a notification came (a DAG
         registered or unpaused, a run inserted or ended), when the last phase 1
-        came back full or this replica ended a run, and otherwise when the look
-        once per tick interval (`_probe`) finds a schedule fallen due or a queued
+        came back full or this replica ended a run, and otherwise when the loop's
+        look once per tick interval (`SchedulerLoop._probe`) finds a schedule fallen due or a queued
         run (anything a notification missed). A busy replica so skips two queries
         per tick that would find nothing.
         """
