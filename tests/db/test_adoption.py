@@ -171,7 +171,7 @@ def _replica_a_claims(
     executor = LocalExecutor(tmp_path)
     a = make_loop(sessions, executor, clock, **FAST)
     a.handover._sync_executor = lambda report: 0  # type: ignore[method-assign]  # dies first
-    a.housekeeping.tick = lambda now, report: None  # type: ignore[method-assign]
+    a.housekeeping._housekeeping = lambda now, report: None  # type: ignore[method-assign]
     if not start:
         executor.start = lambda launches: None  # type: ignore[method-assign]
     for _ in range(3):

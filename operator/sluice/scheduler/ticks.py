@@ -73,11 +73,13 @@ class Dues:
 
     @classmethod
     def starting(cls, config: SchedulerConfig, clock: Clock) -> Dues:
+        """A new loop's: the sweeps and the reconciliation first fall due an interval
+        from now; every other step runs on the first tick, then when told (or due: the
+        quiet round and the look)."""
         # The sweeps for stale tries and stuck queued tasks, and the counter reconciliation:
         # their look is at the whole fleet's work, so live replicas share them too.
         sweep = Due(config.zombie_check_interval, clock(), told=False)
         reconcile = Due(config.reconcile_interval, clock(), told=False)
-        # Each runs on the first tick, then when told (or due: the quiet round and the look).
         every = config.tick_interval
         long_ago = clock() - timedelta(seconds=every)
         return cls(
@@ -86,11 +88,11 @@ class Dues:
             # all five once per tick interval (`probe`).
             runs=Due(math.inf, long_ago),
             examine=Due(math.inf, long_ago),
-            # Phase 2's round of quiet runs: once at start, then once per quiet round interval.
-            quiet=Due(config.quiet_round_interval, long_ago),
             queue=Due(math.inf, long_ago),
             claims=Due(math.inf, long_ago),
             alerts=Due(math.inf, long_ago),
+            # Phase 2's round of quiet runs: once at start, then once per quiet round interval.
+            quiet=Due(config.quiet_round_interval, long_ago),
             probe=Due(every, long_ago, told=False),
             sweep=sweep,
             reconcile=reconcile,
