@@ -37,14 +37,14 @@ from sqlalchemy import Engine, event
 
 from sluice.db.prepared import sql_of
 from sluice.metrics import families
-from sluice.scheduler import loop as loop_module
+from sluice.scheduler import ticks
 
 _statements: Counter[str] = Counter()  # by thread name
 _loop_statements: Counter[str] = Counter()  # the loop's, by the statement as sent
 _publisher_statements: Counter[str] = Counter()  # the status publisher's
 _SPACES = re.compile(r"\s+")
 _phase_cpu: defaultdict[str, float] = defaultdict(float)  # the loop thread's CPU s per phase
-_timed = loop_module._timed
+_timed = ticks.timed
 
 
 @contextlib.contextmanager
@@ -146,7 +146,7 @@ def main() -> None:
     args = parser.parse_args(argv[:split])
     cli = argv[split + 1 :]
     event.listen(Engine, "before_cursor_execute", _count)
-    loop_module._timed = _timed_on_cpu
+    ticks.timed = _timed_on_cpu
     # CPU time of the loop's thread, not wall time (which its idle waits would fill).
     profiler = cProfile.Profile(time.thread_time) if args.profile else None
     probes = {"n": 0}

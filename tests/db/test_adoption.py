@@ -170,8 +170,8 @@ def _replica_a_claims(
     trigger(sessions, "adopt", clock.now)
     executor = LocalExecutor(tmp_path)
     a = make_loop(sessions, executor, clock, **FAST)
-    a._sync_executor = lambda report: 0  # type: ignore[method-assign]  # dies first
-    a._housekeeping = lambda now, report: None  # type: ignore[method-assign]
+    a.handover._sync_executor = lambda report: 0  # type: ignore[method-assign]  # dies first
+    a.housekeeping._housekeeping = lambda now, report: None  # type: ignore[method-assign]
     if not start:
         executor.start = lambda launches: None  # type: ignore[method-assign]
     for _ in range(3):

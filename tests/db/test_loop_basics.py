@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import Engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
-from sluice.scheduler import loop as loop_module
+from sluice.scheduler import phase_critical
 from sluice.spec.states import RunState, TaskState
 from tests.support import (
     T0,
@@ -116,7 +116,7 @@ def test_a_tick_takes_one_connection_and_a_failed_phase_gives_it_back(
             raise RuntimeError("pool table unreadable")
 
         with monkeypatch.context() as patch:
-            patch.setattr(loop_module, "queue_schedulable_task_instances", broken)
+            patch.setattr(phase_critical, "queue_schedulable_task_instances", broken)
             report = loop.tick()  # phase 3 fails; the phases after it take a fresh connection
         assert report.errors == ["critical_section: pool table unreadable"]
         assert len(checkouts) >= 2  # the tick's, then fresh ones for the phases after it

@@ -24,8 +24,14 @@ from sluice.db.embedded import EmbeddedPostgres, start_embedded_postgres
 from sluice.db.engine import make_engine, normalize_url, session_factory
 from sluice.db.migrate import upgrade
 from sluice.metrics.health import LoopHealth
-from sluice.scheduler import housekeeping
-from sluice.scheduler import loop as loop_module
+from sluice.scheduler import (
+    housekeeping,
+    phase_critical,
+    phase_examine,
+    phase_handover,
+    phase_housekeeping,
+    phase_runs,
+)
 from sluice.scheduler.loop import SchedulerLoop
 from tests.db.test_metrics_on_postgres import FakeMonotonic, _free_port, get, value
 from tests.support import FakeClock, ScriptedExecutor, chain, manifest, register, trigger
@@ -101,14 +107,15 @@ def test_a_tick_whose_every_phase_fails_does_not_count_for_readiness(
     def broken(session: Session, *args: object, **kwargs: object) -> object:
         raise RuntimeError("database gone mid-tick")
 
-    for phase in (
-        "create_and_start_runs",
-        "examine_running_runs",
-        "queue_schedulable_task_instances",
-        "claim_task_starts",
-        "apply_task_events",
+    for module, phase in (
+        (phase_runs, "create_and_start_runs"),
+        (phase_examine, "examine_running_runs"),
+        (phase_critical, "queue_schedulable_task_instances"),
+        (phase_handover, "claim_task_starts"),
+        (phase_handover, "apply_task_events"),
+        (phase_housekeeping, "apply_task_events"),  # the stale sweep's
     ):
-        monkeypatch.setattr(loop_module, phase, broken)
+        monkeypatch.setattr(module, phase, broken)
     monkeypatch.setattr(housekeeping, "heartbeat_tries", broken)  # executor_events, no reports
     report = loop.tick()
     assert report.errors

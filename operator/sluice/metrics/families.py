@@ -25,7 +25,7 @@ PHASES = ("runs", "examine", "critical_section", "dispatch", "executor_events", 
 # An idle tick takes a few milliseconds; one in a database outage may take seconds.
 _SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
-# -- the loop (scheduler/loop.py) -------------------------------------------------------
+# -- the loop (scheduler/loop.py and its phases, scheduler/phase_*.py) ------------------
 
 LOOP_PHASE_SECONDS = Histogram(
     "sluice_loop_phase_duration_seconds",

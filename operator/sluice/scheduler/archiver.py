@@ -38,9 +38,9 @@ from sluice.executors.logsources import (
     try_location,
 )
 from sluice.metrics import families as metrics
-from sluice.scheduler.loop import Due
 from sluice.scheduler.retention import INTERVAL as RETENTION_INTERVAL
 from sluice.scheduler.retention import LogRetention
+from sluice.scheduler.ticks import Due
 
 log = structlog.get_logger("sluice.archive")
 

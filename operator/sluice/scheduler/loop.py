@@ -1,18 +1,22 @@
-"""The scheduler loop: four phases per tick, each its own short transaction.
+"""The scheduler loop: four phases per tick, each in a module of its own, each step its
+own short transaction.
 
-1. create runs the timetables call for, start queued runs within maxActiveRuns and
-   decide their first tasks, in batches while a time budget lasts (ADR 0023; with a
-   `Waker`, only when something may have changed: see `_runs_phase_due`);
-2. examine running runs: trigger rules, retries, timeouts, run completion;
-3. the critical section: queue scheduled tasks within pools and limits, in
-   batches of `max_tis_per_query`, each its own short transaction, repeated
-   while batches come back full (up to `critical_batches_per_tick`);
-4. housekeeping: hand queued tries to the executor (and claim alerts) in one
-   transaction, apply its reports and heartbeats, scheduler heartbeats,
-   zombies, counter reconciliation.
+1. runs (`phase_runs.py`): create runs the timetables call for, start queued runs
+   within maxActiveRuns and decide their first tasks, in batches while a time
+   budget lasts (ADR 0023; with a `Waker`, only when something may have changed:
+   see `phase_runs.Runs.due`);
+2. examine (`phase_examine.py`): running runs: trigger rules, retries, timeouts,
+   run completion;
+3. the critical section (`phase_critical.py`): queue scheduled tasks within pools
+   and limits, in batches of `max_tis_per_query`, each its own short transaction,
+   repeated while batches come back full (up to `critical_batches_per_tick`);
+4. hand-over and housekeeping: hand queued tries to the executor (and claim
+   alerts) in one transaction, apply its reports and heartbeats
+   (`phase_handover.py`); scheduler heartbeats, zombies, counter reconciliation
+   (`phase_housekeeping.py`).
 
 With a `Waker`, phases 2 to 4 run like phase 1, when something may have
-given them work (`Due`): this replica did (a report applied frees a slot and
+given them work (`ticks.Due`): this replica did (a report applied frees a slot and
 may make tasks ready, tasks scheduled wait for the critical section, tries
 queued wait for a claim), a notification came, or their last pass came back
 full or failed; and otherwise when the look once per tick interval (one
@@ -20,13 +24,17 @@ statement for all of them, `probe.py`) finds them work that other replicas,
 the clock or a lost notification brought. A tick that follows a busy one so
 skips the statements that would find nothing, and an idle replica still looks
 at everything once per tick interval (with N live replicas, each once per N
-intervals: `_share_looks`). Without a waker every phase runs every tick.
+intervals: `phase_housekeeping`'s `_share_looks`). Without a waker every phase
+runs every tick.
 
-A phase that meets a busy lock skips this tick; a deadlock is retried with
-backoff; any other error is logged and the loop goes on (invariant 6). The
-executor gets the same policy: an error from any of its calls is logged,
-counted in the tick's report and survived; a batch it failed to start fails
-with the reason (and retries as the task allows). The
+This module keeps what the phases share: the tick's order and its one connection,
+the notifications and the look that tell the phases, the one error policy
+(`_transaction`, `_executor_call`, `_record_error`) and what a settled try tells
+the others (`_settled`, `_wake_past`). A phase that meets a busy lock skips this
+tick; a deadlock is retried with backoff; any other error is logged and the loop
+goes on (invariant 6). The executor gets the same policy: an error from any of its
+calls is logged, counted in the tick's report and survived; a batch it failed to
+start fails with the reason (and retries as the task allows). The
 clock is injected so tests can drive time. An idle loop sleeps one tick
 interval, or less when a `Waker` hears that work appeared.
 
@@ -39,14 +47,10 @@ liveness probes (ADR 0020).
 from __future__ import annotations
 
 import contextlib
-import functools
-import math
-import random
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from datetime import UTC, datetime
+from typing import TypeVar
 
 import structlog
 from sqlalchemy import Connection, Engine
@@ -56,91 +60,38 @@ from sqlalchemy.orm import Session, sessionmaker
 from sluice.db import locks
 from sluice.db.dags import SpecCache
 from sluice.db.wakeups import Waker
-from sluice.executors.base import Executor, TaskEvent, TaskLaunch
+from sluice.executors.base import Executor
 from sluice.logs import first_line
 from sluice.metrics import families as metrics
 from sluice.metrics.health import LoopHealth
-from sluice.scheduler import contact, housekeeping, past, probe, reconcile
+from sluice.scheduler import (
+    contact,
+    housekeeping,
+    past,
+    phase_critical,
+    phase_examine,
+    phase_handover,
+    phase_housekeeping,
+    phase_runs,
+    probe,
+    ticks,
+)
 from sluice.scheduler.config import SchedulerConfig
-from sluice.scheduler.critical import queue_schedulable_task_instances
-from sluice.scheduler.dispatch import claim_alerts, claim_task_starts
-from sluice.scheduler.examine import examine_running_runs
-from sluice.scheduler.isolation import ISOLATE, BatchFailed, batch_or_each
-from sluice.scheduler.results import Applied, apply_task_events
-from sluice.scheduler.runs import create_and_start_runs
+from sluice.scheduler.isolation import ISOLATE, BatchFailed
+from sluice.scheduler.results import Applied
+from sluice.scheduler.ticks import Clock, Due, TickReport
 from sluice.spec.states import TaskState
+
+# TickReport and Due live with the phases (`ticks.py`); what a tick returns is the loop's.
+__all__ = ["Clock", "Due", "SchedulerLoop", "TickReport", "utcnow"]
 
 log = structlog.get_logger("sluice.scheduler")
 
-Clock = Callable[[], datetime]
 T = TypeVar("T")
 
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-@dataclass
-class Due:
-    """When a step runs: when told that something may have given it work (`tell`), and
-    otherwise once per `interval` seconds since it last ran."""
-
-    interval: float
-    last: datetime
-    told: bool = True  # a new loop looks at once
-
-    def __call__(self, now: datetime) -> bool:
-        return self.told or (now - self.last).total_seconds() >= self.interval
-
-    def tell(self) -> None:
-        self.told = True
-
-    def ran(self, now: datetime, *, again: bool = False) -> None:
-        """It ran at `now`; `again`: it may have left work (a full batch, a failure)."""
-        self.last = now
-        self.told = again
-
-
-@dataclass
-class TickReport:
-    runs_created: int = 0
-    runs_started: int = 0
-    runs_examined: int = 0
-    runs_finished: int = 0
-    tasks_scheduled: int = 0
-    tasks_queued: int = 0
-    tasks_started: int = 0
-    events_applied: int = 0
-    critical_section_skipped: bool = False
-    errors: list[str] = field(default_factory=list)
-    # Did any of the tick's transactions get an answer from the database (a commit, or
-    # a lock conflict)? And the first database failure, `phase: error`, if any.
-    database_answered: bool = False
-    database_error: str | None = None
-    # Did the tick try the database at all? (A tick whose phases had nothing due opens
-    # no transaction; it says nothing about the database either way.)
-    database_used: bool = False
-
-    @property
-    def database_unreached(self) -> str | None:
-        """Why the tick got nothing done in the database (its first failure), or None if
-        it did: a tick whose every transaction failed did none of the replica's work."""
-        return None if self.database_answered else self.database_error
-
-    @property
-    def busy(self) -> bool:
-        """Did this tick change anything? An idle tick is followed by a sleep."""
-        return any(
-            (
-                self.runs_created,
-                self.runs_started,
-                self.runs_finished,
-                self.tasks_scheduled,
-                self.tasks_queued,
-                self.tasks_started,
-                self.events_applied,
-            )
-        )
 
 
 class SchedulerLoop:
@@ -190,38 +141,15 @@ class SchedulerLoop:
             ),
             recording=recording,
         )
-        self._pending_events: list[TaskEvent] = []
-        self._last_heartbeat = self.clock()
-        self._last_try_heartbeat = self.clock()
-        self._beaten: set[tuple[int, int]] = set()  # tries heartbeated since the last full beat
-        # The sweeps for stale tries and stuck queued tasks, and the counter reconciliation:
-        # their look is at the whole fleet's work, so live replicas share them too.
-        self._sweep_due = Due(self.config.zombie_check_interval, self.clock(), told=False)
-        self._reconcile_due = Due(self.config.reconcile_interval, self.clock(), told=False)
-        self._reconcile_after: int | None = None  # a pass under way: the last run id reached
-        self._reconcile_until: int | None = None  # and the newest run id when it began
-        # Each runs on the first tick, then when told (or due: the quiet round and the look).
-        every = self.config.tick_interval
-        long_ago = self.clock() - timedelta(seconds=every)
-        # When the next scheduled run falls due, as phase 1's last pass saw it: the idle
-        # wait ends then, so a minute's runs are not seen up to a tick interval late.
-        self._next_due: datetime | None = None
-        # Phase 2's round of quiet runs: once at start, then once per quiet round interval.
-        self._quiet_due = Due(self.config.quiet_round_interval, long_ago)
-        # These five run when told (with a waker; without one, the first four run every
-        # tick). What no one can tell this replica of is found by one look for all five
-        # once per tick interval (`_probe`).
-        self._runs_due = Due(math.inf, long_ago)  # phase 1
-        self._examine_due = Due(math.inf, long_ago)  # phase 2, runs with work
-        self._queue_due = Due(math.inf, long_ago)  # phase 3
-        self._claims_due = Due(math.inf, long_ago)  # phase 4: queued tries to claim
-        self._alerts_due = Due(math.inf, long_ago)  # phase 4: alerts to deliver
-        self._probe_due = Due(every, long_ago, told=False)
-        self._replicas = 1  # live replicas at the last heartbeat: they share the looks
+        self.dues = ticks.Dues.starting(self.config, self.clock)
+        self.runs = phase_runs.Runs(self)
+        self.examine = phase_examine.Examine(self)
+        self.critical = phase_critical.Critical(self)
+        self.handover = phase_handover.Handover(self)
+        self.housekeeping = phase_housekeeping.Housekeeping(self)
         # Told the live replicas' count when it changes (the status publisher shares its
         # own periodic looks the same way).
         self.on_replicas = on_replicas
-        self._offsets = random.Random(self.job_id)  # each replica its own phase of them
         self._heard = False  # the idle wait was woken by a notification
         self._tick_monotonic = time.monotonic()
 
@@ -302,165 +230,37 @@ class SchedulerLoop:
         self._probe(now, report)
 
         # Phase 1: runs.
-        if self._runs_phase_due(now):
-            with _timed("runs"):
-                self._create_and_start_runs(now, report)
-            metrics.RUNS_CREATED.inc(report.runs_created)
-
+        self.runs.tick(now, report)
         # Phase 2: examine running runs (quiet ones too, once per quiet round interval).
-        with _timed("examine"):
-            self._examine(now, report)
-
+        self.examine.tick(now, report)
         # Phase 3: the critical section.
-        with _timed("critical_section"):
-            entered = self._queue_tasks(now, report)
-        if entered:
-            metrics.TASKS_EXECUTABLE.set(report.tasks_queued)
-
+        self.critical.tick(now, report)
         # Phase 4: hand over, collect reports, housekeeping.
-        with _timed("dispatch"):
-            report.tasks_started = self._dispatch(now, report)
-        with _timed("executor_events"):
-            report.events_applied = self._sync_executor(report)
-        with _timed("housekeeping"):
-            self._housekeeping(now, report)
+        self.handover.tick(now, report)
+        self.housekeeping.tick(now, report)
         return report
-
-    def _create_and_start_runs(self, now: datetime, report: TickReport) -> None:
-        """Phase 1 in batches, each its own short transaction: due runs created, queued
-        runs started and their first tasks decided (`runs.create_and_start_runs`).
-
-        Another batch follows while the last came back full, the tick's
-        `runs_created_per_tick` is not reached and the phase has taken less than
-        `runs_phase_budget` of the loop's clock; otherwise the next tick goes on
-        (a batch left full makes phase 1 due again at once), so a minute's burst
-        of due runs is created in a tick or two without keeping the other phases
-        waiting for long (ADR 0023).
-        """
-        cfg = self.config
-        cap = cfg.runs_created_per_tick
-        began = self.clock()
-        full = False
-        first_tasks = 0
-        while True:
-            limit = min(cfg.runs_created_per_batch, cap - report.runs_created)
-            batch = self._transaction(
-                "runs",
-                functools.partial(create_and_start_runs, specs=self.specs, now=now, limit=limit),
-                None,
-                report,
-            )
-            if batch is None:  # failed, or a lock busy: look again next tick
-                full = True
-                break
-            report.runs_created += batch.created
-            report.runs_started += batch.started
-            first_tasks += batch.first_tasks.scheduled
-            if batch.first_tasks.settled_ok_runs:
-                self._wake_next_runs(sorted(batch.first_tasks.settled_ok_runs), report)
-            self._next_due = batch.next_due
-            full = batch.created >= limit or batch.started >= limit
-            spent = (self.clock() - began).total_seconds() >= cfg.runs_phase_budget
-            if not full or spent or max(report.runs_created, report.runs_started) >= cap:
-                break
-        self._runs_due.ran(now, again=full)
-        if report.runs_started:
-            self._examine_due.tell()  # their runs wait to be examined (timeouts, completion)
-        if first_tasks:
-            self._queue_due.tell()  # their first tasks wait for a slot
-
-    def _examine(self, now: datetime, report: TickReport) -> None:
-        """Phase 2, in one transaction; then flag runs whose dependsOnPast tasks it freed.
-
-        Runs with work are looked for when this replica may have made some (reports,
-        runs started, a last pass that did something) or the look found some (what
-        other replicas left, a run past its deadline or of a deleted DAG), and once per
-        quiet round interval with the quiet runs too (the net for runs without a
-        deadline: started before migration 0012).
-        """
-        cfg = self.config
-        quiet = self._quiet_due(now)
-        if not quiet and not self._due(self._examine_due, now):
-            return
-        stats = self._transaction(
-            "examine",
-            lambda s: examine_running_runs(
-                s, self.specs, now, cfg.runs_examined_per_tick, quiet=quiet
-            ),
-            None,
-            report,
-        )
-        if quiet:
-            self._quiet_due.ran(now)
-        if stats is None:
-            self._examine_due.ran(now, again=True)
-            return
-        report.runs_examined = stats.runs
-        report.runs_finished = len(stats.finished_runs)
-        if stats.finished_runs:
-            self._runs_due.tell()  # a queued run may start now
-        report.tasks_scheduled = stats.scheduled + stats.retried
-        if report.tasks_scheduled or stats.finished_runs:
-            self._queue_due.tell()  # tasks wait for a slot, or an ended run freed some
-        # Runs taken without the quiet ones all had work, and what they did may leave
-        # more (a full batch, a run at the cap of settling rounds): look again next tick.
-        # So does a pass that decided anything. (A full quiet pass alone says nothing:
-        # the runs with work come first in it.)
-        worked = stats.runs > 0 and not quiet
-        decided = stats.settled or report.tasks_scheduled or stats.finished_runs
-        self._examine_due.ran(now, again=worked or bool(decided))
-        self._wake_next_runs(sorted(stats.settled_ok_runs), report)
-
-    def _runs_phase_due(self, now: datetime) -> bool:
-        """Does phase 1 have anything new to look at?
-
-        Without a waker, always. With one: when a notification came (a DAG
-        registered or unpaused, a run inserted or ended), when the last phase 1
-        came back full or this replica ended a run, and otherwise when the look
-        once per tick interval (`_probe`) finds a schedule fallen due or a queued
-        run (anything a notification missed). A busy replica so skips two queries
-        per tick that would find nothing.
-        """
-        if self._next_due is not None and now >= self._next_due:
-            return True  # a schedule fell due (the idle wait ended for it)
-        return self._due(self._runs_due, now)
-
-    def _due(self, due: Due, now: datetime) -> bool:
-        """Without a waker, a step runs every tick: nothing would tell it what other
-        processes changed (an unpause, a manual run) before the next tick interval."""
-        return self.waker is None or due(now)
 
     def _listen(self) -> None:
         """A notification (a DAG registered or unpaused, a run inserted or ended, by any
         process) may have given every phase work: each looks this tick."""
         if self.waker is not None and (self.waker.pending() or self._heard):
-            for due in (self._runs_due, self._examine_due, self._queue_due, self._claims_due):
+            for due in (self.dues.runs, self.dues.examine, self.dues.queue, self.dues.claims):
                 due.tell()
             self._changed = True  # another process changed a run or a DAG: status to publish
         self._heard = False
-
-    @property
-    def _told_only(self) -> tuple[Due, ...]:
-        return (
-            self._runs_due,
-            self._examine_due,
-            self._queue_due,
-            self._claims_due,
-            self._alerts_due,
-        )
 
     def _probe(self, now: datetime, report: TickReport) -> None:
         """The look once per tick interval for work no one told this replica of, for five
         steps in one statement (`probe.py`): each step with work is told. Without a
         waker the first four run every tick, and the alerts are looked for once per
         interval, as before."""
-        if not self._probe_due(now):
+        if not self.dues.probe(now):
             return
-        self._probe_due.ran(now)
+        self.dues.probe.ran(now)
         if self.waker is None:
-            self._alerts_due.tell()
+            self.dues.alerts.tell()
             return
-        steps = self._told_only
+        steps = self.dues.told_only
         if all(due.told for due in steps):
             return  # every step looks this tick anyway
         work = self._transaction("probe", lambda s: probe.look(s, now), None, report)
@@ -479,495 +279,6 @@ class SchedulerLoop:
         )
         for due in found:
             due.tell()
-
-    def _queue_tasks(self, now: datetime, report: TickReport) -> bool:
-        """Critical-section batches, each committed (releasing the pool lock) before the next;
-        True if one took the lock.
-
-        Another batch follows only while the last one came back full, so a
-        backlog drains within a tick and the lock is never held for more than
-        one batch. It runs when tasks may have become queueable through this
-        replica (scheduled, or a slot freed), when the last pass was full, busy
-        or failed, and otherwise once per tick interval (slots other replicas
-        freed, tasks they scheduled and left).
-        """
-        cfg = self.config
-        if not self._due(self._queue_due, now):
-            return False
-        entered = False
-        again = False
-        for _ in range(cfg.critical_batches_per_tick):
-            started = time.perf_counter()
-            result = self._transaction(
-                "critical_section",
-                lambda s: queue_schedulable_task_instances(
-                    s, self.clock(), job_id=self.job_id, max_tis=cfg.max_tis_per_query
-                ),
-                None,
-                report,
-            )
-            if result is None:
-                again = True
-                break
-            if result.entered:
-                entered = True
-                metrics.CRITICAL_SECTION_SECONDS.observe(time.perf_counter() - started)
-            else:
-                metrics.CRITICAL_SECTION_BUSY.inc()
-            report.critical_section_skipped = not result.entered
-            report.tasks_queued += len(result.queued)
-            if not result.entered:  # another replica holds the lock: this tick skips it
-                again = True
-                break
-            again = len(result.queued) >= cfg.max_tis_per_query
-            if not again:
-                break
-        self._queue_due.ran(now, again=again)
-        if report.tasks_queued:
-            self._claims_due.tell()
-        return entered
-
-    def _dispatch(self, now: datetime, report: TickReport) -> int:
-        """Claim queued tries and pending alerts, a batch per transaction; act after each commit.
-
-        Queued tries are claimed when this replica queued some, when the last
-        claim came back full or failed, and otherwise once per tick interval
-        (tries other replicas queued and did not claim). Alerts are looked for
-        when this replica failed a try since its last look (it wrote the alert),
-        when the last look came back full, and otherwise once per tick interval
-        (alerts written by replicas that died since).
-        """
-        nothing: tuple[list[TaskLaunch], list[dict[str, Any]]] = ([], [])
-        batch = self.config.dispatch_batch
-        starts_wanted = self._due(self._claims_due, now)
-        alerts_wanted = self._alerts_due(now)
-        if not starts_wanted and not alerts_wanted:
-            return 0
-
-        def claim(session: Session) -> tuple[list[TaskLaunch], list[dict[str, Any]]]:
-            claimed_at = time.monotonic()  # no later than the claim: a local try's lease
-            now = self.clock()
-            launches = (
-                [
-                    replace(launch, claimed_at=claimed_at)
-                    for launch in claim_task_starts(
-                        session,
-                        self.specs,
-                        now,
-                        job_id=self.job_id,
-                        executor_name=self.executor.name,
-                        limit=batch,
-                        planned_id=self.executor.planned_external_id,
-                    )
-                ]
-                if starts_wanted
-                else []
-            )
-            return launches, claim_alerts(session, now, limit=batch) if alerts_wanted else []
-
-        started = 0
-        more_starts = more_alerts = False
-        for _ in range(self.config.critical_batches_per_tick):
-            errors = len(report.errors)
-            launches, alerts = self._transaction("dispatch", claim, nothing, report)
-            failed = len(report.errors) > errors
-            # Delivered at once after the commit that took them off the outbox (at most
-            # once): not after the starts, which may take long, or never come.
-            for alert in alerts:
-                log.warning("alert: task try failed", **alert)
-            # Started only after the claim committed: at most one start per try.
-            if launches:
-                self._start(launches, report)
-            more_alerts = more_alerts or failed or len(alerts) >= batch  # look again next tick
-            more_starts = failed or len(launches) >= batch
-            started += len(launches)
-            if not more_starts:
-                break
-        if starts_wanted:
-            self._claims_due.ran(now, again=more_starts)
-        if alerts_wanted:
-            self._alerts_due.ran(now, again=more_alerts)
-        return started
-
-    def _start(self, launches: list[TaskLaunch], report: TickReport) -> None:
-        """Hand claimed tries to the executor; if it raises, the ones it did not start fail
-        with the reason.
-
-        A failure here (a spawn that raised, an API client that blew up) goes
-        through the guarded report path like any other end, so the try retries
-        if its task allows, and never waits for the zombie sweep. The tries of the
-        batch the executor did start before it raised run on as usual: failing them
-        would record them ended while they run (and free their pool slots) until
-        fencing killed them.
-        """
-        try:
-            self.executor.start(launches)
-        except Exception as exc:
-            self._record_error("executor.start", exc, report)
-            reason = f"the executor could not start the try: {first_line(exc)}"
-            nothing: list[tuple[int, int]] = []
-            started = set(self._executor_call("alive", self.executor.alive, nothing, report))
-            self._pending_events.extend(
-                TaskEvent(launch.ti_id, launch.try_number, TaskState.FAILED, reason=reason)
-                for launch in launches
-                if launch.key not in started
-            )
-
-    def _executor_call(
-        self, what: str, call: Callable[[], T], default: T, report: TickReport | None
-    ) -> T:
-        """An executor call under the loop's error policy: logged, counted, survived."""
-        try:
-            return call()
-        except Exception as exc:
-            self._record_error(f"executor.{what}", exc, report)
-            return default
-
-    def _settled(self, applied: list[Applied]) -> None:
-        """Tries this replica settled: their slots are free and their downstream tasks
-        may be ready or their runs complete (phases 2 and 3 look next tick); a failed
-        try's alert is in the outbox (this replica looks for it next tick)."""
-        if not applied:
-            return
-        self._changed = True
-        self._examine_due.tell()
-        self._queue_due.tell()
-        if any(a.state in (TaskState.FAILED, TaskState.UP_FOR_RETRY) for a in applied):
-            self._alerts_due.tell()
-
-    def _sync_executor(self, report: TickReport) -> int:
-        """Apply the executor's reports; heartbeat (and fence) the tries it runs.
-
-        Every try is heartbeated once per heartbeat interval, and a try new to
-        the executor at once (its external id is what lets another replica adopt it).
-        """
-        no_events: list[TaskEvent] = []
-        self._pending_events.extend(
-            self._executor_call("poll", self.executor.poll, no_events, report)
-        )
-        events = self._pending_events
-        no_ids: dict[tuple[int, int], str] = {}
-        running = self._executor_call("external_ids", self.executor.external_ids, no_ids, report)
-        metrics.EXECUTOR_RUNNING_TRIES.set(len(running))
-        now = self.clock()
-        every = (now - self._last_try_heartbeat).total_seconds() >= self.config.heartbeat_interval
-        beat = running if every else {k: v for k, v in running.items() if k not in self._beaten}
-        if not events and not beat:  # nothing to apply or to heartbeat: no transaction
-            if every:
-                self._last_try_heartbeat = now
-                self._beaten = set(running)
-            return 0
-
-        beat_at = time.monotonic()
-
-        def apply(session: Session) -> tuple[list[Applied], housekeeping.Fence]:
-            nonlocal beat_at
-            beat_at = time.monotonic()  # no later than the heartbeats' timestamp
-            now = self.clock()
-            applied, _ = batch_or_each(
-                session,
-                events,
-                lambda batch: apply_task_events(session, batch, self.specs, now),
-                what="applying a task report",
-                describe=lambda event: event.key,
-            )
-            fence = housekeeping.heartbeat_tries(
-                session, beat, self.job_id, now, refresh=not self.executor.pods_heartbeat
-            )
-            self._settled(applied)
-            return applied, fence
-
-        outcome = self._transaction("executor_events", apply, None, report)
-        if outcome is None:
-            return 0  # kept in _pending_events for the next tick
-        self._pending_events = []
-        if every:
-            self._last_try_heartbeat = now
-            self._beaten = set(running)
-        else:
-            self._beaten.update(beat)
-        applied, fence = outcome
-        lost = set(fence.kill) | set(fence.release)
-        recorded = [key for key in beat if key not in lost]
-        metrics.TRIES_KILLED_EXTERNALLY.inc(len(fence.kill))
-        if recorded:
-            self._executor_call(
-                "heartbeats_recorded",
-                lambda: self.executor.heartbeats_recorded(recorded, beat_at),
-                None,
-                report,
-            )
-        stopping = set(fence.stopping)
-        for key in fence.kill:
-            stopped = self._executor_call(
-                "kill",
-                lambda key=key: self._kill(key, beat.get(key)),  # type: ignore[misc]
-                False,
-                report,
-            )
-            if stopped and key in stopping:
-                # A try asked to stop has been stopped: its end goes in with the next
-                # reports, and a next try may start (`results`, `clearing`).
-                self._pending_events.append(
-                    TaskEvent(*key, TaskState.FAILED, None, "stopped by its replica")
-                )
-        for key in fence.release:
-            self._executor_call(
-                "release",
-                lambda key=key: self.executor.release(key),  # type: ignore[misc]
-                None,
-                report,
-            )
-        self._wake_past(applied, report)
-        # A stop's end waiting to go in makes the tick busy: the next one follows at once.
-        return len(applied) + sum(key in stopping for key in fence.kill)
-
-    def _kill(self, key: tuple[int, int], external_id: str | None) -> bool:
-        """Kill a try the database no longer has running here; True once it is stopped."""
-        self.executor.kill(key, "the database no longer has this try running", external_id)
-        return True
-
-    def _wake_past(self, applied: list[Applied], report: TickReport) -> None:
-        """Committed settlements may free the next run's dependsOnPast tasks: flag them,
-        in a transaction of their own that locks those runs first."""
-        self._wake_next_runs([a.wakes_run for a in applied if a.wakes_run is not None], report)
-
-    def _wake_next_runs(self, run_ids: list[int], report: TickReport) -> None:
-        if run_ids:
-            self._transaction("wake_past", lambda s: past.wake_next_runs(s, run_ids), 0, report)
-            self._examine_due.tell()  # the tasks it flagged are decided next tick
-
-    def _housekeeping(self, now: datetime, report: TickReport) -> None:
-        cfg = self.config
-        if (now - self._last_heartbeat).total_seconds() >= cfg.heartbeat_interval:
-            self._last_heartbeat = now
-
-            def beat(session: Session) -> int:
-                return housekeeping.heartbeat_scheduler(
-                    session, self.job_id, now, cfg.scheduler_dead_after, self.contact
-                )
-
-            live = self._transaction("heartbeat", beat, None, report)
-            if live is not None:
-                self._share_looks(live)
-        if self._sweep_due(now):
-            self._sweep_due.ran(now)
-            self._sweep_stale_tries(now, report)
-            self._handle_stuck_queued(now, report)
-        if self._reconcile_after is None and self._reconcile_due(now):
-            self._reconcile_due.ran(now)
-            self._reconcile_after, self._reconcile_until = 0, None
-        if self._reconcile_after is not None:
-            self._reconcile_step(self._reconcile_after, report)
-
-    def _share_looks(self, replicas: int) -> None:
-        """With a waker, the looks once per tick interval are for what this replica cannot
-        be told of (other replicas' work, the clock, a lost notification), and any
-        replica's look serves them all: with N live replicas each looks once per N tick
-        intervals, so together they still look about once per tick interval and an idle
-        fleet costs what one idle replica does. The sweeps for stale tries and stuck
-        queued tasks, the counter reconciliation and phase 2's quiet round look at the
-        whole fleet's work with or without a waker, so they are shared the same way (a
-        dead replica's tries are still found about once per `zombie_check_interval`).
-        Each replica takes a random phase of its own (seeded by its job id), so their
-        looks do not fall together.
-        Everything this replica did or was notified of is still looked at on its next
-        tick."""
-        replicas = max(1, replicas)
-        if replicas == self._replicas:
-            return
-        self._replicas = replicas
-        cfg = self.config
-        shared = [
-            (self._sweep_due, cfg.zombie_check_interval),
-            (self._reconcile_due, cfg.reconcile_interval),
-            (self._quiet_due, cfg.quiet_round_interval),
-        ]
-        if self.waker is not None:
-            shared.append((self._probe_due, cfg.tick_interval))
-        for due, every in shared:
-            due.interval = every * replicas
-            if math.isfinite(due.interval):  # a look switched off (infinite) has no phase
-                due.last -= timedelta(seconds=self._offsets.uniform(0, due.interval - every))
-        if self.on_replicas is not None:
-            self.on_replicas(replicas)
-
-    def _reconcile_step(self, after: int, report: TickReport) -> None:
-        """One step of the counter reconciliation pass (a failed step ends the pass)."""
-        budget, until = self.config.reconcile_tasks_per_tick, self._reconcile_until
-        step = self._transaction(
-            "reconcile", lambda s: reconcile.reconcile_runs(s, after, budget, until), None, report
-        )
-        self._reconcile_after = None if step is None else step.through
-        self._reconcile_until = None if step is None else step.until
-        if step is not None and step.fixed:
-            metrics.COUNTER_FIXES.inc(step.fixed)
-            log.warning("counters reconciled", rows_fixed=step.fixed)
-
-    def _sweep_stale_tries(self, now: datetime, report: TickReport) -> None:
-        """Adopt, report or fail running tries whose heartbeat went stale, and release the
-        stopping tries of dead replicas (five transactions)."""
-        cfg = self.config
-
-        # Its own transaction: nothing about one try can keep dead replicas from being seen.
-        no_ids: list[int] = []
-        self._transaction(
-            "mark_dead",
-            lambda s: housekeeping.mark_dead_schedulers(
-                s, now, cfg.scheduler_dead_after, self.contact
-            ),
-            no_ids,
-            report,
-        )
-        # Tries ended under their process whose replica died: stopped once silent long
-        # enough for a zombie's verdict (or a pod's own stop), so a cleared task goes on.
-        released = self._transaction(
-            "release_stopped",
-            lambda s: housekeeping.release_stopped(
-                s,
-                now,
-                threshold=max(cfg.zombie_threshold, cfg.heartbeat_kill_threshold),
-                dead_after=cfg.scheduler_dead_after,
-                contact=self.contact,
-            ),
-            no_ids,
-            report,
-        )
-        if released:
-            self._examine_due.tell()
-
-        def plan(session: Session) -> housekeeping.StalePlan:
-            return housekeeping.plan_stale_tries(
-                session,
-                self.specs,
-                self.executor,
-                now,
-                job_id=self.job_id,
-                threshold=cfg.zombie_threshold,
-                dead_after=cfg.scheduler_dead_after,
-                kill_after=cfg.heartbeat_kill_threshold,
-                contact=self.contact,
-            )
-
-        stale = self._transaction("stale_tries", plan, None, report)
-        if stale is None:
-            return
-        if stale.events:
-            nothing: list[Applied] = []
-            settled = self._transaction(
-                "zombies",
-                lambda s: apply_task_events(
-                    s, stale.events, self.specs, now, evidence=stale.evidence
-                ),
-                nothing,
-                report,
-            )
-            self._settled(settled)
-            self._wake_past(settled, report)
-            for applied in settled:
-                if applied.ti_id in stale.evidence:
-                    metrics.ZOMBIES.inc()
-                    log.warning("zombie task", ti=applied.ti_id, try_number=applied.try_number)
-            settled_keys = {(a.ti_id, a.try_number) for a in settled}
-            for key in stale.kill:
-                if key in settled_keys:  # only a verdict this replica made stops the try
-                    self._executor_call(
-                        "kill",
-                        lambda key=key: self.executor.kill(  # type: ignore[misc]
-                            key, "zombie: running but no heartbeat", stale.kill[key]
-                        ),
-                        None,
-                        report,
-                    )
-        if stale.restarts:
-            self._restart(stale.restarts, now, report)
-        if stale.adoptions:
-            no_adoptions: list[housekeeping.Adoption] = []
-            taken = self._transaction(
-                "adopt",
-                # The time of the adoption, not of the tick's start: the plan's executor
-                # reads may have blocked long since (an unreachable API server).
-                lambda s: housekeeping.adopt_tries(s, stale.adoptions, self.job_id, self.clock()),
-                no_adoptions,
-                report,
-            )
-            metrics.ADOPTIONS.inc(len(taken))
-            for adoption in taken:
-                self._executor_call(
-                    "adopt",
-                    lambda a=adoption: self.executor.adopt(  # type: ignore[misc]
-                        a.key,
-                        a.external_id,
-                        elapsed=a.elapsed,
-                        timeout=a.timeout,
-                        skip_on_exit_code=a.skip_on_exit_code,
-                    ),
-                    None,
-                    report,
-                )
-                log.info(
-                    "adopted try",
-                    ti=adoption.key[0],
-                    try_number=adoption.key[1],
-                    from_job=adoption.previous_owner,
-                )
-            if taken:
-                # The adoption wrote `now` as their heartbeat: their leases count from then.
-                keys = [adoption.key for adoption in taken]
-                self._executor_call(
-                    "heartbeats_recorded",
-                    lambda: self.executor.heartbeats_recorded(keys, self._tick_monotonic),
-                    None,
-                    report,
-                )
-
-    def _restart(
-        self, restarts: list[housekeeping.Restart], now: datetime, report: TickReport
-    ) -> None:
-        """Queue again the tries dead replicas claimed but never started (same try)."""
-        nothing: list[housekeeping.Restart] = []
-        taken = self._transaction(
-            "restart",
-            lambda s: housekeeping.restart_tries(s, restarts, self.job_id, now),
-            nothing,
-            report,
-        )
-        for restart in taken:
-            log.warning(
-                "queued a never-started try again",
-                ti=restart.key[0],
-                try_number=restart.key[1],
-                from_job=restart.previous_owner,
-                external_id=restart.external_id,
-            )
-        if taken:
-            metrics.TRIES_REQUEUED_UNSTARTED.inc(len(taken))
-            self._claims_due.tell()
-
-    def _handle_stuck_queued(self, now: datetime, report: TickReport) -> None:
-        cfg = self.config
-        nothing_failed: list[Applied] = []
-        failed = self._transaction(
-            "queued_timeout_fail",
-            lambda s: housekeeping.fail_stuck_tasks(
-                s, self.specs, now, queued_timeout=cfg.queued_timeout, max_requeues=cfg.max_requeues
-            ),
-            nothing_failed,
-            report,
-        )
-        requeued = self._transaction(
-            "queued_timeout_requeue",
-            lambda s: housekeeping.requeue_stuck_tasks(
-                s, now, queued_timeout=cfg.queued_timeout, max_requeues=cfg.max_requeues
-            ),
-            0,
-            report,
-        )
-        self._settled(failed)
-        if requeued:
-            self._queue_due.tell()  # scheduled again: they wait for a slot
-        if requeued or failed:
-            log.warning("tasks stuck in queued", requeued=requeued, failed=len(failed))
 
     # -- running ------------------------------------------------------------------
 
@@ -989,8 +300,9 @@ class SchedulerLoop:
         """Wait one tick interval, or until the waker hears that work appeared, or until
         the next scheduled run falls due (a schedule falling due notifies no one)."""
         wait = self.config.tick_interval
-        if self._next_due is not None and self.config.wake_at_next_due:
-            until_due = (self._next_due - self.clock()).total_seconds()
+        next_due = self.runs.next_due
+        if next_due is not None and self.config.wake_at_next_due:
+            until_due = (next_due - self.clock()).total_seconds()
             wait = min(wait, max(0.0, until_due))
         if self.waker is not None:
             self._heard = self.waker.wait(wait) or self._heard
@@ -1004,6 +316,13 @@ class SchedulerLoop:
         self._transaction(
             "end", lambda s: housekeeping.end_scheduler(s, self.job_id, self.clock()), None
         )
+
+    # -- what the phases share ----------------------------------------------------
+
+    def _due(self, due: Due, now: datetime) -> bool:
+        """Without a waker, a step runs every tick: nothing would tell it what other
+        processes changed (an unpause, a manual run) before the next tick interval."""
+        return self.waker is None or due(now)
 
     def _transaction(
         self,
@@ -1054,6 +373,38 @@ class SchedulerLoop:
             return default
         return default
 
+    def _executor_call(
+        self, what: str, call: Callable[[], T], default: T, report: TickReport | None
+    ) -> T:
+        """An executor call under the loop's error policy: logged, counted, survived."""
+        try:
+            return call()
+        except Exception as exc:
+            self._record_error(f"executor.{what}", exc, report)
+            return default
+
+    def _settled(self, applied: list[Applied]) -> None:
+        """Tries this replica settled: their slots are free and their downstream tasks
+        may be ready or their runs complete (phases 2 and 3 look next tick); a failed
+        try's alert is in the outbox (this replica looks for it next tick)."""
+        if not applied:
+            return
+        self._changed = True
+        self.dues.examine.tell()
+        self.dues.queue.tell()
+        if any(a.state in (TaskState.FAILED, TaskState.UP_FOR_RETRY) for a in applied):
+            self.dues.alerts.tell()
+
+    def _wake_past(self, applied: list[Applied], report: TickReport) -> None:
+        """Committed settlements may free the next run's dependsOnPast tasks: flag them,
+        in a transaction of their own that locks those runs first."""
+        self._wake_next_runs([a.wakes_run for a in applied if a.wakes_run is not None], report)
+
+    def _wake_next_runs(self, run_ids: list[int], report: TickReport) -> None:
+        if run_ids:
+            self._transaction("wake_past", lambda s: past.wake_next_runs(s, run_ids), 0, report)
+            self.dues.examine.tell()  # the tasks it flagged are decided next tick
+
     def _record_error(self, phase: str, exc: Exception, report: TickReport | None) -> None:
         """Count, log and report a failed phase. The first of a series of the same error
         in a phase is logged with its traceback; its repeats, one line each with their
@@ -1078,8 +429,3 @@ class SchedulerLoop:
 
 
 _DEADLOCK_RETRIES = 4
-
-
-def _timed(phase: str) -> contextlib.AbstractContextManager[Any]:
-    """Observe the block's duration in the phase histogram (even if it raises)."""
-    return metrics.LOOP_PHASE_SECONDS.labels(phase).time()
