@@ -111,7 +111,8 @@ class Housekeeping:
 
     def _sweep_stale_tries(self, now: datetime, report: TickReport) -> None:
         """Adopt, report or fail running tries whose heartbeat went stale, and release the
-        stopping tries of dead replicas (five transactions)."""
+        stopping tries of dead replicas (up to six transactions: mark_dead, release_stopped,
+        stale_tries, zombies, restart, adopt)."""
         loop = self.loop
         cfg = loop.config
 
