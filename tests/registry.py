@@ -15,13 +15,14 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tests.hosting import sluice_bin
 
 ROOT = Path(__file__).resolve().parents[1]
 REGISTRY_SH = ROOT / "hack" / "registry.sh"
@@ -39,27 +40,12 @@ MANIFEST_TYPES = ", ".join(
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def sluice_bin() -> Path:
-    """hack/lib.sh's $SLUICE_BIN: $SLUICE_BIN, else $SLUICE_CACHE/bin, else ~/.cache/sluice/bin."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sluice"
-    return Path(
-        os.environ.get("SLUICE_BIN") or Path(os.environ.get("SLUICE_CACHE") or cache) / "bin"
-    )
-
-
 def find_binary(name: str) -> str | None:
     """$SLUICE_BIN/NAME if it is there (where hack/ builds helm and the registry), else PATH."""
     built = sluice_bin() / name
     if built.is_file() and os.access(built, os.X_OK):
         return str(built)
     return shutil.which(name)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass

@@ -20,7 +20,6 @@ import itertools
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -29,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.hosting import free_port, sluice_bin
 
 ACCESS_KEY = "sluice-test-access"
 SECRET_KEY = "sluice-test-secret-key"
@@ -52,19 +53,8 @@ def find_versitygw() -> Path | None:
     if os.environ.get("VERSITYGW"):
         binary = Path(os.environ["VERSITYGW"])
     else:
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sluice"
-        built = Path(
-            os.environ.get("SLUICE_BIN") or Path(os.environ.get("SLUICE_CACHE") or cache) / "bin"
-        )
-        binary = built / "versitygw"
+        binary = sluice_bin() / "versitygw"
     return binary if binary.is_file() and os.access(binary, os.X_OK) else None
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class S3Server:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from sluice.metrics.server import MetricsServer
 from sluice.scheduler.config import SchedulerConfig
 from sluice.scheduler.loop import SchedulerLoop
 from sluice.status import store
+from tests.hosting import free_port
 from tests.support import (
     T0,
     FakeClock,
@@ -184,12 +184,6 @@ def test_the_sampler_reads_states_pools_and_the_status_outbox(
     assert value("sluice_status_outbox_oldest_age_seconds") >= 90
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _until(what: str, check: object, deadline: float = 60.0) -> None:
     """Poll `check()` until true (a generous deadline for a loaded machine, not a timing)."""
     assert callable(check)
@@ -205,7 +199,7 @@ def test_sluice_scheduler_serves_the_probes_and_metrics(db_url: str, tmp_path: P
         "apiVersion: sluice.io/v1alpha1\nkind: DAG\nmetadata: {name: metered}\n"
         "spec: {schedule: null, defaults: {image: busybox:1.36}, tasks: [{name: a}]}\n"
     )
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "SLUICE_DATABASE_URL"}
     proc = subprocess.Popen(
         [

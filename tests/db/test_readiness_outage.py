@@ -33,7 +33,8 @@ from sluice.scheduler import (
     phase_runs,
 )
 from sluice.scheduler.loop import SchedulerLoop
-from tests.db.test_metrics_on_postgres import FakeMonotonic, _free_port, get, value
+from tests.db.test_metrics_on_postgres import FakeMonotonic, get, value
+from tests.hosting import free_port
 from tests.support import FakeClock, ScriptedExecutor, chain, manifest, register, trigger
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -179,7 +180,7 @@ def test_readyz_turns_503_when_postgres_stops_and_200_when_it_is_back(
     own_postgres: StoppablePostgres, tmp_path: Path
 ) -> None:
     stale_after = 4.0
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "SLUICE_DATABASE_URL"}
     # A file, not a pipe: every failed tick logs its traceback, and a full pipe would
     # stop the replica's loop in the middle of the outage.

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -20,15 +19,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.models import DagRun, TaskInstance, TaskTry
 from sluice.executors.kubernetes import names
+from tests.hosting import free_port
 
 from .cluster import Cluster
 from .replicas import Replica, wait_for
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 class Fleet:
@@ -48,7 +42,7 @@ class Fleet:
         self.sessions = sessions
         self.workdir = workdir
         host = cluster.host_address()
-        self.task_api = (host, _free_port(host))
+        self.task_api = (host, free_port(host))
         self.keys = workdir / "task-api.keys"
         self.keys.write_text(secrets.token_hex(32) + "\n")
         self.replicas: list[Replica] = []

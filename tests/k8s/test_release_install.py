@@ -31,7 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.registry import Registry, Released, UserHelm, find_binary, free_port, make_release
+from tests.hosting import free_port
+from tests.registry import Registry, Released, UserHelm, find_binary, make_release
 
 from .chart import Release, helm_binary, installed
 from .cluster import CLUSTER_DIR, ROOT, Cluster

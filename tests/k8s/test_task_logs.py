@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.s3server import ACCESS_KEY, REGION, SECRET_KEY, S3Server, find_versitygw, free_port
+from tests.hosting import free_port
+from tests.s3server import ACCESS_KEY, REGION, SECRET_KEY, S3Server, find_versitygw
 
 from .chart import Release, installed
 from .cluster import Cluster

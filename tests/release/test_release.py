@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.registry import ROOT, Registry, Released, UserHelm, find_binary, free_port, make_release
+from tests.hosting import free_port
+from tests.registry import ROOT, Registry, Released, UserHelm, find_binary, make_release
 
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 PREFIX = "sluice-test/release"  # a registry path of two levels, as ghcr.io/OWNER is one

@@ -14,7 +14,8 @@ from sluice.archive.compress import read_archive, write_archive
 from sluice.archive.keys import key_for
 from sluice.archive.store import PART_SIZE, ArchiveMissing, StoreError, open_store
 from tests import logtext
-from tests.s3server import REGION, S3Place, free_port
+from tests.hosting import free_port
+from tests.s3server import REGION, S3Place
 
 KEY = key_for("etl", "scheduled__2026-01-01T00:00:00+00:00", "load", 1)
 

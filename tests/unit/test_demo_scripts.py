@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.s3server import free_port
+from tests.hosting import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 KIND_SH = ROOT / "e2e" / "kind.sh"
