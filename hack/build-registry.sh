@@ -19,12 +19,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 MODULE=github.com/distribution/distribution/v3
 BINARY="$SLUICE_BIN/registry"
 
-# The distribution module version Go embedded in the binary ("v3.1.2"), or "unknown".
-built_version() {
-  command -v go >/dev/null || { echo unknown; return; }
-  go version -m "$BINARY" 2>/dev/null | awk -v m="$MODULE" '$1 == "dep" && $2 == m { print $3 }' |
-    grep . || echo unknown
-}
+built_version() { go_module_version "$BINARY" "$MODULE"; }
 
 # The version and the recipe (this wrapper's main.go): a change to either rebuilds.
 KEY="registry $DISTRIBUTION_VERSION recipe=1"

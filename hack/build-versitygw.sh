@@ -15,12 +15,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 MODULE=github.com/versity/versitygw
 BINARY="$SLUICE_BIN/versitygw"
 
-# The module version Go embedded in the binary ("v1.8.0"), or "unknown".
-built_version() {
-  command -v go >/dev/null || { echo unknown; return; }
-  go version -m "$BINARY" 2>/dev/null | awk -v m="$MODULE" '$1 == "mod" && $2 == m { print $3 }' |
-    grep . || echo unknown
-}
+built_version() { go_module_version "$BINARY" "$MODULE"; }
 
 if [[ -x "$BINARY" && "${FORCE:-0}" != 1 ]]; then
   have="$(built_version)"

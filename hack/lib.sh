@@ -96,6 +96,14 @@ tail_log() {
   fi
 }
 
+# go_module_version BINARY MODULE: the version of MODULE that Go embedded in BINARY
+# ("v1.8.0"; as its main module or as a dependency of a wrapper's), or "unknown".
+go_module_version() {
+  command -v go >/dev/null || { echo unknown; return; }
+  go version -m "$1" 2>/dev/null |
+    awk -v m="$2" '($1 == "mod" || $1 == "dep") && $2 == m { print $3 }' | grep . || echo unknown
+}
+
 # wait_for DESCRIPTION TIMEOUT_SECONDS LOGFILE COMMAND...
 # Runs COMMAND every second until it succeeds; on timeout prints the log tail
 # and returns 1.
