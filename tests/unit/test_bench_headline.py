@@ -74,8 +74,10 @@ def test_rows_judge_the_faster_airflow_and_count_the_targets() -> None:
     assert row.from_first_action is not None
     assert row.from_first_action.value == pytest.approx(820 / 42)
     table = headline.markdown([row])
-    assert "| linear 10x100, 16/query | 19.5x [" in table
-    assert "met in 0 of 1 scenarios" in table
+    # From the first action first (the trials recorded it), then from the unpause.
+    assert "| linear 10x100, 16/query | 19.5x [18.2-21.0] (2.10.5) | " in table
+    assert "met in 0 (0) by the median ratio from the first action; 0 (0)" in table
+    assert "(of 1 scenarios;" in table
 
 
 def test_the_readme_headline_is_what_the_committed_json_renders() -> None:
