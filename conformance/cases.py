@@ -17,7 +17,7 @@ written as annotations, so one file says it all:
 - `conformance.sluice.io/last-run`: the data interval (`START END`) of a
   scheduled run the DAG already has: the DAG is (re)parsed at `now` with it;
 - `conformance.sluice.io/deviation`: the id of a documented deviation (the
-  README's semantics section explains it): the case is expected to differ;
+  deviations of docs/semantics.md explain it): the case is expected to differ;
   `id@2` limits it to Airflow 2.x (several, space-separated, may be given);
 - `conformance.sluice.io/observe: order` (executed cases): also compare the order
   tasks ran in, as waves, and how many runs and tasks ran at once

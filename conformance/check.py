@@ -5,7 +5,7 @@ schedule area, one `sluice standalone` run for the executed areas), Airflow's
 side is read from `expected/`, one record per Airflow version. Prints each case
 against each version (the diff under one that differs) and a summary line; the
 exit status is 0 only if every case matches every version or differs from it as
-a deviation the README documents.
+a deviation docs/semantics.md documents.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from conformance import cases as case_files
 from conformance import converted, records, sluice_side
 from conformance.compare import Outcome, documented_deviations, judge, render, summary
 
-README = case_files.ROOT.parent / "README.md"
+# Where the deviations are documented, and the suite's numbers stated.
+SEMANTICS = case_files.ROOT.parent / "docs" / "semantics.md"
 # How a converted case's result is labelled beside the case's own.
 CONVERTED = ", converted by sluice convert"
 
@@ -64,11 +65,11 @@ def check_case(
 
 
 def check_all(
-    selected: Sequence[case_files.Case], readme: Path = README, with_converted: bool = True
+    selected: Sequence[case_files.Case], semantics: Path = SEMANTICS, with_converted: bool = True
 ) -> list[Checked]:
     """Every case, then (`with_converted`) every case's Airflow DAG as `sluice convert`
     converts it, against the same records."""
-    documented = documented_deviations(readme.read_text())
+    documented = documented_deviations(semantics.read_text())
     sluice_side.observe_all(selected)  # the executed cases together, in one standalone run
     checked = [item for case in selected for item in check_case(case, documented)]
     if not with_converted:

@@ -64,15 +64,18 @@ def judge(
     diff = tuple(diff_observations(airflow, sluice))
     if not diff:
         if deviation is not None:
-            note = f"drop the deviation annotation {deviation!r} (and its README entry if unused)"
+            note = (
+                f"drop the deviation annotation {deviation!r}"
+                " (and its docs/semantics.md entry if unused)"
+            )
             return Outcome(case, Status.NO_LONGER_DIFFERS, note=note)
         return Outcome(case, Status.MATCH)
     if deviation is None:
         return Outcome(case, Status.DIFFERS, diff)
     if deviation not in documented:
-        note = f"{deviation!r} is not among the README's documented deviations"
+        note = f"{deviation!r} is not among docs/semantics.md's documented deviations"
         return Outcome(case, Status.UNDOCUMENTED, diff, note)
-    return Outcome(case, Status.DEVIATION, diff, f"deviation {deviation!r} (README, Semantics)")
+    return Outcome(case, Status.DEVIATION, diff, f"deviation {deviation!r} (docs/semantics.md)")
 
 
 def diff_observations(airflow: Mapping[str, Any], sluice: Mapping[str, Any]) -> list[str]:
@@ -163,14 +166,24 @@ def _unified(theirs: Sequence[str], ours: Sequence[str]) -> list[str]:
 
 
 _DEVIATION_ITEM = re.compile(r"^\s*- \*\*Deviation `([a-z0-9-]+)`\*\*", re.MULTILINE)
+_HEADING = re.compile(r"^(#+) (.*)$", re.MULTILINE)
 
 
-def documented_deviations(readme: str) -> frozenset[str]:
-    """Deviation ids listed in the README's Semantics section (`- **Deviation `id`**: ...`)."""
-    _, found, rest = readme.partition("\n## Semantics")
-    if not found:
-        return frozenset()
-    return frozenset(_DEVIATION_ITEM.findall(rest.split("\n## ", 1)[0]))
+def documented_deviations(text: str) -> frozenset[str]:
+    """Deviation ids listed in a markdown file's Semantics section (`- **Deviation `id`**:
+    ...`): from the first heading that starts with "Semantics" (docs/semantics.md's title)
+    to the next heading of its level or above; its subsections are in it."""
+    headings = list(_HEADING.finditer(text))
+    for index, heading in enumerate(headings):
+        if not heading.group(2).startswith("Semantics"):
+            continue
+        level = len(heading.group(1))
+        end = next(
+            (later.start() for later in headings[index + 1 :] if len(later.group(1)) <= level),
+            len(text),
+        )
+        return frozenset(_DEVIATION_ITEM.findall(text[heading.end() : end]))
+    return frozenset()
 
 
 def render(outcome: Outcome, area: str, about: str, airflow: str) -> list[str]:

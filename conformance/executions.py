@@ -252,7 +252,7 @@ def _standalone_backfills(
     """The backfill cases, on a new database of the server: `sluice standalone --until-idle`
     runs their scheduled and manual runs to the end, then `sluice backfill` (the CLI, as a
     subprocess) creates each case's backfill, and a second standalone on the same database
-    runs the backfills to the end (README, "Backfill"): every run, and the manual runs
+    runs the backfills to the end (docs/semantics.md, "Backfill"): every run, and the manual runs
     asked for first."""
     from conformance.standalone import run_standalone, sluice_command
 

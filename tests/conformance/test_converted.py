@@ -15,7 +15,7 @@ from conformance import cases, check, converted, sluice_side
 from conformance.compare import documented_deviations, render
 
 CASES = cases.load_all()
-DOCUMENTED = documented_deviations(check.README.read_text())
+DOCUMENTED = documented_deviations(check.SEMANTICS.read_text())
 
 
 @pytest.fixture(scope="module")

@@ -87,7 +87,7 @@ def test_scheduled_runs_appear_as_dagruns_and_tell_the_truth(fleet: Fleet) -> No
     assert any(
         line.split()[1:2] == ["shown-ok"] and "success" in line for line in table.splitlines()
     )
-    print(table)  # what the README's "on a cluster" section shows
+    print(table)  # what docs/usage.md, "Runs as DagRun objects", shows
 
 
 def test_a_backfill_object_runs_ten_intervals_within_its_limit_and_shows_progress(

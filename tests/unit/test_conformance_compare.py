@@ -210,11 +210,22 @@ def test_documented_deviations_are_read_from_the_semantics_section_only() -> Non
     assert documented_deviations("- **Deviation `one`**: no section.") == frozenset()
 
 
-def test_the_readme_documents_the_deviations_cases_use() -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+def test_documented_deviations_read_a_semantics_page_and_its_subsections() -> None:
+    page = (
+        "# Semantics (Airflow's)\n\n- **Deviation `one`**: because.\n\n"
+        "## Checked against a real Airflow\n\n- **Deviation `two`**: observed.\n"
+    )
+    assert documented_deviations(page) == {"one", "two"}
+    # A README that only summarises them (a table, a link) documents none.
+    readme = "# X\n\n## Semantics at a glance\n\n| `one` | because |\n"
+    assert documented_deviations(readme) == frozenset()
+
+
+def test_docs_semantics_documents_the_deviations_cases_use() -> None:
+    semantics = (Path(__file__).parents[2] / "docs" / "semantics.md").read_text()
     used = {token.partition("@")[0] for case in cases.load_all() for token in case.deviations}
     assert used
-    assert used <= documented_deviations(readme)
+    assert used <= documented_deviations(semantics)
 
 
 # --- case files ----------------------------------------------------------------------------

@@ -874,7 +874,7 @@ def test_every_two_hours_fires_at_the_second_of_a_repeated_hour() -> None:
     ]
 
 
-# Sluice orders ticks by instant where Airflow compares wall-clock times (README,
+# Sluice orders ticks by instant where Airflow compares wall-clock times (docs/semantics.md,
 # deviation `dst-instant-order`): a tick shifted by a DST change still counts where
 # its instant lies.
 
@@ -1016,8 +1016,8 @@ def test_spec_imports_no_io_libraries() -> None:
 
 # --- DST: schedules that fire every hour, where Airflow steps by elapsed time -------------------
 #
-# README, deviation `dst-hourly-step`: Airflow 2.10.5 and 3.3.2 leave the schedule there and
-# then stop making runs (conformance cases dst-hourly-lord-howe-half-hour and
+# docs/semantics.md, deviation `dst-hourly-step`: Airflow 2.10.5 and 3.3.2 leave the schedule
+# there and then stop making runs (conformance cases dst-hourly-lord-howe-half-hour and
 # dst-hourly-mondays-across-week); Sluice once stalled on the first too, computing a
 # previous tick half an hour off and creating the same run again and again.
 

@@ -91,7 +91,7 @@ class CronTimetable:
     # tick is the earliest instant after `after`. Far from a DST change that is
     # croniter's next wall time; near one, a moved tick can lie on the other side of
     # a neighbour's, so wall times within _DST_SLACK are all looked at (Airflow
-    # orders by wall time or steps by elapsed time there; README, deviations
+    # orders by wall time or steps by elapsed time there; docs/semantics.md, deviations
     # `dst-instant-order` and `dst-hourly-step`).
     def _find_next_tick(self, after: datetime) -> datetime:
         after = _utc(after)
