@@ -335,6 +335,13 @@ def capacity_lines(trials: list[ArrivalTrial]) -> list[str]:
     """Per arm its capacity range, then per Sluice arm the ratio and the target."""
     found = capacities(trials)
     lines = []
+    old = [t for t in trials if t.ok and t.criterion != SLOPE]
+    if old:
+        lines.append(
+            f"{len(old)} of these trials were judged by the {old[0].criterion} criterion"
+            " (saved before issue 36: every minute-end backlog sample at most 1% of a"
+            " minute's runs), not by the backlog's slope; their ranges are that criterion's"
+        )
     for c in found:
         width = "" if math.isnan(c.width) else f", {c.width * 100:.0f}% wide"
         inverted = (

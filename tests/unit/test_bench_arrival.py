@@ -366,7 +366,9 @@ def test_a_trial_saved_before_the_slope_criterion_keeps_its_minute_end_verdict()
     assert loaded.criterion == MINUTE_END
     assert (loaded.keeps_up, loaded.minute_end_keeps_up) == (False, False)
     assert math.isnan(loaded.backlog_slope_per_min)
-    assert "| 270/200 | - | NO (minute-end) |" in markdown([loaded])
+    table = markdown([loaded])
+    assert "| 270/200 | - | NO (minute-end) |" in table
+    assert "- 1 of these trials were judged by the minute-end criterion" in table
 
 
 def test_rates_are_rounded_to_two_significant_figures() -> None:
