@@ -30,7 +30,8 @@ warm-up; the runs due in [`window_start`, `window_end`) are measured.
   its standard error and a one-sided 95% lower bound;
 - **keeps up** (the `slope` criterion, since issue 36): the slope is not
   significantly above `SLOPE_TOLERANCE` (2%) of a minute's runs a minute: its
-  lower bound is at most that. A backlog that is large but flat or shrinking
+  lower bound is at most that (with fewer than `BOUND_POINTS` 5 samples, a
+  window under 4 minutes, the slope itself). A backlog that is large but flat or shrinking
   keeps up (the side finishes as many runs a minute as fall due; its lag says
   how late); one that grows by more than 2% of the rate a minute, beyond the
   fit's noise, does not. Trials saved before issue 36 were judged by the
@@ -59,6 +60,10 @@ TOLERANCE = 0.01  # of a minute's runs, at every backlog sample (the `minute-end
 # The `slope` criterion: fell behind when the backlog's growth, in runs a minute, is above
 # this fraction of a minute's runs with 95% confidence (one-sided).
 SLOPE_TOLERANCE = 0.02
+# Samples a fit needs before its confidence bound counts (3 degrees of freedom, a window
+# of at least 4 minutes): with 3 samples t is 6.3 and almost any growth is "noise".
+# With fewer, the slope itself is held against the threshold.
+BOUND_POINTS = 5
 SLOPE = "slope"
 MINUTE_END = "minute-end"
 # Student's t, one-sided 95%, by degrees of freedom (no scipy in the bench's venv).
@@ -228,8 +233,9 @@ def keeps_up(unfinished: list[int], dags: int, tolerance: float = TOLERANCE) -> 
 class SlopeFit:
     """The backlog fitted by least squares against time: `slope` runs a minute (its
     standard error `se`, NaN with two points), `lower` the one-sided 95% lower bound
-    (slope - t95(n - 2) x se; the slope itself with two points), `threshold` the
-    tolerance in runs a minute; kept up when `lower` <= `threshold`."""
+    (slope - t95(n - 2) x se from `BOUND_POINTS` 5 points on; the slope itself with
+    fewer), `threshold` the tolerance in runs a minute; kept up when `lower` <=
+    `threshold`."""
 
     slope: float
     intercept: float
@@ -262,7 +268,8 @@ def fit_slope(
         return SlopeFit(slope, intercept, math.nan, slope, threshold, n)
     residual = sum((y - intercept - slope * x) ** 2 for x, y in zip(minutes, backlog, strict=True))
     se = math.sqrt(residual / (n - 2) / sxx)
-    return SlopeFit(slope, intercept, se, slope - t95(n - 2) * se, threshold, n)
+    lower = slope - t95(n - 2) * se if n >= BOUND_POINTS else slope
+    return SlopeFit(slope, intercept, se, lower, threshold, n)
 
 
 @dataclass

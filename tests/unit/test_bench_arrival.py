@@ -323,6 +323,22 @@ def test_a_backlog_growing_faster_than_the_tolerance_beyond_its_noise_falls_behi
     assert fit_slope(minutes, [0, 70, 110, 190, 240, 300], 1000, tolerance=0.1).keeps_up
 
 
+def test_with_fewer_than_five_samples_the_slope_itself_is_held_against_the_threshold() -> None:
+    # A 120 s window (3 samples; Sluice throttled to one task a tick, 640 runs a minute):
+    # with t = 6.3 for one degree of freedom the bound would call this growth noise.
+    short = fit_slope([0.0, 1.0, 2.0], [0, 0, 291], dags=640)
+    assert short.slope == pytest.approx(145.5)
+    assert short.se == pytest.approx(84.0, abs=0.1)
+    assert short.lower == short.slope
+    assert not short.keeps_up
+    four = fit_slope([0.0, 1.0, 2.0, 3.0], [0, 0, 291, 0], dags=640)
+    assert four.lower == four.slope
+    # From five samples the bound counts.
+    five = fit_slope([0.0, 1.0, 2.0, 3.0, 4.0], [0, 0, 291, 0, 100], dags=640)
+    assert five.lower == pytest.approx(five.slope - 2.353 * five.se)
+    assert five.keeps_up
+
+
 def test_no_slope_from_fewer_than_two_instants_never_keeps_up() -> None:
     one = fit_slope([0.0], [0], dags=10)
     assert math.isnan(one.slope)
