@@ -23,12 +23,23 @@ same Postgres server with a fresh database per trial). A trial:
    end has finished (so their lags are measured, not bounded);
 6. stop the schedulers and read every run and task row (`arrival_figures`).
 
+A trial keeps up when its backlog's slope over the window is not significantly
+above `--slope-tolerance` of a minute's runs a minute (`arrival_figures`); a rate
+is kept up with when a majority of its `ok` trials kept up.
+
 The sweep: each arm starts at its `--dags` and doubles (`--factor`) while it keeps
 up, halves while it falls behind, and stops once it has a rate it kept up with
-and one it did not, or after `--rates` rates. The arms take turns, trial by trial.
-Results go to bench/results/arrival-<time>.json (rewritten after every trial) and,
-with `--publish NAME`, bench/published/NAME.json; `--render FILE.json [--markdown]`
-prints the tables again.
+and one it did not, or after `--rates` rates. `--capacity` measures each arm's
+capacity instead: the same bracketing, then bisection between the highest rate
+kept up with and the lowest fallen behind at until they are within
+`--resolution`, `--trials` 3 at each rate, a `--window` of 300 s, and every
+Airflow at both runs-examined settings, each also with runs created per loop
+tuned (`+tuned`: `max_dagruns_to_create_per_loop` = the DAG count). The arms take
+turns, trial by trial, at every step. Results go to
+bench/results/arrival-<time>.json (rewritten after every trial) and, with
+`--publish NAME`, bench/published/NAME.json; `--render FILE.json ... [--markdown]`
+prints the tables again, several files merged (per-arm runs of one capacity
+measurement).
 """
 
 from __future__ import annotations
@@ -51,8 +62,17 @@ from rich.console import Console
 from sqlalchemy import Engine, create_engine, text
 
 from bench import arrival_report
-from bench.arrival_figures import ERROR, ArrivalTrial, RunRow, Schedule, TaskRow, summarize
+from bench.arrival_figures import (
+    ERROR,
+    SLOPE_TOLERANCE,
+    ArrivalTrial,
+    RunRow,
+    Schedule,
+    TaskRow,
+    summarize,
+)
 from bench.common import (
+    AIRFLOW_RUNS_CREATED,
     HARNESS_MARK,
     RESULTS,
     CpuSampler,
@@ -61,7 +81,7 @@ from bench.common import (
     for_variant,
     stop_processes,
 )
-from bench.metrics import AIRFLOW_SIDES, LIKE_FOR_LIKE, SIDES, side_label
+from bench.metrics import AIRFLOW_SIDES, DEFAULTS, LIKE_FOR_LIKE, SIDES, side_label
 from bench.shapes import SHAPES, Workload
 
 if TYPE_CHECKING:
@@ -71,6 +91,24 @@ PUBLISHED = Path(__file__).parent / "published"
 CRON = "* * * * *"
 PERIOD_S = 60.0
 ARMS = f"sluice:{LIKE_FOR_LIKE},airflow:{LIKE_FOR_LIKE},airflow3:{LIKE_FOR_LIKE}"
+# `+tuned`: runs created per loop (Airflow's `max_dagruns_to_create_per_loop`, "Max
+# number of DAGs to create DagRuns for per scheduler loop") = the DAG count, so one
+# loop can create a whole minute's burst (every DAG falls due at the same boundary):
+# what a user whose runs start late because they are created 10 a loop would set.
+TUNED = "+tuned"
+# `--capacity`'s arms: Sluice like for like; each Airflow at both runs-examined
+# settings (every run in flight, and its default 20), each also tuned.
+CAPACITY_ARMS = ",".join(
+    [
+        f"sluice:{LIKE_FOR_LIKE}",
+        *(
+            f"{side}:{variant}{tuned}"
+            for side in AIRFLOW_SIDES
+            for tuned in ("", TUNED)
+            for variant in (LIKE_FOR_LIKE, DEFAULTS)
+        ),
+    ]
+)
 MAX_ACTIVE_RUNS = 16  # per DAG, both sides' default
 
 
@@ -86,6 +124,7 @@ class Timing:
     window_s: float = 120.0
     drain_s: float = 30.0
     window_at_first_due: bool = False
+    slope_tolerance: float = SLOPE_TOLERANCE  # of a minute's runs a minute (keeps up)
 
     def schedule(self, dags: int, now: datetime) -> Schedule:
         first_due = now + timedelta(seconds=self.lead_s)
@@ -156,6 +195,7 @@ class Observed:
     samples: list[Any]
     statements: Any
     top: list[dict[str, Any]]
+    slope_tolerance: float
 
 
 def _clock(engine: Engine) -> datetime:
@@ -211,7 +251,7 @@ def observe(
             time.sleep(0.5)
     finally:
         samples = sampler.stop()
-    return Observed(schedule, t0, now, samples, statements, top)
+    return Observed(schedule, t0, now, samples, statements, top, timing.slope_tolerance)
 
 
 def top_statements(pg: Postgres, database: str, limit: int = 8) -> list[dict[str, Any]]:
@@ -270,6 +310,7 @@ def _figures(
     trial.knobs = asdict(knobs)
     trial.top_statements = observed.top
     return summarize(
+        slope_tolerance=observed.slope_tolerance,
         trial=trial,
         graph=workload.graph(),
         schedule=observed.schedule,
@@ -510,6 +551,28 @@ def runner_for(side: str) -> Runner:
     return run
 
 
+def parse_arms(value: str) -> list[tuple[str, str]]:
+    """`SIDE:VARIANT[+tuned],...` (`bench.run.parse_arms`, and the `+tuned` suffix)."""
+    from bench.run import parse_arms as parse_plain
+
+    arms = []
+    for item in value.split(","):
+        tuned = item.endswith(TUNED)
+        side, variant = parse_plain(item.removesuffix(TUNED))[0]
+        arms.append((side, variant + (TUNED if tuned else "")))
+    return arms
+
+
+def arm_knobs(base: Knobs, variant: str, dags: int) -> Knobs:
+    """An arm's knobs at `dags` DAGs: `common.for_variant`'s, and with `+tuned` runs
+    created per loop = the DAG count (at least Airflow's default 10)."""
+    plain = variant.removesuffix(TUNED)
+    knobs = for_variant(base, plain, dags)
+    if variant.endswith(TUNED):
+        knobs = replace(knobs, runs_created=max(AIRFLOW_RUNS_CREATED, dags), variant=variant)
+    return knobs
+
+
 def parse_dags(value: str, sides: list[str]) -> dict[str, int]:
     """`100` (every side) or `sluice=2000,airflow=200,...` (a side left out: the first
     number given)."""
@@ -531,19 +594,49 @@ def parse_dags(value: str, sides: list[str]) -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.arrival", description=__doc__)
-    parser.add_argument("--arms", default=ARMS, help=f"SIDE:VARIANT,... (default {ARMS})")
+    parser.add_argument(
+        "--arms",
+        default=None,
+        help=f"SIDE:VARIANT[+tuned],... (default {ARMS}; with --capacity {CAPACITY_ARMS})",
+    )
     parser.add_argument("--dags", default="100", help="starting DAGs per arm: N or SIDE=N,...")
-    parser.add_argument("--rates", type=int, default=3, help="at most this many rates per arm")
+    parser.add_argument(
+        "--rates", type=int, default=None, help="at most this many rates per arm (3; capacity 8)"
+    )
     parser.add_argument("--factor", type=float, default=2.0)
+    parser.add_argument(
+        "--capacity",
+        action="store_true",
+        help="measure each arm's capacity: bracket, then bisect to --resolution, with"
+        " --trials 3 and --window 300 unless given (bench/README.md, 'Steady state')",
+    )
+    parser.add_argument(
+        "--resolution",
+        type=float,
+        default=arrival_report.RESOLUTION,
+        help="with --capacity: bisect until the lowest rate fallen behind at is within"
+        " 1 + this of the highest kept up with",
+    )
+    parser.add_argument(
+        "--slope-tolerance",
+        type=float,
+        default=SLOPE_TOLERANCE,
+        help="a trial keeps up unless its backlog grows by more than this fraction of a"
+        " minute's runs a minute, at 95%% confidence",
+    )
     parser.add_argument("--shape", default="linear", choices=sorted(SHAPES))
     parser.add_argument("--tasks", type=int, default=10)
     parser.add_argument("--tis", type=int, default=512, help="tasks per critical-section query")
     parser.add_argument("--replicas", type=int, default=1)
-    parser.add_argument("--trials", type=int, default=1, help="trials of each arm at each rate")
+    parser.add_argument(
+        "--trials", type=int, default=None, help="trials of each arm at each rate (1; capacity 3)"
+    )
     parser.add_argument("--settle", type=float, default=Timing.settle_s)
     parser.add_argument("--lead", type=float, default=Timing.lead_s)
     parser.add_argument("--warmup", type=float, default=Timing.warmup_s)
-    parser.add_argument("--window", type=float, default=Timing.window_s)
+    parser.add_argument(
+        "--window", type=float, default=None, help="seconds, whole minutes (120; capacity 300)"
+    )
     parser.add_argument("--drain", type=float, default=Timing.drain_s)
     parser.add_argument(
         "--smoke",
@@ -560,18 +653,32 @@ def main(argv: list[str] | None = None) -> int:
     if args.render:
         return _render(args.render, markdown=args.markdown, console=console)
 
-    from bench.run import parse_arms, provenance
+    from bench.run import REPO, provenance, scheduler_code
 
-    timing = Timing(args.settle, args.lead, args.warmup, args.window, args.drain)
-    arms = parse_arms(args.arms)
-    rates, tasks, shape = args.rates, args.tasks, args.shape
+    if args.publish and scheduler_code() != REPO / "operator" / "sluice":
+        # The JSON names this checkout's commit: the code measured must be that commit's.
+        raise SystemExit(
+            f"--publish: the scheduler code imported is {scheduler_code()}, not this "
+            f"checkout's {REPO / 'operator' / 'sluice'}; run with PYTHONPATH=operator:."
+        )
+    capacity = args.capacity and not args.smoke
+    window = args.window if args.window is not None else 300.0 if capacity else Timing.window_s
+    timing = Timing(
+        args.settle, args.lead, args.warmup, window, args.drain,
+        slope_tolerance=args.slope_tolerance,
+    )  # fmt: skip
+    arms = parse_arms(args.arms or (CAPACITY_ARMS if capacity else ARMS))
+    rates = args.rates if args.rates is not None else 8 if capacity else 3
+    trials_per_rate = args.trials if args.trials is not None else 3 if capacity else 1
+    resolution = args.resolution if capacity else None
+    tasks, shape = args.tasks, args.shape
     if args.smoke:
         arms = [("sluice", LIKE_FOR_LIKE)]
-        args.dags, rates, tasks, args.tis = "3", 1, 4, 16
+        args.dags, rates, tasks, args.tis, trials_per_rate = "3", 1, 4, 16, 1
         timing = Timing(0.5, 1.0, 0.0, 6.0, 60.0, window_at_first_due=True)
-    if not args.smoke and args.window % PERIOD_S:
+    if not args.smoke and timing.window_s % PERIOD_S:
         # Tasks/s over part of a minute would count one minute's runs over less than one.
-        raise SystemExit(f"--window {args.window:g}: a whole number of minutes (60, 120, ...)")
+        raise SystemExit(f"--window {timing.window_s:g}: a whole number of minutes (60, 120, ...)")
     start = parse_dags(args.dags, [side for side, _ in arms])
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -580,6 +687,16 @@ def main(argv: list[str] | None = None) -> int:
     base = replace(Knobs(), max_tis_per_query=args.tis, settle_s=timing.settle_s)
     about: dict[str, Any] = {}
     trials: list[ArrivalTrial] = []
+    search = {
+        "capacity": capacity,
+        "start": start,
+        "factor": args.factor,
+        "resolution": resolution,
+        "rates": rates,
+        "trials": trials_per_rate,
+        "rule": "a rate is kept up with when a strict majority of its ok trials kept up",
+        "slope_tolerance": timing.slope_tolerance,
+    }
 
     def save(*, complete: bool) -> None:
         payload = {
@@ -594,6 +711,7 @@ def main(argv: list[str] | None = None) -> int:
             **about,
             "knobs": asdict(base),
             "timing": asdict(timing),
+            "search": search,
             "schedule": CRON,
             "arms": [f"{side}:{variant}" for side, variant in arms],
             "trials": [t.as_dict() for t in trials],
@@ -619,13 +737,13 @@ def main(argv: list[str] | None = None) -> int:
         for _round in range(rates):
             todo: dict[tuple[str, str], int] = {}
             for arm in arms:
-                nxt = arrival_report.next_dags(history[arm], start[arm[0]], args.factor)
+                nxt = arrival_report.next_dags(history[arm], start[arm[0]], args.factor, resolution)
                 if nxt is not None:
                     todo[arm] = nxt
             if not todo:
                 break
             done: dict[tuple[str, str], list[ArrivalTrial]] = {arm: [] for arm in todo}
-            for n in range(args.trials):
+            for n in range(trials_per_rate):
                 for (side, variant), dags in todo.items():
                     trial = _one(
                         side, variant, Workload(shape, dags, tasks), base, args.replicas, n,
@@ -636,7 +754,8 @@ def main(argv: list[str] | None = None) -> int:
                     save(complete=False)
                     console.print(arrival_report.progress_line(trial), highlight=False)
             for arm, group in done.items():
-                history[arm].append((todo[arm], arrival_report.group_keeps_up(group)))
+                if any(t.ok for t in group):  # a rate with no ok trial decides nothing
+                    history[arm].append((todo[arm], arrival_report.group_keeps_up(group)))
     finally:
         pg.stop()
     save(complete=True)
@@ -660,15 +779,17 @@ def _one(
     timing: Timing,
     pg: Postgres,
 ) -> ArrivalTrial:
-    knobs = for_variant(base, variant, workload.dags)
+    knobs = arm_knobs(base, variant, workload.dags)
+    started = time.monotonic()
     try:
-        return runner_for(side)(pg, workload, knobs, replicas, n, timing)
+        trial = runner_for(side)(pg, workload, knobs, replicas, n, timing)
     except Exception as exc:  # kept as an `error` trial: every trial counts
         trial = _trial(side, variant, workload, replicas, n)
         trial.status = ERROR
         trial.errors = [f"{type(exc).__name__}: {str(exc)[:500]}"]
         trial.knobs = asdict(knobs)
-        return trial
+    trial.trial_s = round(time.monotonic() - started, 1)
+    return trial
 
 
 def _render(files: list[str], *, markdown: bool, console: Console) -> int:

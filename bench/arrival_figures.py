@@ -23,8 +23,21 @@ warm-up; the runs due in [`window_start`, `window_end`) are measured.
   finished (every task ended) by `b`; sampled at each minute boundary in
   (window_start, window_end] and at window_end, just before that boundary's
   runs are due;
-- **keeps up**: the backlog at every sample is at most `tolerance` (1%) of a
-  minute's runs: each minute's runs finished within the minute;
+- **backlog slope** (issue 36): the backlog sampled at the window's start and
+  at each of those instants (one sample a minute, each just before a minute's
+  runs are due, so the sawtooth of the bursts is not in the fit), fitted by
+  least squares against time: runs a minute by which the backlog grew, with
+  its standard error and a one-sided 95% lower bound;
+- **keeps up** (the `slope` criterion, since issue 36): the slope is not
+  significantly above `SLOPE_TOLERANCE` (2%) of a minute's runs a minute: its
+  lower bound is at most that (with fewer than `BOUND_POINTS` 5 samples, a
+  window under 4 minutes, the slope itself). A backlog that is large but flat or shrinking
+  keeps up (the side finishes as many runs a minute as fall due; its lag says
+  how late); one that grows by more than 2% of the rate a minute, beyond the
+  fit's noise, does not. Trials saved before issue 36 were judged by the
+  `minute-end` criterion, which every trial still records beside it: the
+  backlog at every minute-end sample at most `TOLERANCE` (1%) of a minute's
+  runs (each minute's runs finished within the minute);
 - **CPU**: the schedulers' and Postgres's CPU over the window only, per task
   that ended in it.
 """
@@ -43,7 +56,29 @@ from bench.shapes import Graph
 OK = "ok"
 TASKS_FAILED = "tasks-failed"
 ERROR = "error"
-TOLERANCE = 0.01  # of a minute's runs, at every backlog sample
+TOLERANCE = 0.01  # of a minute's runs, at every backlog sample (the `minute-end` criterion)
+# The `slope` criterion: fell behind when the backlog's growth, in runs a minute, is above
+# this fraction of a minute's runs with 95% confidence (one-sided).
+SLOPE_TOLERANCE = 0.02
+# Samples a fit needs before its confidence bound counts (3 degrees of freedom, a window
+# of at least 4 minutes): with 3 samples t is 6.3 and almost any growth is "noise".
+# With fewer, the slope itself is held against the threshold.
+BOUND_POINTS = 5
+SLOPE = "slope"
+MINUTE_END = "minute-end"
+# Student's t, one-sided 95%, by degrees of freedom (no scipy in the bench's venv).
+T95 = {
+    1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860,
+    9: 1.833, 10: 1.812, 12: 1.782, 15: 1.753, 20: 1.725, 30: 1.697, 60: 1.671,
+}  # fmt: skip
+
+
+def t95(df: int) -> float:
+    """The one-sided 95% quantile of Student's t with `df` degrees of freedom (between the
+    table's entries, the next smaller df's: a little wider, never narrower)."""
+    if df < 1:
+        return math.nan
+    return T95[max(k for k in T95 if k <= df)]
 
 
 @dataclass(frozen=True)
@@ -83,6 +118,11 @@ class Schedule:
             t for t in self.due_times(self.window_end) if self.window_start < t < self.window_end
         ]
         return [*inside, self.window_end]
+
+    def slope_samples(self) -> list[datetime]:
+        """Where the backlog's slope is fitted: the window's start (just before its first
+        minute's runs are due: what the warm-up left) and every `samples()` instant."""
+        return [self.window_start, *self.samples()]
 
 
 @dataclass(frozen=True)
@@ -189,6 +229,49 @@ def keeps_up(unfinished: list[int], dags: int, tolerance: float = TOLERANCE) -> 
     return bool(unfinished) and all(n <= allowed for n in unfinished)
 
 
+@dataclass(frozen=True)
+class SlopeFit:
+    """The backlog fitted by least squares against time: `slope` runs a minute (its
+    standard error `se`, NaN with two points), `lower` the one-sided 95% lower bound
+    (slope - t95(n - 2) x se from `BOUND_POINTS` 5 points on; the slope itself with
+    fewer), `threshold` the tolerance in runs a minute; kept up when `lower` <=
+    `threshold`."""
+
+    slope: float
+    intercept: float
+    se: float
+    lower: float
+    threshold: float
+    points: int
+
+    @property
+    def keeps_up(self) -> bool:
+        return not math.isnan(self.lower) and self.lower <= self.threshold
+
+
+def fit_slope(
+    minutes: list[float], backlog: list[int], dags: int, tolerance: float = SLOPE_TOLERANCE
+) -> SlopeFit:
+    """Least squares of `backlog` (runs) on `minutes`; the threshold is `tolerance` of a
+    minute's runs (`dags`) a minute. Fewer than two distinct times: no slope (NaN),
+    which never keeps up."""
+    n = len(minutes)
+    threshold = tolerance * dags
+    mx = sum(minutes) / n if n else math.nan
+    sxx = sum((x - mx) ** 2 for x in minutes)
+    if n < 2 or sxx == 0:
+        return SlopeFit(math.nan, math.nan, math.nan, math.nan, threshold, n)
+    my = sum(backlog) / n
+    slope = sum((x - mx) * (y - my) for x, y in zip(minutes, backlog, strict=True)) / sxx
+    intercept = my - slope * mx
+    if n == 2:
+        return SlopeFit(slope, intercept, math.nan, slope, threshold, n)
+    residual = sum((y - intercept - slope * x) ** 2 for x, y in zip(minutes, backlog, strict=True))
+    se = math.sqrt(residual / (n - 2) / sxx)
+    lower = slope - t95(n - 2) * se if n >= BOUND_POINTS else slope
+    return SlopeFit(slope, intercept, se, lower, threshold, n)
+
+
 @dataclass
 class ArrivalTrial:
     """One trial of one arm at one arrival rate; every figure over the window."""
@@ -223,7 +306,21 @@ class ArrivalTrial:
     task_lag_p99_ms: float = NAN
     backlog_unfinished: list[int] = field(default_factory=list)
     backlog_unstarted: list[int] = field(default_factory=list)
+    # What decided `keeps_up`: `slope` (since issue 36) or `minute-end` (older JSON).
+    criterion: str = SLOPE
     keeps_up: bool = False
+    minute_end_keeps_up: bool = False  # every minute-end sample <= 1% of a minute's runs
+    # The slope's fit: unfinished runs at each of `Schedule.slope_samples()` (seconds
+    # from the window's start), slope and its standard error in runs a minute, the
+    # one-sided 95% lower bound and the threshold it is held against.
+    backlog_fit_s: list[float] = field(default_factory=list)
+    backlog_fit_runs: list[int] = field(default_factory=list)
+    backlog_slope_per_min: float = NAN
+    backlog_slope_se: float = NAN
+    backlog_slope_lower: float = NAN
+    backlog_intercept: float = NAN
+    slope_threshold_per_min: float = NAN
+    trial_s: float = NAN  # the trial's wall time, setup to teardown
     cpu_s: float = NAN
     pg_cpu_s: float = NAN
     machine_busy: float = NAN
@@ -244,6 +341,12 @@ class ArrivalTrial:
 
     @classmethod
     def from_dict(cls, saved: dict[str, Any]) -> ArrivalTrial:
+        if "criterion" not in saved:  # saved before issue 36: judged at the minute ends
+            saved = {
+                **saved,
+                "criterion": MINUTE_END,
+                "minute_end_keeps_up": saved.get("keeps_up", False),
+            }
         return cls(**saved)
 
     @property
@@ -266,6 +369,7 @@ def summarize(
     samples: list[CpuSample],
     statements: StatementTotals | None,
     statements_unavailable: str = "",
+    slope_tolerance: float = SLOPE_TOLERANCE,
 ) -> ArrivalTrial:
     """Fill in `trial`'s figures from the side's rows and the CPU samples."""
     times = run_times(runs, tasks, trial.tasks)
@@ -311,7 +415,20 @@ def summarize(
     trial.task_lag_p99_ms = round(percentile(task_lags, 99), 1)
     trial.backlog_unfinished = [p[0] for p in points]
     trial.backlog_unstarted = [p[1] for p in points]
-    trial.keeps_up = keeps_up(trial.backlog_unfinished, trial.dags)
+    trial.minute_end_keeps_up = keeps_up(trial.backlog_unfinished, trial.dags)
+    at = schedule.slope_samples()
+    trial.backlog_fit_s = [round((t - schedule.window_start).total_seconds(), 3) for t in at]
+    trial.backlog_fit_runs = [backlog(schedule, times, t)[0] for t in at]
+    fit = fit_slope(
+        [s / 60.0 for s in trial.backlog_fit_s], trial.backlog_fit_runs, trial.dags, slope_tolerance
+    )
+    trial.backlog_slope_per_min = round(fit.slope, 2)
+    trial.backlog_slope_se = round(fit.se, 2)
+    trial.backlog_slope_lower = round(fit.lower, 2)
+    trial.backlog_intercept = round(fit.intercept, 2)
+    trial.slope_threshold_per_min = round(fit.threshold, 2)
+    trial.criterion = SLOPE
+    trial.keeps_up = fit.keeps_up
     trial.cpu_s = round(window.scheduler_s, 3)
     trial.pg_cpu_s = round(window.postgres_s, 3)
     trial.machine_busy = round(window.machine_busy, 2)

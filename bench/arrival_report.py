@@ -1,54 +1,98 @@
-"""The steady-state benchmark's sweep and tables (`python -m bench.arrival`).
+"""The steady-state benchmark's search and tables (`python -m bench.arrival`).
 
-The sweep moves each arm's rate (DAGs on a one-minute schedule) up while it keeps
-up and down while it falls behind (`next_dags`). An arm keeps up with a rate when
-every `ok` trial at that rate did (`group_keeps_up`); its highest sustained rate
-is the highest such rate (`sustained`). The target (reported, never asserted):
-Sluice sustains at least 20x the faster Airflow's highest sustained rate with run
-lag p99 < 1 s (`target_verdict`).
+The search moves each arm's rate (DAGs on a one-minute schedule) up while it keeps
+up and down while it falls behind (`next_dags`, by `--factor`); with a resolution
+(`--capacity`) it then bisects between the highest rate kept up with and the lowest
+fallen behind at, geometrically, until they are within the resolution. A rate is
+kept up with when a strict majority of its `ok` trials kept up (`group_keeps_up`;
+each trial by its backlog's slope, `arrival_figures`). An arm's capacity is the
+range [highest rate kept up with, lowest fallen behind at) (`capacities`); the
+faster Airflow is the best of every Airflow arm, so its capacity lies in
+[the highest of their lower bounds, the highest of their upper bounds], and the
+capacity ratio is a range (`ratio`). The target (reported, never asserted): Sluice's
+capacity at least 20x the faster Airflow's and run lag p99 < 1 s at Sluice's
+capacity rate, met only when both are (`target_verdict`).
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
 from rich.console import Console
 from rich.table import Table
 
-from bench.arrival_figures import ArrivalTrial
+from bench.arrival_figures import SLOPE, ArrivalTrial
 from bench.metrics import AIRFLOW_SIDES, side_label
 
 TARGET_RATIO = 20.0
 TARGET_P99_MS = 1000.0
+RESOLUTION = 0.15  # `--capacity`: stop bisecting once behind / kept <= 1 + this
 Arm = tuple[str, str]
 
 
-def next_dags(history: list[tuple[int, bool]], start: int, factor: float = 2.0) -> int | None:
+def nice(x: float) -> int:
+    """`x` to two significant figures (453 -> 450, 11,314 -> 11,000, 7.07 -> 7), so that
+    runs of different arms and commands meet at the same rates (and templates)."""
+    if x < 1:
+        return 1
+    step = 10 ** max(0, math.floor(math.log10(x)) - 1)
+    return int(round(x / step) * step)
+
+
+def bracket(history: list[tuple[int, bool]]) -> tuple[int | None, int | None]:
+    """(highest rate kept up with below the lowest fallen behind at, that lowest);
+    None where there is none."""
+    behind = [d for d, ok in history if not ok]
+    hi = min(behind) if behind else None
+    kept = [d for d, ok in history if ok and (hi is None or d < hi)]
+    return (max(kept) if kept else None), hi
+
+
+def next_dags(
+    history: list[tuple[int, bool]],
+    start: int,
+    factor: float = 2.0,
+    resolution: float | None = None,
+) -> int | None:
     """The next rate (DAGs) to try for an arm, given the rates tried and whether it kept
-    up with each; None once it has kept up with one rate and fallen behind at a higher
-    one (or the step would give a rate already tried, or below 1)."""
+    up with each, or None when done.
+
+    Bracketing: `start`, then up by `factor` while it keeps up, down while it falls
+    behind. Without a `resolution` the search ends once it has a rate kept up with
+    below one fallen behind at. With one, it bisects that bracket at its geometric
+    middle (to two significant figures, `nice`) until the lowest rate fallen behind
+    at is within `1 + resolution` of the highest kept up with below it. A rate kept
+    up with above one fallen behind at (noise) is left out of the bracket (the
+    report lists it). Never a rate already tried, nor below 1.
+    """
     if not history:
         return start
-    kept = [d for d, ok in history if ok]
-    behind = [d for d, ok in history if not ok]
-    if kept and behind and max(kept) < min(behind):
-        return None
-    if behind and not kept:
-        nxt = math.floor(min(behind) / factor)
-    elif kept and not behind:
-        nxt = math.ceil(max(kept) * factor)
-    else:  # kept up somewhere above a rate it fell behind at: a noisy machine; stop
-        return None
     tried = {d for d, _ in history}
+    lo, hi = bracket(history)
+    if hi is None:  # kept up everywhere: up
+        assert lo is not None
+        nxt = math.ceil(lo * factor)
+    elif lo is None:  # behind everywhere below: down, unless it kept up above (noise)
+        if any(ok for _, ok in history) and resolution is None:
+            return None
+        nxt = math.floor(hi / factor)
+    elif resolution is None or hi <= lo * (1 + resolution):
+        return None
+    else:
+        nxt = nice(math.sqrt(lo * hi))
+        if not lo < nxt < hi:
+            nxt = (lo + hi) // 2
     return None if nxt < 1 or nxt in tried else nxt
 
 
 def group_keeps_up(group: list[ArrivalTrial]) -> bool:
-    """Kept up: at least one `ok` trial, and every `ok` trial kept up."""
+    """Kept up with a rate: a strict majority of its `ok` trials kept up (2 of 3; a tie,
+    after an `error` trial, is not a majority). Trials not `ok` do not vote."""
     ok = [t for t in group if t.ok]
-    return bool(ok) and all(t.keeps_up for t in ok)
+    return 2 * sum(t.keeps_up for t in ok) > len(ok)
 
 
 def groups(trials: list[ArrivalTrial]) -> dict[tuple[Arm, int], list[ArrivalTrial]]:
@@ -66,88 +110,303 @@ def median(group: list[ArrivalTrial]) -> ArrivalTrial | None:
 
 
 @dataclass(frozen=True)
-class Sustained:
-    """What the sweep found for one arm: the highest rate it kept up with and the
-    lowest it fell behind at (None: not found in the rates tried)."""
+class Tally:
+    """One arm at one rate: its `ok` trials that kept up, its `ok` trials, all trials."""
+
+    dags: int
+    kept: int
+    ok: int
+    trials: int
+
+    @property
+    def keeps_up(self) -> bool:
+        return 2 * self.kept > self.ok
+
+    def __str__(self) -> str:
+        others = f", {self.trials - self.ok} not ok" if self.trials > self.ok else ""
+        return f"{self.dags:,} ({self.kept}/{self.ok}{others})"
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What the search found for one arm: capacity in [kept, behind) runs a minute (None:
+    no such rate in those tried), every rate's tally, and run lag at `kept`."""
 
     arm: Arm
+    tasks: int
+    tallies: tuple[Tally, ...]
     kept: int | None
     behind: int | None
-    tried: tuple[int, ...]
-    p99_at_kept_ms: float
-    p99_under_target: int | None  # the highest rate kept up with run lag p99 < 1 s
+    inverted: tuple[int, ...]  # rates kept up with above `behind`: noise, out of the range
+    lag_p50_ms: float  # at `kept`: the median of its `ok` trials' p50
+    lag_p99_ms: float  # ... and of their p99
+    lag_p99_worst_ms: float  # the worst `ok` trial's p99 at `kept`
+    lag_trials: int  # `ok` trials at `kept`
+    p99_under_target: int | None  # highest rate kept up with, every `ok` trial's p99 < 1 s
+
+    @property
+    def width(self) -> float:
+        """behind / kept - 1: how far apart the bounds are (NaN while one is missing)."""
+        if self.kept is None or self.behind is None:
+            return math.nan
+        return self.behind / self.kept - 1
+
+    def tally(self, dags: int | None) -> Tally | None:
+        return next((t for t in self.tallies if t.dags == dags), None)
 
 
-def sustained(trials: list[ArrivalTrial]) -> list[Sustained]:
+def capacities(trials: list[ArrivalTrial]) -> list[Capacity]:
     by_arm: dict[Arm, dict[int, list[ArrivalTrial]]] = defaultdict(dict)
     for (arm, dags), group in groups(trials).items():
         by_arm[arm][dags] = group
     found = []
     for arm, rates in by_arm.items():
-        kept = [d for d, g in rates.items() if group_keeps_up(g)]
-        behind = [d for d, g in rates.items() if any(t.ok for t in g) and not group_keeps_up(g)]
-        best = max(kept) if kept else None
-        m = median(rates[best]) if best is not None else None
-        under = [d for d in kept if (mm := median(rates[d])) and mm.run_lag_p99_ms < TARGET_P99_MS]
+        tallies = tuple(
+            Tally(
+                dags=d,
+                kept=sum(1 for t in g if t.ok and t.keeps_up),
+                ok=sum(1 for t in g if t.ok),
+                trials=len(g),
+            )
+            for d, g in sorted(rates.items())
+        )
+        history = [(t.dags, t.keeps_up) for t in tallies if t.ok]
+        kept, behind = bracket(history)
+        inverted = tuple(d for d, ok in history if ok and behind is not None and d > behind)
+        ok_at = [t for t in rates.get(kept or -1, []) if t.ok]
+        under = [
+            t.dags
+            for t in tallies
+            if t.ok
+            and t.keeps_up
+            and all(x.run_lag_p99_ms < TARGET_P99_MS for x in rates[t.dags] if x.ok)
+        ]
         found.append(
-            Sustained(
+            Capacity(
                 arm=arm,
-                kept=best,
-                behind=min(behind) if behind else None,
-                tried=tuple(sorted(rates)),
-                p99_at_kept_ms=m.run_lag_p99_ms if m else math.nan,
+                tasks=next(iter(rates.values()))[0].tasks,
+                tallies=tallies,
+                kept=kept,
+                behind=behind,
+                inverted=inverted,
+                lag_p50_ms=_median([t.run_lag_p50_ms for t in ok_at]),
+                lag_p99_ms=_median([t.run_lag_p99_ms for t in ok_at]),
+                lag_p99_worst_ms=max((t.run_lag_p99_ms for t in ok_at), default=math.nan),
+                lag_trials=len(ok_at),
                 p99_under_target=max(under) if under else None,
             )
         )
     return found
 
 
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else math.nan
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """Sluice's capacity over the faster Airflow's, as a range. The faster Airflow is
+    the best of every Airflow arm: its capacity lies in [`airflow_low`, `airflow_high`]
+    (the highest lower bound of any arm, the highest upper bound; None: unknown). The
+    ratio lies in [sluice.kept / airflow_high, sluice.behind / airflow_low]; a bound
+    that needs a missing one is None."""
+
+    sluice: Capacity
+    airflow_low: int | None
+    airflow_low_arm: Arm | None
+    airflow_high: int | None
+    airflow_high_arm: Arm | None
+    open_arms: tuple[Arm, ...]  # Airflow arms that never fell behind: no upper bound
+
+    @property
+    def low(self) -> float | None:
+        if self.sluice.kept is None or self.airflow_high is None:
+            return None
+        return self.sluice.kept / self.airflow_high
+
+    @property
+    def high(self) -> float | None:
+        if self.sluice.behind is None or self.airflow_low is None:
+            return None
+        return self.sluice.behind / self.airflow_low
+
+
+def ratio(sluice: Capacity, found: list[Capacity]) -> Ratio:
+    peers = [c for c in found if c.arm[0] in AIRFLOW_SIDES]
+    low = max((c for c in peers if c.kept is not None), key=lambda c: c.kept or 0, default=None)
+    open_arms = tuple(c.arm for c in peers if c.behind is None)
+    high = None
+    if peers and not open_arms:
+        high = max(peers, key=lambda c: c.behind or 0)
+    return Ratio(
+        sluice=sluice,
+        airflow_low=low.kept if low else None,
+        airflow_low_arm=low.arm if low else None,
+        airflow_high=high.behind if high else None,
+        airflow_high_arm=high.arm if high else None,
+        open_arms=open_arms,
+    )
+
+
+def _arm(arm: Arm | None) -> str:
+    return "-" if arm is None else f"{side_label(arm[0])} {arm[1]}"
+
+
 def _rate(dags: int | None, tasks: int) -> str:
     if dags is None:
-        return "-"
+        return "?"
     return f"{dags:,} runs/min ({dags * tasks / 60:,.1f} tasks/s)"
 
 
-def target_verdict(found: list[Sustained]) -> str:
-    """Sluice's highest rate kept up with lag p99 < 1 s against 20x the faster Airflow's
-    highest sustained rate; says where a bound is only a bound."""
-    sluice = [s for s in found if s.arm[0] == "sluice"]
-    peers = [s for s in found if s.arm[0] in AIRFLOW_SIDES]
-    if not sluice or not peers:
-        return "target: needs Sluice and an Airflow arm"
-    s = max(sluice, key=lambda x: x.p99_under_target or 0)
-    best = max(peers, key=lambda x: x.kept or 0)
-    if best.kept is None:
-        lowest = min(min(p.tried) for p in peers)
-        return (
-            f"target: no Airflow arm kept up at any rate tried (the lowest, {lowest:,} runs/min,"
-            " included): Airflow's highest sustained rate is below it; not judged"
+def _x(value: float | None) -> str:
+    return "?" if value is None else f"{value:.1f}x"
+
+
+def ratio_line(r: Ratio) -> str:
+    """The capacity ratio of one Sluice arm against the faster Airflow, as a range."""
+    if r.airflow_high is None and r.airflow_low is None and not r.open_arms:
+        return f"ratio, {_arm(r.sluice.arm)} / the faster Airflow: no Airflow arm in these trials"
+    why = []
+    if r.airflow_high is None:
+        why.append(
+            "no upper bound on Airflow's capacity: "
+            + (
+                ", ".join(_arm(a) for a in r.open_arms) + " never fell behind"
+                if r.open_arms
+                else "no Airflow arm"
+            )
         )
-    need = TARGET_RATIO * best.kept
-    upper = "" if best.behind is not None else " (Airflow's is a lower bound: it never fell behind)"
+    if r.sluice.kept is None:
+        why.append("Sluice kept up at no rate tried")
+    if r.sluice.behind is None:
+        why.append("Sluice never fell behind: no upper bound on its capacity")
+    if r.airflow_low is None and r.airflow_high is not None:
+        why.append("no Airflow arm kept up at any rate tried")
+    airflow = (
+        f"the faster Airflow's capacity in [{_n(r.airflow_low)}, {_n(r.airflow_high)})"
+        f" runs/min (lower bound: {_arm(r.airflow_low_arm)}; upper: {_arm(r.airflow_high_arm)})"
+    )
+    note = f" ({'; '.join(why)})" if why else ""
+    return (
+        f"ratio, {_arm(r.sluice.arm)} / the faster Airflow: {_x(r.low)} to {_x(r.high)};"
+        f" Sluice's capacity in [{_n(r.sluice.kept)}, {_n(r.sluice.behind)}) runs/min, {airflow}"
+        f"{note}"
+    )
+
+
+def _n(dags: int | None) -> str:
+    return "?" if dags is None else f"{dags:,}"
+
+
+def target_verdict(r: Ratio) -> str:
+    """Met only when both halves are: the ratio's lower bound >= 20, and run lag p99 < 1
+    s in every `ok` trial at Sluice's capacity rate (the highest it kept up with).
+    Otherwise MISSED, with each half that is not met and why."""
+    s = r.sluice
+    misses, holds = [], []
+    if r.low is None:
+        misses.append("rate: not shown (the ratio has no lower bound; see the ratio's line)")
+    elif r.low < TARGET_RATIO:
+        misses.append(f"rate: the ratio's lower bound is {r.low:.1f}x < {TARGET_RATIO:.0f}x")
+    else:
+        holds.append(f"rate: the ratio's lower bound is {r.low:.1f}x")
+    if s.kept is None:
+        misses.append("lag: no capacity rate to judge it at")
+    else:
+        lag = (
+            f"p99 {s.lag_p99_worst_ms:,.0f} ms in the worst of {s.lag_trials} trials at"
+            f" {s.kept:,} runs/min (median {s.lag_p99_ms:,.0f})"
+        )
+        if s.lag_p99_worst_ms < TARGET_P99_MS:
+            holds.append(f"lag: {lag}")
+        else:
+            misses.append(f"lag: {lag}")
     head = (
-        f"target: >= {TARGET_RATIO:.0f}x {side_label(best.arm[0])}'s highest sustained rate"
-        f" ({best.kept:,} runs/min{upper}) = {need:,.0f} runs/min, with run lag p99 < 1 s"
+        f"target for {_arm(s.arm)} (capacity >= {TARGET_RATIO:.0f}x the faster Airflow's,"
+        " run lag p99 < 1 s at that rate)"
     )
-    got = s.p99_under_target
-    if got is not None and got >= need:
-        if best.behind is None:
-            return f"{head}: not judged (met against a lower bound of Airflow's rate)"
-        return f"{head}: met (Sluice {got:,} runs/min with p99 < 1 s)"
-    kept = (
-        f"Sluice kept up at up to {s.kept:,} runs/min (run lag p99 {s.p99_at_kept_ms:,.0f} ms)"
-        if s.kept is not None
-        else "Sluice kept up at no rate tried"
-    )
-    under = (
-        f"; with p99 < 1 s at up to {got:,} runs/min ({got / best.kept:.1f}x)"
-        if got is not None
-        else "; p99 < 1 s at no rate tried"
-    )
-    never = "" if s.behind is not None else "; it never fell behind, so its rate is a lower bound"
-    # Both brackets closed: the miss is a finding; otherwise it holds for the rates tried.
-    missed = "MISSED" if s.behind is not None and best.behind is not None else "not met"
-    return f"{head}: {missed} at the rates tried ({kept}{under}{never})"
+    if not misses:
+        return f"{head}: met ({'; '.join(holds)})"
+    held = f"; holds: {'; '.join(holds)}" if holds else ""
+    return f"{head}: MISSED ({'; '.join(misses)}{held})"
+
+
+def capacity_lines(trials: list[ArrivalTrial]) -> list[str]:
+    """Per arm its capacity range, then per Sluice arm the ratio and the target."""
+    found = capacities(trials)
+    lines = []
+    old = [t for t in trials if t.ok and t.criterion != SLOPE]
+    if old:
+        lines.append(
+            f"{len(old)} of these trials were judged by the {old[0].criterion} criterion"
+            " (saved before issue 36: every minute-end backlog sample at most 1% of a"
+            " minute's runs), not by the backlog's slope; their ranges are that criterion's"
+        )
+    for c in found:
+        width = "" if math.isnan(c.width) else f", {c.width * 100:.0f}% wide"
+        inverted = (
+            f"; kept up above its lower bound of fallen behind (noise, left out):"
+            f" {', '.join(f'{d:,}' for d in c.inverted)}"
+            if c.inverted
+            else ""
+        )
+        lag = (
+            f"; run lag p50/p99 at {c.kept:,}: {_f(c.lag_p50_ms)}/{_f(c.lag_p99_ms)} ms"
+            f" (median of {c.lag_trials}; worst p99 {_f(c.lag_p99_worst_ms)})"
+            if c.kept is not None
+            else ""
+        )
+        lines.append(
+            f"{_arm(c.arm)}: capacity in [{_rate(c.kept, c.tasks)}, {_rate(c.behind, c.tasks)})"
+            f"{'' if c.behind is not None else ' (never fell behind: a lower bound only)'}"
+            f"{width}; rates tried (runs/min, kept up/ok trials): "
+            f"{', '.join(str(t) for t in c.tallies)}{lag}{inverted}"
+        )
+    for s in (c for c in found if c.arm[0] == "sluice"):
+        r = ratio(s, found)
+        lines.append(ratio_line(r))
+        lines.append(target_verdict(r))
+        if s.p99_under_target is not None and r.airflow_high:
+            lines.append(
+                f"{_arm(s.arm)}: run lag p99 < 1 s in every trial up to {s.p99_under_target:,}"
+                f" runs/min ({s.p99_under_target / r.airflow_high:.1f}x the faster Airflow's"
+                " upper bound)"
+            )
+    return lines
+
+
+CAPACITY_COLUMNS = [
+    "side",
+    "variant",
+    "capacity runs/min [kept, behind)",
+    "tasks/s",
+    "width",
+    "rates tried (kept up/ok trials)",
+    "run lag p50/p99 ms at capacity (worst p99)",
+]
+
+
+def _capacity_row(c: Capacity) -> list[str]:
+    low, high = (math.nan if d is None else d * c.tasks / 60 for d in (c.kept, c.behind))
+    tasks = "-".join("?" if math.isnan(x) else f"{x:,.1f}" for x in (low, high))
+    return [
+        side_label(c.arm[0]),
+        c.arm[1],
+        f"[{_n(c.kept)}, {_n(c.behind)})",
+        tasks,
+        "-" if math.isnan(c.width) else f"{c.width * 100:.0f}%",
+        ", ".join(str(t) for t in c.tallies),
+        f"{_f(c.lag_p50_ms)}/{_f(c.lag_p99_ms)} ({_f(c.lag_p99_worst_ms)})",
+    ]
+
+
+def capacity_table(trials: list[ArrivalTrial]) -> Table:
+    table = Table(title="Steady state: capacity per arm", title_justify="left")
+    for name in CAPACITY_COLUMNS:
+        table.add_column(name, justify="left" if name in ("side", "variant") else "right")
+    for c in capacities(trials):
+        table.add_row(*_capacity_row(c))
+    return table
 
 
 def _f(value: float, digits: int = 0) -> str:
@@ -170,7 +429,7 @@ def _row(t: ArrivalTrial) -> list[str]:
     if not t.ok:
         return [
             side_label(t.side), t.variant, f"{t.dags:,}", f"#{t.trial}", t.status,
-            "; ".join(t.errors)[:120], *["-"] * 9,
+            "; ".join(t.errors)[:120], *["-"] * 10,
         ]  # fmt: skip
     return [
         side_label(t.side),
@@ -183,12 +442,22 @@ def _row(t: ArrivalTrial) -> list[str]:
         _lags(t),
         f"{_f(t.task_lag_p50_ms)}/{_f(t.task_lag_p95_ms)}/{_f(t.task_lag_p99_ms)}",
         "/".join(str(n) for n in t.backlog_unfinished),
-        "yes" if t.keeps_up else "NO",
+        _slope(t),
+        ("yes" if t.keeps_up else "NO") + ("" if t.criterion == SLOPE else f" ({t.criterion})"),
         _cpu(t),
         _f(t.statements_per_task, 1),
         f"{_f(t.machine_busy * 100)}%",
-        f"{_f(t.warmup_s)}+{_f(t.window_s)}+{_f(t.drain_s)}",
+        f"{_f(t.warmup_s)}+{_f(t.window_s)}+{_f(t.drain_s)}"
+        + ("" if math.isnan(t.trial_s) else f" of {_f(t.trial_s)}"),
     ]
+
+
+def _slope(t: ArrivalTrial) -> str:
+    """The backlog's slope, runs a minute, +- its standard error, and the threshold."""
+    if math.isnan(t.backlog_slope_per_min):
+        return "-"
+    se = "" if math.isnan(t.backlog_slope_se) else f" ±{_f(t.backlog_slope_se, 1)}"
+    return f"{_f(t.backlog_slope_per_min, 1)}{se} (≤ {_f(t.slope_threshold_per_min, 1)})"
 
 
 COLUMNS = [
@@ -202,11 +471,12 @@ COLUMNS = [
     "run lag p50/p95/p99 ms",
     "task lag p50/p95/p99 ms",
     "backlog (unfinished runs) at each minute's end",
+    "backlog slope runs/min ±se (threshold)",
     "keeps up",
     "CPU ms/task sched+PG=total",
     "statements/task",
     "machine busy",
-    "warm-up+window+drain s",
+    "warm-up+window+drain s (of trial)",
 ]
 
 
@@ -225,24 +495,15 @@ def trials_table(trials: list[ArrivalTrial]) -> Table:
 
 
 def summary_lines(trials: list[ArrivalTrial]) -> list[str]:
-    tasks = trials[0].tasks if trials else 0
-    lines = []
-    for s in sustained(trials):
-        side, variant = s.arm
-        tried = ", ".join(f"{d:,}" for d in s.tried)
-        lines.append(
-            f"{side_label(side)} {variant}: highest rate kept up with {_rate(s.kept, tasks)}"
-            f" (run lag p99 {_f(s.p99_at_kept_ms)} ms); fell behind at {_rate(s.behind, tasks)};"
-            f" rates tried (runs/min): {tried}"
-        )
-    lines.append(target_verdict(sustained(trials)))
-    return lines
+    return capacity_lines(trials)
 
 
 def markdown(trials: list[ArrivalTrial]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for _, group in groups(trials).items():
         lines += ["| " + " | ".join(_row(t)) + " |" for t in group]
+    lines += ["", "| " + " | ".join(CAPACITY_COLUMNS) + " |", "|" + "---|" * len(CAPACITY_COLUMNS)]
+    lines += ["| " + " | ".join(_capacity_row(c)) + " |" for c in capacities(trials)]
     lines.append("")
     lines += [f"- {line}" for line in summary_lines(trials)]
     statements = statement_lines(trials)
@@ -272,5 +533,6 @@ def statement_lines(trials: list[ArrivalTrial], limit: int = 4) -> list[str]:
 
 def print_report(trials: list[ArrivalTrial], console: Console) -> None:
     console.print(trials_table(trials))
+    console.print(capacity_table(trials))
     for line in summary_lines(trials):
         console.print(line, soft_wrap=True, highlight=False)

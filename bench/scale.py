@@ -17,13 +17,16 @@ scheduled to the end at each background level, cumulatively:
 Per level: tick time (median, p95, max) while the probe runs, an idle tick's time,
 ticks to finish the probe, the median time of each phase, and the counter
 reconciliation timed by itself: one step (what a tick pays while a pass is under
-way) and a whole pass.
+way) and a whole pass. The JSON carries the commit, dirty state, versions and
+machine as every results JSON does (`bench.run.provenance`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -228,11 +231,15 @@ def _mixed_table(r: dict[str, Any]) -> Table:
 
 
 def run_scale(console: Console, *, dags: int = 10_000, runs: int = 100, tasks: int = 1000) -> int:
+    from bench.run import provenance
+
     configure_logging("warning")
     knobs = Knobs()
     pg = Postgres()
     results: list[dict[str, Any]] = []
+    about: dict[str, Any] = {}
     try:
+        about = provenance(pg, {})
         prepare_template(pg, knobs)
         url = pg.create("sluice_bench_scale", TEMPLATE)
         engine = make_engine(url)
@@ -323,6 +330,35 @@ def run_scale(console: Console, *, dags: int = 10_000, runs: int = 100, tasks: i
     console.print(table)
     console.print(_mixed_table(results[-1]))
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    saved = json.dumps(
+        scale_payload(stamp, about, results, dags=dags, runs=runs, tasks=tasks),
+        indent=1,
+        default=str,
+    )
     for path in (RESULTS / f"scale-{stamp}.json", RESULTS / "scale-latest.json"):
-        path.write_text(json.dumps({"when": stamp, "levels": results}, indent=1))
+        path.write_text(saved)
     return 0
+
+
+def scale_payload(
+    stamp: str,
+    about: dict[str, Any],
+    levels: list[dict[str, Any]],
+    *,
+    dags: int,
+    runs: int,
+    tasks: int,
+) -> dict[str, Any]:
+    """The results JSON: the levels, with the command, commit, dirty state, versions and
+    machine (`about`: `bench.run.provenance`) as in every other mode's."""
+    return {
+        "mode": "scale",
+        "command": "python -m bench.run " + " ".join(sys.argv[1:]),
+        "when": stamp,
+        "complete": True,
+        "cores": os.cpu_count(),
+        "loadavg_at_end": os.getloadavg(),
+        **about,
+        "knobs": {"max_tis_per_query": 512, "dags": dags, "runs": runs, "tasks": tasks},
+        "levels": levels,
+    }
