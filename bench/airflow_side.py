@@ -371,6 +371,8 @@ def run_trial(
                 " r.start_date AS run_start, ti.queued_by_job_id AS job FROM task_instance ti"
                 " JOIN dag_run r ON r.dag_id = ti.dag_id AND r.run_id = ti.run_id"
             ),
+            # Set when the scheduler makes the run, queued (`DagRun.__init__`, 2.10 and 3.3).
+            first_run="SELECT min(queued_at) FROM dag_run",
         )
     finally:
         stop_processes(procs, timeout=30)

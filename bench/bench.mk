@@ -13,6 +13,8 @@
 #   make bench-scale    the scheduler alone with 10,000 DAGs and 100,000 task instances
 #   make bench-k8s      the Job executor on the local cluster (hack/), 1 and 3 replicas
 #   make bench-steady   a replica's CPU per thread while it mostly waits (Postgres only)
+#   make bench-headline the README's headline table and docs/img/bench-headline.svg, rendered
+#                       from the committed JSON (bench/headline.py names the files)
 #   make bench-logs     the log archiver: 1,000 task logs of 1 MiB to file:// and S3 (issue 30)
 # Extra arguments: make bench BENCH_ARGS="--shapes linear,grid --replicas 1"
 
@@ -20,7 +22,7 @@ BENCH_ARGS ?=
 BENCH_PY := PYTHONPATH=. COLUMNS=$${COLUMNS:-220} $(BIN)/python -m bench.run
 
 .PHONY: bench bench-compare bench-smoke bench-scale bench-deps bench-k8s bench-steady bench-arrival \
-	bench-logs
+	bench-logs bench-headline
 
 $(BIN)/.bench-deps: $(BIN)/.installed
 	$(BIN)/pip install --quiet 'matplotlib>=3.8,<4'
@@ -33,6 +35,11 @@ bench: bench-deps
 
 bench-compare: bench-deps
 	$(BENCH_PY) --compare $(BENCH_ARGS)
+
+# The headline at a glance, from bench/published only (no trial is run): rewrites the
+# README's table between its headline markers and the plot it shows.
+bench-headline: bench-deps
+	PYTHONPATH=. $(BIN)/python -m bench.headline --readme README.md --plot docs/img/bench-headline.svg
 
 bench-smoke: bench-deps
 	$(BENCH_PY) --smoke $(BENCH_ARGS)

@@ -5,6 +5,7 @@ and the measured part of a trial (`measure`: t0 and the wait, taken the same way
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import subprocess
 import tempfile
@@ -20,6 +21,7 @@ from sqlalchemy import Engine, create_engine, text
 from bench.metrics import (
     DEFAULTS,
     LIKE_FOR_LIKE,
+    PRODUCTION,
     VARIANTS,
     CpuSample,
     StatementTotals,
@@ -61,9 +63,15 @@ class Knobs:
     # and whether an idle replica wakes on NOTIFY (Airflow sleeps out its idle sleep).
     critical_batches: int = SchedulerConfig.critical_batches_per_tick
     wake: bool = True
+    # Sluice only: status capture and a status publisher in each replica (`production`).
+    publish_status: bool = False
     # How long the started schedulers idle before t0, on both sides (Airflow's startup
-    # work, adoption and first loops, is over by then).
+    # work, adoption and first loops, is over by then), plus a uniform draw from
+    # [0, settle_jitter_s): with a fixed settle the unpause lands at the same point of
+    # each side's idle sleep in every trial (0.8-1.1 s into Sluice's, 2026-12-05), so
+    # one side's wait before its first action was a constant the other side's was not.
     settle_s: float = 3.0
+    settle_jitter_s: float = 1.0
     variant: str = DEFAULTS
 
 
@@ -80,6 +88,10 @@ def for_variant(knobs: Knobs, variant: str, dags: int) -> Knobs:
     """
     if variant == DEFAULTS:
         return replace(knobs, variant=DEFAULTS)
+    if variant == PRODUCTION:
+        return replace(
+            for_variant(knobs, LIKE_FOR_LIKE, dags), publish_status=True, variant=PRODUCTION
+        )
     if variant == LIKE_FOR_LIKE:
         return replace(
             knobs,
@@ -344,6 +356,22 @@ class Measured:
     samples: list[CpuSample]
     statements: StatementTotals | None
     timeout: str | None  # the error, if the runs did not all end in time
+    settle_s: float  # how long the schedulers idled before t0 (the base plus the draw)
+    statements_end: datetime  # the database's clock when the statement counts were read
+    published_at: datetime | None  # when `published` said every object was final
+
+
+def settle_time(knobs: Knobs, rng: random.Random | None = None) -> float:
+    """The base settle plus a uniform draw from [0, settle_jitter_s)."""
+    draw = (rng or random.Random()).random() * knobs.settle_jitter_s
+    return knobs.settle_s + draw
+
+
+def first_action(engine: Engine, query: str) -> datetime | None:
+    """A side's first action after t0: its earliest run's creation (`query` reads it)."""
+    with engine.connect() as conn:
+        found: datetime | None = conn.execute(text(query)).scalar_one_or_none()
+    return found
 
 
 def measure(
@@ -355,10 +383,13 @@ def measure(
     expected_runs: int,
     timeout: float,
     settle_s: float,
+    published: Callable[[], bool] | None = None,
 ) -> Measured:
     """The measured part of a trial, the same on both sides: `settle_s` for the
     started schedulers to reach their idle sleep, then CPU sampling, a reset of
-    pg_stat_statements, the unpause (t0), and the wait for every run to end."""
+    pg_stat_statements, the unpause (t0), and the wait for every run to end; then,
+    with `published` (the production variant), the wait until it is true, still
+    sampling CPU."""
     time.sleep(settle_s)
     sampler = CpuSampler(pids, pg.pid)
     sampler.start()
@@ -367,9 +398,23 @@ def measure(
         t0 = unpause_all(engine)
         error = wait_for_runs(engine, expected_runs, timeout)
         statements = pg.statement_totals(database)
+        with engine.connect() as conn:
+            ended = conn.execute(text(f"SELECT {HARNESS_MARK} clock_timestamp()")).scalar_one()
+        published_at = None
+        if published is not None and error is None:
+            wait_for(published, timeout, "every DagRun object to show its run's end", 0.05)
+            published_at = datetime.now(UTC)
     finally:
         samples = sampler.stop()
-    return Measured(t0=t0, samples=samples, statements=statements, timeout=error)
+    return Measured(
+        t0=t0,
+        samples=samples,
+        statements=statements,
+        timeout=error,
+        settle_s=settle_s,
+        statements_end=ended,
+        published_at=published_at,
+    )
 
 
 def measured_trial(
@@ -385,12 +430,15 @@ def measured_trial(
     trial: int,
     timeout: float,
     task_times: str,
+    first_run: str,
+    published: Callable[[], bool] | None = None,
 ) -> Trial:
     """A trial's measured part (`measure`) and its figures, the same on both sides: the
     schedulers `procs` are stopped once every run ended (or the wait timed out), then
     the task timestamps are read with the side's `task_times` query
-    (`metrics.read_task_times`). A timeout and tasks that did not succeed are the
-    trial's errors."""
+    (`metrics.read_task_times`) and its first action with `first_run` (the earliest
+    run's creation time, the side's own column). A timeout and tasks that did not
+    succeed are the trial's errors."""
     measured = measure(
         pg,
         engine,
@@ -398,11 +446,13 @@ def measured_trial(
         [p.pid for p in procs],
         expected_runs=workload.dags,
         timeout=timeout,
-        settle_s=knobs.settle_s,
+        settle_s=settle_time(knobs),
+        published=published,
     )
     errors = [measured.timeout] if measured.timeout else []
     stop_processes(procs)
     rows, failed = read_task_times(engine, task_times)
+    first = first_action(engine, first_run)
     if failed:
         errors.append(f"{failed} task instances did not succeed")
     return summarize(
@@ -412,6 +462,10 @@ def measured_trial(
         max_tis_per_query=knobs.max_tis_per_query,
         trial=trial,
         t0=measured.t0,
+        first_action=first,
+        settle_s=measured.settle_s,
+        statements_end=measured.statements_end,
+        published_at=measured.published_at,
         rows=rows,
         samples=measured.samples,
         statements=measured.statements,

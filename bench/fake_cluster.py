@@ -35,6 +35,7 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -44,6 +45,24 @@ from sluice.api import protocol
 from tests.fake_kube import FakeKube
 
 NODE = "bench-node"
+
+
+def write_kubeconfig(path: Path, server: str) -> None:
+    """A kubeconfig for `server` (plain HTTP, no user) at `path`."""
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "fake", "cluster": {"server": server}}],
+                "users": [{"name": "fake", "user": {}}],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+                "current-context": "fake",
+            }
+        )
+    )
+
+
 BOOKMARK_KIND = {"jobs": ("Job", "batch/v1"), "pods": ("Pod", "v1")}
 
 

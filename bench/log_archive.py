@@ -305,11 +305,12 @@ class S3Backend(Backend):
 
     def __init__(self, base: Path, binary: Path) -> None:
         from tests import s3server
+        from tests.hosting import free_port
 
         super().__init__()
 
         (base / "root").mkdir(parents=True)
-        self.server = s3server.S3Server(binary, base / "root", s3server.free_port())
+        self.server = s3server.S3Server(binary, base / "root", free_port())
         self.server.start()
         self.env = {
             "AWS_ACCESS_KEY_ID": s3server.ACCESS_KEY,

@@ -6,6 +6,12 @@
   raised). Every trial is kept; only `ok` trials enter medians;
 - makespan: from the unpause (t0, the database clock) to the last task's end;
 - tasks/s: the expected tasks (DAGs x tasks) / makespan, for `ok` trials only;
+- first action: from t0 to the side's earliest run's creation (Sluice's
+  `dag_run.created_at`, the clock of the tick that created it; Airflow's
+  `dag_run.queued_at`), which is where each scheduler was in its idle sleep
+  when the unpause came; the active makespan runs from there to the last task's
+  end, and active tasks/s is the expected tasks over it;
+- settle: how long the schedulers idled before t0 (a base plus a random draw);
 - scheduling lag: a task's queued time minus its latest upstream's end, or
   minus its run's start for tasks without upstreams;
 - CPU over the makespan window only (t0 to the last task's end): the
@@ -15,7 +21,9 @@
 - statements (`pg_stat_statements`, when the server loads it): calls, rows
   and execution plus planning time of the side's database, per expected
   task, less the harness's own (marked) statements, from t0 to the harness's
-  poll that saw every run end (up to 0.1 s past the makespan);
+  read after its poll saw every run end (`statements_window_s`; past the
+  makespan by the poll's 0.1 s on a side that ends a run with its last task,
+  and by up to a loop more on a side that ends it in its next loop);
 - start lag: as scheduling lag but to the time the try was handed to the
   executor (Sluice: the dispatch claim; Airflow: the no-op executor's update),
   a cross-check of the queued figure.
@@ -118,7 +126,10 @@ def cpu_window(samples: list[CpuSample], start: datetime, end: datetime) -> CpuW
 # The two configurations a trial runs in (`common.for_variant` sets their knobs).
 LIKE_FOR_LIKE = "like-for-like"
 DEFAULTS = "defaults"
-VARIANTS = (LIKE_FOR_LIKE, DEFAULTS)
+# Sluice only: like for like, plus what a chart install pays on top (status capture and
+# a status publisher against a stand-in API server, `common.for_variant`).
+PRODUCTION = "production"
+VARIANTS = (LIKE_FOR_LIKE, DEFAULTS, PRODUCTION)
 
 # The sides a trial runs on: Sluice, and each Airflow peer by its side name (a trial's
 # `side`; "airflow" is 2.10.5, as in every results file from before Airflow 3).
@@ -175,6 +186,16 @@ class Trial:
     statements_unavailable: str = ""
     variant: str = DEFAULTS
     knobs: dict[str, Any] = field(default_factory=dict)
+    # From 2026-12-06 (issue 36): the settle drawn, the first action and what follows it.
+    settle_s: float = NAN
+    first_action_ms: float = NAN
+    active_makespan_s: float = NAN
+    active_tasks_per_s: float = NAN
+    statements_window_s: float = NAN
+    # The production variant: from t0 until every DagRun object showed its run's end, and
+    # the scheduler's CPU from the last task's end to then (publishing after the makespan).
+    status_final_s: float = NAN
+    cpu_after_makespan_s: float = NAN
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -245,6 +266,10 @@ def summarize(
     t0: datetime,
     rows: list[TaskTimes],
     samples: list[CpuSample],
+    first_action: datetime | None = None,
+    settle_s: float = NAN,
+    statements_end: datetime | None = None,
+    published_at: datetime | None = None,
     statements: StatementTotals | None = None,
     statements_unavailable: str = "",
     timed_out: bool = False,
@@ -269,6 +294,7 @@ def summarize(
         return round(total / expected, digits) if counted else NAN
 
     jobs = Counter(r.job for r in rows if r.job is not None)
+    active = (max(ends) - first_action).total_seconds() if ends and first_action else NAN
     return Trial(
         side=side,
         shape=workload.shape,
@@ -302,6 +328,21 @@ def summarize(
         statements_unavailable="" if statements else statements_unavailable,
         variant=variant,
         knobs=dict(knobs or {}),
+        settle_s=round(settle_s, 3),
+        first_action_ms=(
+            round((first_action - t0).total_seconds() * 1000, 1) if first_action else NAN
+        ),
+        active_makespan_s=round(active, 3),
+        active_tasks_per_s=round(expected / active, 1) if counted and active > 0 else NAN,
+        status_final_s=(round((published_at - t0).total_seconds(), 3) if published_at else NAN),
+        cpu_after_makespan_s=(
+            round(cpu_window(samples, max(ends), published_at).scheduler_s, 3)
+            if published_at and ends and published_at > max(ends)
+            else NAN
+        ),
+        statements_window_s=(
+            round((statements_end - t0).total_seconds(), 3) if statements_end else NAN
+        ),
     )
 
 

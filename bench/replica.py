@@ -12,12 +12,17 @@ import argparse
 import signal
 from types import FrameType
 
+from sluice.cli.scheduler import STATUS_IDLE_INTERVAL
 from sluice.db.engine import make_engine, session_factory
 from sluice.db.wakeups import Waker
+from sluice.executors.kubernetes.executor import client_factory
 from sluice.executors.noop import NoopExecutor
 from sluice.logs import configure_logging
 from sluice.scheduler.config import SchedulerConfig
-from sluice.scheduler.loop import SchedulerLoop
+from sluice.scheduler.loop import SchedulerLoop, utcnow
+from sluice.status.publisher import StatusPublisher
+
+STATUS_NAMESPACE = "bench"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -52,6 +57,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--no-prepared-statements", action="store_true", help="hot statements as plain text"
     )
+    parser.add_argument(
+        "--status-kubeconfig",
+        metavar="PATH",
+        help="run the status publisher against this cluster, as a chart install does"
+        " (the production arm: status capture and publishing on)",
+    )
     args = parser.parse_args(argv)
     configure_logging("warning")
 
@@ -78,11 +89,25 @@ def main(argv: list[str] | None = None) -> None:
         wake_at_next_due=not args.no_wake,
     )
     waker = None if args.no_wake else Waker(engine)
-    loop = SchedulerLoop(session_factory(engine), NoopExecutor(), config, waker=waker)
+    sessions = session_factory(engine)
+    publisher = None
+    if args.status_kubeconfig:
+        # What `sluice scheduler` starts beside its loop (cli/scheduler.py), with its settings.
+        publisher = StatusPublisher(
+            sessions,
+            client_factory(args.status_kubeconfig),
+            clock=utcnow,
+            default_namespace=STATUS_NAMESPACE,
+            idle_interval=STATUS_IDLE_INTERVAL,
+        )
+        publisher.start()
+    loop = SchedulerLoop(sessions, NoopExecutor(), config, waker=waker)
     print(f"ready job={loop.job_id}", flush=True)
     try:
         loop.run(lambda: stopping)
     finally:
+        if publisher is not None:
+            publisher.stop()
         loop.close()
         engine.dispose()
 

@@ -50,6 +50,7 @@ from bench.metrics import (
     AIRFLOW_SIDES,
     DEFAULTS,
     LIKE_FOR_LIKE,
+    PRODUCTION,
     SIDES,
     VARIANTS,
     Trial,
@@ -96,6 +97,11 @@ def parse_arms(value: str) -> list[tuple[str, str]]:
             raise SystemExit(
                 f"--arms {item!r}: SIDE:VARIANT with SIDE one of {', '.join(SIDES)}"
                 f" and VARIANT one of {', '.join(VARIANTS)}"
+            )
+        if variant == PRODUCTION and side != "sluice":
+            raise SystemExit(
+                f"--arms {item!r}: {PRODUCTION} is Sluice's own (status capture and"
+                f" publishing); use sluice:{PRODUCTION}"
             )
         arms.append((side, variant))
     return arms
@@ -416,7 +422,9 @@ def _run(
         console.print(
             f"[{done}/{len(steps)}] {side:8} {step.variant:13} {workload.label:18} "
             f"tis={step.tis:<3} x{step.replicas} #{step.trial} {result.status}: "
-            f"{result.tasks_per_s:>7.0f} tasks/s, makespan {result.makespan_s:.2f}s, "
+            f"{result.tasks_per_s:>7.0f} tasks/s, makespan {result.makespan_s:.2f}s "
+            f"(first action {result.first_action_ms:.0f} ms after t0, settle "
+            f"{result.settle_s:.2f}s), "
             f"lag p50 {result.lag_p50_ms:.0f} ms, CPU {result.total_cpu_ms_per_task:.2f} ms/task "
             f"({time.monotonic() - started:.0f}s)"
             + (f" ERR {result.errors}" if result.errors else ""),

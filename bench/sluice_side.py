@@ -24,7 +24,9 @@ from bench.common import (
     stop_processes,
     wait_for,
 )
+from bench.fake_cluster import FakeCluster, write_kubeconfig
 from bench.metrics import Trial
+from bench.replica import STATUS_NAMESPACE
 from bench.shapes import Workload
 from sluice.db.dags import sync_dag
 from sluice.db.engine import make_engine, session_factory
@@ -100,7 +102,7 @@ def register(
 
 
 def start_replicas(
-    url: str, knobs: Knobs, count: int, log_dir: Path
+    url: str, knobs: Knobs, count: int, log_dir: Path, *, status_kubeconfig: Path | None = None
 ) -> list[subprocess.Popen[bytes]]:
     log_dir.mkdir(parents=True, exist_ok=True)
     procs = []
@@ -117,6 +119,7 @@ def start_replicas(
             f"--idle-sleep={knobs.idle_sleep}",
             f"--critical-batches={knobs.critical_batches}",
             *([] if knobs.wake else ["--no-wake"]),
+            *([] if status_kubeconfig is None else [f"--status-kubeconfig={status_kubeconfig}"]),
             # More Sluice-only settings for A/B runs, e.g. "--no-prepared-statements".
             *os.environ.get("SLUICE_BENCH_REPLICA_ARGS", "").split(),
         ]
@@ -140,6 +143,12 @@ def wait_for_replicas(engine: Engine, procs: list[subprocess.Popen[bytes]]) -> N
     wait_for(ready, 60, "replicas to register")
 
 
+def _published(cluster: FakeCluster, runs: int) -> bool:
+    """Whether every run's DagRun object shows it ended (all succeed in the benchmark)."""
+    final = [o for o in cluster.kube.dagruns() if (o.get("status") or {}).get("state") == "success"]
+    return len(final) >= runs
+
+
 def run_trial(
     pg: Postgres,
     workload: Workload,
@@ -154,10 +163,23 @@ def run_trial(
     engine = make_engine(url, application_name="sluice-bench-harness")
     sessions = session_factory(engine)
     procs: list[subprocess.Popen[bytes]] = []
+    # The production variant: every replica publishes its runs' status to a stand-in API
+    # server in this process (its CPU is the API server's, not counted).
+    cluster = FakeCluster(STATUS_NAMESPACE) if knobs.publish_status else None
+    kubeconfig = RESULTS / "logs" / f"{name}.kubeconfig"
     try:
         with sessions() as session:
             register(session, workload, knobs)
-        procs = start_replicas(url, knobs, replicas, RESULTS / "logs")
+        if cluster is not None:
+            kubeconfig.parent.mkdir(parents=True, exist_ok=True)
+            write_kubeconfig(kubeconfig, cluster.start())
+        procs = start_replicas(
+            url,
+            knobs,
+            replicas,
+            RESULTS / "logs",
+            status_kubeconfig=kubeconfig if cluster is not None else None,
+        )
         wait_for_replicas(engine, procs)
         return measured_trial(
             "sluice",
@@ -175,8 +197,14 @@ def run_trial(
                 " r.start_date AS run_start, ti.queued_by_job_id AS job"
                 " FROM task_instance ti JOIN dag_run r ON r.id = ti.dag_run_id"
             ),
+            # The tick's clock when it created the run (`runs.insert_runs`).
+            first_run="SELECT min(created_at) FROM dag_run",
+            published=None if cluster is None else lambda: _published(cluster, workload.dags),
         )
     finally:
         stop_processes(procs)
+        if cluster is not None:
+            cluster.stop()
+            kubeconfig.unlink(missing_ok=True)
         engine.dispose()
         pg.drop(name)

@@ -35,7 +35,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -48,12 +47,13 @@ from typing import Any
 from sqlalchemy import create_engine, text
 
 from bench.common import RESULTS, Postgres, cpu_seconds
-from bench.fake_cluster import FakeCluster
+from bench.fake_cluster import FakeCluster, write_kubeconfig
 from sluice.db.dags import SpecCache, sync_dag
 from sluice.db.engine import make_engine, normalize_url, session_factory
 from sluice.db.migrate import upgrade
 from sluice.scheduler.triggers import trigger_run
 from sluice.spec.validation import parse_dag_manifest
+from tests.hosting import free_port
 
 NAMESPACE = "bench"
 REPO = Path(__file__).resolve().parent.parent
@@ -108,31 +108,10 @@ def _pythonpath() -> str:
     return os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _kubeconfig(path: Path, server: str) -> None:
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "fake", "cluster": {"server": server}}],
-                "users": [{"name": "fake", "user": {}}],
-                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
-                "current-context": "fake",
-            }
-        )
-    )
-
-
 def _start_replicas(
     args: argparse.Namespace, url: str, work: Path, kubeconfig: Path, keys: Path
 ) -> list[tuple[subprocess.Popen[bytes], Path, Path]]:
-    port = _free_port()
+    port = free_port()
     replicas = []
     for i in range(args.replicas):
         snap = work / f"replica-{i}.json"
@@ -212,7 +191,7 @@ def _trial(args: argparse.Namespace, pg: Postgres, trial: int) -> dict[str, Any]
     keys.write_text(base64.b64encode(secrets.token_bytes(48)).decode() + "\n")
     cluster = FakeCluster(NAMESPACE, task_seconds=args.task_seconds, seed=trial)
     kubeconfig = work / "kubeconfig"
-    _kubeconfig(kubeconfig, cluster.start())
+    write_kubeconfig(kubeconfig, cluster.start())
     engine = create_engine(normalize_url(url))
     replicas = _start_replicas(args, url, work, kubeconfig, keys)
     try:

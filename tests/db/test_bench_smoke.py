@@ -6,6 +6,7 @@ No timing is asserted; figures depend on the machine. `make bench-smoke` prints 
 from __future__ import annotations
 
 import json
+import math
 import signal
 import sys
 from collections.abc import Iterator
@@ -51,6 +52,31 @@ def test_a_tiny_sluice_trial_runs_every_task(
     assert bench_postgres.statements_unavailable == ""
     assert trial.statements_per_task > 1
     assert trial.statement_rows_per_task > 0
+    # Where in its idle sleep the unpause found the replica: recorded, and within it.
+    assert 0.5 <= trial.settle_s < 0.5 + knobs.settle_jitter_s
+    assert -50 < trial.first_action_ms < 1000 * knobs.idle_sleep + 500
+    assert 0 < trial.active_makespan_s <= trial.makespan_s + 0.05
+    assert trial.statements_window_s >= trial.makespan_s
+    assert math.isnan(trial.status_final_s)
+
+
+@pytest.mark.db
+def test_the_production_variant_publishes_every_run_and_says_when(
+    bench_postgres: Postgres,
+) -> None:
+    """Status capture and a status publisher per replica against the stand-in API server:
+    the trial waits for every DagRun object to show its run's end."""
+    from bench.sluice_side import run_trial
+
+    workload = Workload("linear", 3, 4)
+    knobs = for_variant(replace(Knobs(), settle_s=0.5), "production", workload.dags)
+    assert knobs.publish_status
+    assert (knobs.wake, knobs.critical_batches) == (False, 1)
+    trial = run_trial(bench_postgres, workload, knobs, 1, 0, timeout=120)
+    assert trial.status == "ok", trial.errors
+    assert trial.variant == "production"
+    assert trial.status_final_s >= trial.makespan_s
+    assert trial.cpu_after_makespan_s >= 0
 
 
 @pytest.mark.db

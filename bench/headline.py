@@ -1,0 +1,358 @@
+"""The headline at a glance: one table and one plot from the committed like-for-like JSON.
+
+`python -m bench.headline [FILE.json ...] [--readme README.md] [--plot PATH]`
+
+For each scenario (shape, size, tasks per query; one replica, like for like) the
+table has the ratio of Sluice's median tasks/s to the faster Airflow's, with a
+bootstrap confidence interval, the same ratio measured from each side's first
+action when the trials recorded it, and each side's CPU per task (scheduler plus
+Postgres). The plot draws the ratios with their intervals against the 20x target
+and the CPU per task against the 0.5 ms one. With `--readme`, the table replaces
+the block between the README's `<!-- headline -->` markers (`make bench-headline`;
+a unit test checks that the committed README is what the committed JSON renders).
+
+The interval: each arm's `ok` trials are resampled with replacement
+(`RESAMPLES` times, a fixed seed, so the table renders the same every time), the
+statistic recomputed on each resample as the table computes it (the median trial
+of Sluice's arm over the highest median of the Airflow arms: the faster Airflow
+is chosen again in every resample), and the 2.5th and 97.5th percentiles taken.
+With 5 trials an arm the medians can take few values: the interval is coarse,
+and says how far five trials pin a ratio down, no more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.metrics import AIRFLOW_SIDES, LIKE_FOR_LIKE, Trial
+from bench.report import TARGET_CPU_MS, TARGET_RATIO
+
+PUBLISHED = Path(__file__).parent / "published"
+REPO = Path(__file__).resolve().parent.parent
+# The publication the README's headline renders: every shape at both sizes, at 1971bec.
+HEADLINE = tuple(
+    PUBLISHED / f"compare-2026-12-05-{name}.json"
+    for name in (
+        "no_structure",
+        "linear-100x10",
+        "linear-10x100",
+        "star-100x10",
+        "star-10x100",
+        "grid-100x10",
+        "grid-10x100",
+        "binary_tree-100x10",
+        "binary_tree-10x100",
+    )
+)
+PLOT = REPO / "docs" / "img" / "bench-headline.svg"
+BEGIN, END = "<!-- headline:begin -->", "<!-- headline:end -->"
+RESAMPLES = 10_000
+SEED = 36
+Figure = Callable[[Trial], float]
+
+
+def tasks_per_s(t: Trial) -> float:
+    return t.tasks_per_s
+
+
+def active_tasks_per_s(t: Trial) -> float:
+    return t.active_tasks_per_s
+
+
+def median(values: Sequence[float]) -> float:
+    """The lower middle value, as `metrics.median_trial` picks the median trial."""
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def ratio_of_medians(sluice: Sequence[float], peers: Sequence[Sequence[float]]) -> float:
+    """Sluice's median over the highest of the peers' medians."""
+    return median(sluice) / max(median(p) for p in peers)
+
+
+def bootstrap_interval(
+    sluice: Sequence[float],
+    peers: Sequence[Sequence[float]],
+    *,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """A percentile bootstrap interval of `ratio_of_medians`: every arm resampled."""
+    rng = random.Random(seed)
+    found = sorted(
+        ratio_of_medians(
+            rng.choices(sluice, k=len(sluice)), [rng.choices(p, k=len(p)) for p in peers]
+        )
+        for _ in range(resamples)
+    )
+    tail = (1 - level) / 2
+    return found[int(tail * (resamples - 1))], found[math.ceil((1 - tail) * (resamples - 1))]
+
+
+@dataclass(frozen=True)
+class Ratio:
+    value: float
+    low: float
+    high: float
+    arm: tuple[str, str]  # the faster Airflow's arm (side, variant) at the point estimate
+
+    @property
+    def peer(self) -> str:
+        return self.arm[0]
+
+    def cell(self, *, peer: bool = False) -> str:
+        named = f" ({AIRFLOW_SIDES[self.peer]})" if peer else ""
+        return f"{self.value:.1f}x [{self.low:.1f}-{self.high:.1f}]{named}"
+
+
+def ratio(
+    sluice: list[Trial], airflow: dict[tuple[str, str], list[Trial]], figure: Figure
+) -> Ratio | None:
+    """The ratio of `figure`'s medians with its interval; None when an arm has no `ok`
+    trial with the figure (a run that did not record it)."""
+    mine = [figure(t) for t in sluice if t.ok and not math.isnan(figure(t))]
+    arms = {
+        arm: [figure(t) for t in trials if t.ok and not math.isnan(figure(t))]
+        for arm, trials in airflow.items()
+    }
+    arms = {arm: values for arm, values in arms.items() if values}
+    if not mine or not arms or any(len(v) < len(airflow[a]) for a, v in arms.items()):
+        return None
+    best = max(arms, key=lambda a: median(arms[a]))
+    low, high = bootstrap_interval(mine, list(arms.values()))
+    return Ratio(ratio_of_medians(mine, list(arms.values())), low, high, best)
+
+
+def median_trial(trials: list[Trial]) -> Trial:
+    ordered = sorted((t for t in trials if t.ok), key=lambda t: t.tasks_per_s)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+@dataclass(frozen=True)
+class Row:
+    shape: str
+    dags: int
+    tasks: int
+    tis: int
+    from_unpause: Ratio
+    from_first_action: Ratio | None
+    sluice_cpu: float  # total ms per task, Sluice's median trial
+    airflow_cpu: float  # the median trial of the Airflow arm the row is judged by
+    # The first action after the unpause over the `ok` trials: (min, max) ms, Sluice's
+    # and those of the Airflow arm the ratio from the first action is judged by.
+    sluice_first_ms: tuple[float, float]
+    airflow_first_ms: tuple[float, float]
+
+    @property
+    def label(self) -> str:
+        return f"{self.shape} {self.dags}x{self.tasks}, {self.tis}/query"
+
+
+def rows(trials: list[Trial], variant: str = LIKE_FOR_LIKE) -> list[Row]:
+    """One row per scenario with Sluice's `variant` and an Airflow arm at one replica."""
+    scenarios: dict[tuple[str, int, int, int], dict[tuple[str, str], list[Trial]]] = {}
+    for t in trials:
+        if t.replicas == 1:
+            key = (t.shape, t.dags, t.tasks, t.max_tis_per_query)
+            scenarios.setdefault(key, {}).setdefault((t.side, t.variant), []).append(t)
+    found = []
+    for (shape, dags, tasks, tis), arms in scenarios.items():
+        sluice = arms.get(("sluice", variant), [])
+        airflow = {arm: ts for arm, ts in arms.items() if arm[0] in AIRFLOW_SIDES}
+        unpause = ratio(sluice, airflow, tasks_per_s)
+        if unpause is None:
+            continue
+        active = ratio(sluice, airflow, active_tasks_per_s)
+        # The Airflow arm the row is judged by: the faster from the first action when the
+        # trials recorded it, else from the unpause.
+        peer = (active or unpause).arm
+        mine, theirs = median_trial(sluice), median_trial(airflow[peer])
+        found.append(
+            Row(
+                shape,
+                dags,
+                tasks,
+                tis,
+                unpause,
+                active,
+                mine.total_cpu_ms_per_task,
+                theirs.total_cpu_ms_per_task,
+                first_span(sluice),
+                first_span(airflow[peer]),
+            )
+        )
+    order = ("no_structure", "linear", "star", "grid", "binary_tree")
+    return sorted(
+        found,
+        key=lambda r: (-r.dags, r.tis, order.index(r.shape) if r.shape in order else 99, r.shape),
+    )
+
+
+def first_span(trials: list[Trial]) -> tuple[float, float]:
+    values = [t.first_action_ms for t in trials if t.ok and not math.isnan(t.first_action_ms)]
+    return (min(values), max(values)) if values else (math.nan, math.nan)
+
+
+def _ms(span: tuple[float, float]) -> str:
+    low, high = span
+    return "-" if math.isnan(low) else f"{max(low, 0):,.0f}-{high:,.0f}"
+
+
+def markdown(found: list[Row]) -> str:
+    """The README's table: a row per scenario, the verdicts counted under it."""
+    first = any(r.from_first_action is not None for r in found)
+    head = ["scenario"]
+    if first:
+        head += [
+            "ratio from each side's first action [95% CI] (faster Airflow)",
+            "first action after the unpause, ms: Sluice / Airflow",
+        ]
+    head += [
+        "ratio from the unpause [95% CI] (faster Airflow)",
+        "CPU ms/task: Sluice",
+        "faster Airflow",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in found:
+        cells = [r.label]
+        if first:
+            cells.append(r.from_first_action.cell(peer=True) if r.from_first_action else "-")
+            cells.append(f"{_ms(r.sluice_first_ms)} / {_ms(r.airflow_first_ms)}")
+        cells += [
+            r.from_unpause.cell(peer=True),
+            f"{r.sluice_cpu:.2f}",
+            f"{r.airflow_cpu:.2f}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    met_cpu = sum(r.sluice_cpu <= TARGET_CPU_MS for r in found)
+    verdicts = [
+        _verdict("from the unpause", [r.from_unpause for r in found]),
+    ]
+    if first:
+        verdicts.insert(0, _verdict("from the first action", [r.from_first_action for r in found]))
+    lines += [
+        "",
+        f"Targets: {TARGET_RATIO:.0f}x the faster Airflow's tasks/s met in "
+        + "; ".join(verdicts)
+        + f" (of {len(found)} scenarios; in brackets, with the whole interval above it);"
+        f" CPU per task at most {TARGET_CPU_MS} ms met in {met_cpu} of {len(found)}.",
+    ]
+    return "\n".join(lines)
+
+
+def _verdict(measured: str, ratios: list[Ratio | None]) -> str:
+    met = sum(r is not None and r.value >= TARGET_RATIO for r in ratios)
+    sure = sum(r is not None and r.low >= TARGET_RATIO for r in ratios)
+    return f"{met} ({sure}) by the median ratio {measured}"
+
+
+def plot(found: list[Row], path: Path) -> Path:
+    """Two panels, a bar per scenario: the ratio with its interval (log scale, the 20x
+    line), and each side's CPU per task (log scale, the 0.5 ms line). SVG: text in git."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    def ticks(ax: object, at: list[float]) -> None:
+        axis = ax.xaxis  # type: ignore[attr-defined]
+        axis.set_major_locator(FixedLocator(at))
+        axis.set_minor_locator(NullLocator())
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+
+    above = {
+        "fontsize": 8,
+        "loc": "lower center",
+        "bbox_to_anchor": (0.5, 1.0),
+        "ncol": 3,
+        "frameon": False,
+    }
+    matplotlib.rcParams["svg.hashsalt"] = "sluice"  # the same file from the same figures
+    labels = [r.label for r in found]
+    ys = list(range(len(found)))[::-1]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 0.32 * len(found) + 1.6), sharey=True)
+    values = [r.from_unpause.value for r in found]
+    errors = [
+        [r.from_unpause.value - r.from_unpause.low for r in found],
+        [r.from_unpause.high - r.from_unpause.value for r in found],
+    ]
+    left.barh(ys, values, xerr=errors, color="#2b7bb9", ecolor="#333333", capsize=2)
+    left.axvline(TARGET_RATIO, color="#c0392b", linestyle="--", label=f"target {TARGET_RATIO:.0f}x")
+    left.set_xscale("log")
+    left.set_xlabel("Sluice tasks/s / faster Airflow's (median, 95% bootstrap CI)")
+    ticks(left, [1, 2, 5, 10, 20, 50])
+    left.set_yticks(ys, labels, fontsize=8)
+    left.legend(**above)
+    height = 0.4
+    right.barh(
+        [y + height / 2 for y in ys],
+        [r.sluice_cpu for r in found],
+        height,
+        label="Sluice",
+        color="#2b7bb9",
+    )
+    right.barh(
+        [y - height / 2 for y in ys],
+        [r.airflow_cpu for r in found],
+        height,
+        label="faster Airflow",
+        color="#999999",
+    )
+    right.axvline(
+        TARGET_CPU_MS, color="#c0392b", linestyle="--", label=f"target {TARGET_CPU_MS} ms"
+    )
+    right.set_xscale("log")
+    ticks(right, [0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100])
+    right.set_xlabel("CPU ms per task, scheduler + Postgres (median trial)")
+    right.legend(**above)
+    fig.suptitle(
+        "Like for like, one replica each (bench/published, make bench-headline)", fontsize=10
+    )
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="svg", metadata={"Date": None})
+    plt.close(fig)
+    return path
+
+
+def load(files: Sequence[Path]) -> list[Trial]:
+    return [Trial.from_dict(t) for f in files for t in json.loads(Path(f).read_text())["trials"]]
+
+
+def replace_block(text: str, table: str) -> str:
+    """`text` with the block between the headline markers replaced by `table`."""
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"no {BEGIN} ... {END} block to replace")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{BEGIN}\n{table}\n{END}{tail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.headline", description=__doc__)
+    parser.add_argument("files", nargs="*", type=Path, help="published JSONs (default: HEADLINE)")
+    parser.add_argument("--readme", type=Path, help="rewrite this file's headline block")
+    parser.add_argument("--plot", type=Path, help=f"write the plot here (e.g. {PLOT})")
+    args = parser.parse_args(argv)
+    found = rows(load(args.files or HEADLINE))
+    table = markdown(found)
+    print(table)
+    if args.readme:
+        args.readme.write_text(replace_block(args.readme.read_text(), table))
+        print(f"rewrote the headline block of {args.readme}")
+    if args.plot:
+        print(f"plot: {plot(found, args.plot)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
