@@ -73,6 +73,9 @@ class Knobs:
     settle_s: float = 3.0
     settle_jitter_s: float = 1.0
     variant: str = DEFAULTS
+    # Sluice only, for A/B runs of two code trees (`bench.run --code`): the checkout whose
+    # `operator/` holds the `sluice` package the replicas import ("": this one's).
+    code: str = ""
 
 
 def for_variant(knobs: Knobs, variant: str, dags: int) -> Knobs:

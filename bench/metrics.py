@@ -196,6 +196,9 @@ class Trial:
     # the scheduler's CPU from the last task's end to then (publishing after the makespan).
     status_final_s: float = NAN
     cpu_after_makespan_s: float = NAN
+    # Sluice only, from 2026-12-06: each replica's own counts (`bench.replica.LoopStats`:
+    # ticks, transactions and statements of its busy ticks, the pool lock's hold times).
+    replica_stats: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -3,26 +3,120 @@
 A real clock, the no-op executor, logging at warning (as on the Airflow side),
 and a clean stop on SIGTERM. The harness measures this process's CPU in /proc.
 The switches below turn off one design choice each, for A/B runs through
-`SLUICE_BENCH_REPLICA_ARGS` (bench/README.md).
+`SLUICE_BENCH_REPLICA_ARGS` (bench/README.md). With `--stats FILE` the replica
+writes, as it stops, what only it sees (`LoopStats`): its ticks, the transactions
+and statements of the ticks that changed something, and how long each critical
+section that queued tasks held the pool lock. It reads them from the engine's and
+sessions' events and the loop's tick reports, so it measures any `sluice` it is
+started with (an A/B arm's code tree, `sluice_side.start_replicas`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import signal
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
+from typing import Any
+
+from sqlalchemy import Engine, event
+from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.cli.scheduler import STATUS_IDLE_INTERVAL
 from sluice.db.engine import make_engine, session_factory
+from sluice.db.prepared import sql_of
 from sluice.db.wakeups import Waker
 from sluice.executors.kubernetes.executor import client_factory
 from sluice.executors.noop import NoopExecutor
 from sluice.logs import configure_logging
 from sluice.scheduler.config import SchedulerConfig
-from sluice.scheduler.loop import SchedulerLoop, utcnow
+from sluice.scheduler.loop import SchedulerLoop, TickReport, utcnow
 from sluice.status.publisher import StatusPublisher
 
 STATUS_NAMESPACE = "bench"
+
+# The critical section's lock statement, and its write (`critical._LOCK_POOLS`, `_QUEUE`):
+# the same texts in every tree since 2026-12-03.
+LOCK_POOLS = "FOR UPDATE OF p NOWAIT"
+QUEUE_WRITE = "INSERT INTO task_try"
+
+
+@dataclass
+class LoopStats:
+    """Counted in the replica's loop thread (not the status publisher's), over the
+    replica's whole life; the ticks that changed something are the trial's."""
+
+    ticks: int = 0
+    busy_ticks: int = 0
+    busy_transactions: int = 0  # commits in ticks that changed something
+    busy_statements: int = 0  # statements sent in those ticks (BEGIN and COMMIT excluded)
+    # Each critical section that queued tasks: from its lock statement being sent to the
+    # end of its commit, in ms.
+    lock_holds_ms: list[float] = field(default_factory=list)
+    _commits: int = 0
+    _statements: int = 0
+    _lock_at: float | None = None
+    _queued: bool = False
+    _thread: int = field(default_factory=threading.get_ident)
+
+    def watch(self, engine: Engine, sessions: sessionmaker[Session]) -> None:
+        def executed(conn: object, cursor: object, statement: str, *args: object) -> None:
+            sql = sql_of(statement)
+            if sql is None or threading.get_ident() != self._thread:
+                return  # preparing a statement (once per connection), or another thread
+            self._statements += 1
+            if LOCK_POOLS in sql:
+                self._lock_at, self._queued = time.perf_counter(), False
+            elif self._lock_at is not None and QUEUE_WRITE in sql:
+                self._queued = True
+
+        def committed(conn: object) -> None:
+            if threading.get_ident() == self._thread:
+                self._commits += 1
+
+        def ended(session: Session) -> None:
+            if threading.get_ident() != self._thread:
+                return
+            if self._lock_at is not None and self._queued:
+                self.lock_holds_ms.append((time.perf_counter() - self._lock_at) * 1000)
+            self._lock_at = None
+
+        event.listen(engine, "before_cursor_execute", executed)
+        event.listen(engine, "commit", committed)
+        event.listen(sessions, "after_commit", ended)
+        event.listen(sessions, "after_rollback", ended)
+
+    def counting(self, tick: Callable[[], TickReport]) -> Callable[[], TickReport]:
+        def counted() -> TickReport:
+            commits, statements = self._commits, self._statements
+            report = tick()
+            self.ticks += 1
+            if report.busy:
+                self.busy_ticks += 1
+                self.busy_transactions += self._commits - commits
+                self.busy_statements += self._statements - statements
+            return report
+
+        return counted
+
+    def as_dict(self) -> dict[str, Any]:
+        holds = self.lock_holds_ms
+        return {
+            "ticks": self.ticks,
+            "busy_ticks": self.busy_ticks,
+            "busy_transactions": self.busy_transactions,
+            "busy_statements": self.busy_statements,
+            "critical_sections_queued": len(holds),
+            "lock_hold_ms_p50": round(statistics.median(holds), 3) if holds else None,
+            "lock_hold_ms_mean": round(statistics.fmean(holds), 3) if holds else None,
+            "lock_hold_ms_max": round(max(holds), 3) if holds else None,
+        }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -63,6 +157,7 @@ def main(argv: list[str] | None = None) -> None:
         help="run the status publisher against this cluster, as a chart install does"
         " (the production arm: status capture and publishing on)",
     )
+    parser.add_argument("--stats", type=Path, help="write the replica's LoopStats here at exit")
     args = parser.parse_args(argv)
     configure_logging("warning")
 
@@ -90,6 +185,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     waker = None if args.no_wake else Waker(engine)
     sessions = session_factory(engine)
+    stats = LoopStats()
+    if args.stats is not None:
+        stats.watch(engine, sessions)
     publisher = None
     if args.status_kubeconfig:
         # What `sluice scheduler` starts beside its loop (cli/scheduler.py), with its settings.
@@ -102,6 +200,8 @@ def main(argv: list[str] | None = None) -> None:
         )
         publisher.start()
     loop = SchedulerLoop(sessions, NoopExecutor(), config, waker=waker)
+    if args.stats is not None:
+        loop.tick = stats.counting(loop.tick)  # type: ignore[method-assign]
     print(f"ready job={loop.job_id}", flush=True)
     try:
         loop.run(lambda: stopping)
@@ -110,6 +210,8 @@ def main(argv: list[str] | None = None) -> None:
             publisher.stop()
         loop.close()
         engine.dispose()
+        if args.stats is not None:
+            args.stats.write_text(json.dumps(stats.as_dict()))
 
 
 if __name__ == "__main__":

@@ -88,23 +88,59 @@ class Step:
     variant: str
 
 
-def parse_arms(value: str) -> list[tuple[str, str]]:
+def parse_arms(value: str, codes: dict[str, Path] | None = None) -> list[tuple[str, str]]:
+    """SIDE:VARIANT[@CODE],...: `@CODE` runs a Sluice arm's replicas on the code tree
+    `--code CODE=DIR` names (an A/B of two commits, interleaved like any arms)."""
     arms = []
     for item in value.split(","):
         side, _, variant = item.partition(":")
         variant = variant or LIKE_FOR_LIKE
-        if side not in SIDES or variant not in VARIANTS:
+        base, _, code = variant.partition("@")
+        if side not in SIDES or base not in VARIANTS:
             raise SystemExit(
                 f"--arms {item!r}: SIDE:VARIANT with SIDE one of {', '.join(SIDES)}"
                 f" and VARIANT one of {', '.join(VARIANTS)}"
             )
-        if variant == PRODUCTION and side != "sluice":
+        if code and (side != "sluice" or code not in (codes or {})):
+            raise SystemExit(
+                f"--arms {item!r}: @{code} names a code tree, for a Sluice arm, given as"
+                f" --code {code}=DIR"
+            )
+        if base == PRODUCTION and side != "sluice":
             raise SystemExit(
                 f"--arms {item!r}: {PRODUCTION} is Sluice's own (status capture and"
                 f" publishing); use sluice:{PRODUCTION}"
             )
         arms.append((side, variant))
     return arms
+
+
+def parse_codes(values: list[str]) -> dict[str, Path]:
+    """`--code LABEL=DIR`: a checkout (a `git worktree` of another commit) whose
+    `operator/sluice` an arm's replicas import; the harness and `bench.replica` stay this
+    checkout's, so both arms are measured by the same code."""
+    codes: dict[str, Path] = {}
+    for value in values:
+        label, _, path = value.partition("=")
+        directory = Path(path).resolve()
+        if not label or "," in label or not (directory / "operator" / "sluice").is_dir():
+            raise SystemExit(f"--code {value!r}: LABEL=DIR, DIR a checkout with operator/sluice")
+        codes[label] = directory
+    return codes
+
+
+def code_trees(codes: dict[str, Path]) -> dict[str, dict[str, Any]]:
+    """Each code tree's path, commit and whether it had uncommitted changes (the JSON's)."""
+    return {
+        label: {
+            "path": str(directory),
+            "commit": git("-C", str(directory), "rev-parse", "HEAD"),
+            "dirty": bool(
+                git("-C", str(directory), "status", "--porcelain", "--untracked-files=no")
+            ),
+        }
+        for label, directory in codes.items()
+    }
 
 
 def plan(
@@ -253,6 +289,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--publish", metavar="NAME", help="also write bench/published/NAME.json")
     parser.add_argument(
+        "--code",
+        action="append",
+        default=[],
+        metavar="LABEL=DIR",
+        help="a code tree for arms SIDE:VARIANT@LABEL (A/B runs; bench/README.md)",
+    )
+    parser.add_argument(
         "--markdown", action="store_true", help="with --render: the README's tables"
     )
     args = parser.parse_args(argv)
@@ -275,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
             f"checkout's {REPO / 'operator' / 'sluice'}; run with PYTHONPATH=operator:."
         )
     name = next(n for n in ("smoke", "quick", "compare") if getattr(args, n))
-    arms = parse_arms(args.arms or ARMS[name])
+    codes = parse_codes(args.code)
+    arms = parse_arms(args.arms or ARMS[name], codes)
     if args.sides:
         arms = [arm for arm in arms if arm[0] in args.sides.split(",")]
     for shape in args.shapes.split(","):
@@ -354,7 +398,9 @@ def main(argv: list[str] | None = None) -> int:
         about.update(provenance(pg, installs))
         if pg.statements_unavailable:
             console.print(f"[yellow]statements n/a: {pg.statements_unavailable}[/yellow]")
-        trials = _run(steps, runners, pg, knobs, console, lambda t: save(t, complete=False))
+        if codes:
+            about["code_trees"] = code_trees(codes)
+        trials = _run(steps, runners, pg, knobs, console, lambda t: save(t, complete=False), codes)
     finally:
         pg.stop()
 
@@ -396,13 +442,15 @@ def _run(
     knobs: Knobs,
     console: Console,
     progress: Callable[[list[Trial]], None],
+    codes: dict[str, Path] | None = None,
 ) -> list[Trial]:
     trials: list[Trial] = []
     for done, step in enumerate(steps, start=1):
         workload, side = step.workload, step.side
-        arm_knobs = for_variant(
-            replace(knobs, max_tis_per_query=step.tis), step.variant, workload.dags
-        )
+        variant, _, code = step.variant.partition("@")
+        arm_knobs = for_variant(replace(knobs, max_tis_per_query=step.tis), variant, workload.dags)
+        if code:  # an A/B arm: another tree's code, under its own label in the tables
+            arm_knobs = replace(arm_knobs, variant=step.variant, code=str((codes or {})[code]))
         started = time.monotonic()
         try:
             result = runners[side](pg, workload, arm_knobs, step.replicas, step.trial)

@@ -7,11 +7,14 @@ scheduler itself creates the runs (at most `runs_created` per tick, when set).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
@@ -106,8 +109,13 @@ def start_replicas(
 ) -> list[subprocess.Popen[bytes]]:
     log_dir.mkdir(parents=True, exist_ok=True)
     procs = []
+    env = dict(os.environ)
+    if knobs.code:
+        # An A/B arm's code tree: its `sluice`, this checkout's harness and replica script.
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(knobs.code) / "operator"), str(REPO)])
     for i in range(count):
         log = (log_dir / f"sluice-replica-{i}.log").open("wb")
+        stats_path(log_dir, i).unlink(missing_ok=True)
         cmd = [
             sys.executable,
             "-m",
@@ -120,11 +128,27 @@ def start_replicas(
             f"--critical-batches={knobs.critical_batches}",
             *([] if knobs.wake else ["--no-wake"]),
             *([] if status_kubeconfig is None else [f"--status-kubeconfig={status_kubeconfig}"]),
+            f"--stats={stats_path(log_dir, i)}",
             # More Sluice-only settings for A/B runs, e.g. "--no-prepared-statements".
             *os.environ.get("SLUICE_BENCH_REPLICA_ARGS", "").split(),
         ]
-        procs.append(subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT))
+        procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT))
     return procs
+
+
+def stats_path(log_dir: Path, replica: int) -> Path:
+    """Where replica `replica` writes its `LoopStats` as it stops (`bench.replica --stats`)."""
+    return log_dir / f"sluice-replica-{replica}.stats.json"
+
+
+def replica_stats(log_dir: Path, count: int) -> list[dict[str, Any]]:
+    """The stopped replicas' own counts, those that wrote them."""
+    found = []
+    for i in range(count):
+        path = stats_path(log_dir, i)
+        if path.exists():
+            found.append(json.loads(path.read_text()))
+    return found
 
 
 def wait_for_replicas(engine: Engine, procs: list[subprocess.Popen[bytes]]) -> None:
@@ -181,7 +205,7 @@ def run_trial(
             status_kubeconfig=kubeconfig if cluster is not None else None,
         )
         wait_for_replicas(engine, procs)
-        return measured_trial(
+        result = measured_trial(
             "sluice",
             pg,
             engine,
@@ -201,6 +225,8 @@ def run_trial(
             first_run="SELECT min(created_at) FROM dag_run",
             published=None if cluster is None else lambda: _published(cluster, workload.dags),
         )
+        stop_processes(procs)  # each writes its stats as it stops
+        return replace(result, replica_stats=replica_stats(RESULTS / "logs", replicas))
     finally:
         stop_processes(procs)
         if cluster is not None:

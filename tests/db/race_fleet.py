@@ -25,6 +25,9 @@ class RaceFleet:
     db_url: str
     tmp_path: Path
     replicas: int
+    # Tries each critical-section batch (of 4) claims for its replica; the rest wait on
+    # the outbox for any replica's dispatcher (ADR 0047).
+    dispatch_batch: int = 4
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @property
@@ -36,7 +39,7 @@ class RaceFleet:
         return self.tmp_path / "stop"
 
     def start(self) -> None:
-        argv = [self.db_url, str(self.log_path), str(self.stop_file)]
+        argv = [self.db_url, str(self.log_path), str(self.stop_file), str(self.dispatch_batch)]
         self.workers = [
             subprocess.Popen(
                 [sys.executable, "-m", "tests.db.race_worker", *argv],

@@ -1,6 +1,6 @@
 """One scheduler replica for the race tests, run as its own process.
 
-`python -m tests.db.race_worker DB_URL LOG_PATH STOP_FILE` runs the real loop
+`python -m tests.db.race_worker DB_URL LOG_PATH STOP_FILE [DISPATCH_BATCH]` runs the real loop
 against the database with an in-process executor whose tries "run" for a few
 tens of milliseconds. Every start and end is appended to LOG_PATH as a JSON line
 (with this process's pid) before the database hears of it, so the checker can
@@ -99,7 +99,8 @@ class TimedExecutor:
 
 
 def main(argv: list[str]) -> None:
-    db_url, log_path, stop_file = argv
+    db_url, log_path, stop_file, *rest = argv
+    dispatch_batch = int(rest[0]) if rest else 4
     engine = make_engine(db_url)
     executor = TimedExecutor(Path(log_path), seed=os.getpid())
     config = SchedulerConfig(
@@ -107,7 +108,7 @@ def main(argv: list[str]) -> None:
         runs_created_per_tick=3,
         runs_examined_per_tick=5,
         max_tis_per_query=4,
-        dispatch_batch=4,
+        dispatch_batch=dispatch_batch,
         heartbeat_interval=1.0,
     )
     loop = SchedulerLoop(session_factory(engine), executor, config)

@@ -115,6 +115,8 @@ def test_a_tick_takes_one_connection_and_a_failed_phase_gives_it_back(
         def broken(*args: object, **kwargs: object) -> object:
             raise RuntimeError("pool table unreadable")
 
+        # A tick interval on, phase 4 looks at the outbox too (once per interval).
+        clock.advance(seconds=1)
         with monkeypatch.context() as patch:
             patch.setattr(phase_critical, "queue_schedulable_task_instances", broken)
             report = loop.tick()  # phase 3 fails; the phases after it take a fresh connection

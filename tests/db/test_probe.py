@@ -97,7 +97,9 @@ def test_the_look_says_yes_whenever_a_phase_would_find_work(
         {"flaky": [TaskState.FAILED, TaskState.SUCCESS], "broken": [TaskState.FAILED]}
     )
     executor.hold.update({"s1", "d1"})
-    loop = make_loop(sessions, executor, clock)  # no waker: every phase every tick
+    # No waker: every phase every tick. The critical section claims one try per batch and
+    # leaves the rest on the outbox (ADR 0047), so the claims have work to be looked for.
+    loop = make_loop(sessions, executor, clock, dispatch_batch=1)
     seen: dict[str, int] = dict.fromkeys(("runs", "examine", "queue", "claims", "alerts"), 0)
     transaction = loop._transaction
 

@@ -322,8 +322,8 @@ def test_the_look_finds_work_no_one_told_this_replica_of(
     sessions: sessionmaker[Session], engine: Engine
 ) -> None:
     """A slot made elsewhere (another replica's try ended, the pool resized) is found by
-    the next look: the critical section queues the waiting task and the claim starts it
-    in that tick."""
+    the next look: the critical section queues the waiting task and starts it in that
+    tick, with no claim from the outbox (ADR 0047)."""
     clock = FakeClock()
     loop, _, executor = _waiting_for_a_slot(sessions, clock)
     with sessions() as session:
@@ -331,7 +331,7 @@ def test_the_look_finds_work_no_one_told_this_replica_of(
         session.commit()
     assert _looked(loop, engine) == set()  # no tick interval yet, no one told it
     clock.advance(seconds=1)
-    assert _looked(loop, engine) == {"probe", "critical section", "claims"}
+    assert _looked(loop, engine) == {"probe", "critical section"}
     assert len(executor.started) == 2
 
 

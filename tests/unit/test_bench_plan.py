@@ -85,3 +85,50 @@ def test_publish_refuses_scheduler_code_from_outside_the_checkout(
     monkeypatch.setattr(run, "scheduler_code", lambda: Path("/elsewhere/operator/sluice"))
     with pytest.raises(SystemExit, match="PYTHONPATH=operator:"):
         run.main(["--smoke", "--publish", "x"])
+
+
+def test_an_ab_arm_names_a_code_tree_given_by_code(tmp_path: Path) -> None:
+    from bench.run import code_trees, parse_codes
+
+    (tmp_path / "operator" / "sluice").mkdir(parents=True)
+    codes = parse_codes([f"before={tmp_path}"])
+    assert codes == {"before": tmp_path.resolve()}
+    arms = parse_arms("sluice:like-for-like@before,sluice:like-for-like", codes)
+    assert arms == [("sluice", "like-for-like@before"), ("sluice", "like-for-like")]
+    steps = plan(["grid"], ["100x10"], [16], [1], 2, arms)
+    assert [s.variant for s in steps] == ["like-for-like@before", "like-for-like"] * 2
+    with pytest.raises(SystemExit, match="@after names a code tree"):
+        parse_arms("sluice:like-for-like@after", codes)
+    with pytest.raises(SystemExit, match="@before names a code tree, for a Sluice arm"):
+        parse_arms("airflow:like-for-like@before", codes)
+    with pytest.raises(SystemExit, match="--code 'x=/nonexistent'"):
+        parse_codes(["x=/nonexistent"])
+    assert set(code_trees(codes)["before"]) == {"path", "commit", "dirty"}
+
+
+def test_an_ab_arms_replicas_import_its_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replicas of an arm with a code tree import its `sluice` (PYTHONPATH), and the
+    harness's own `bench.replica`; they write their stats where the trial reads them."""
+    import subprocess
+
+    from bench import sluice_side
+
+    started: list[dict[str, object]] = []
+
+    class Recorded:
+        def __init__(self, cmd: list[str], **kwargs: object) -> None:
+            started.append({"cmd": cmd, **kwargs})
+
+    monkeypatch.setattr(subprocess, "Popen", Recorded)
+    knobs = Knobs(code=str(tmp_path))
+    sluice_side.start_replicas("postgresql://x", knobs, 2, tmp_path / "logs")
+    env = started[0]["env"]
+    assert isinstance(env, dict)
+    assert env["PYTHONPATH"].split(":") == [str(tmp_path / "operator"), str(sluice_side.REPO)]
+    assert started[0]["cwd"] == sluice_side.REPO
+    stats = tmp_path / "logs" / "sluice-replica-1.stats.json"
+    assert f"--stats={stats}" in started[1]["cmd"]  # type: ignore[operator]
+    (tmp_path / "logs" / "sluice-replica-0.stats.json").write_text('{"busy_ticks": 3}')
+    assert sluice_side.replica_stats(tmp_path / "logs", 2) == [{"busy_ticks": 3}]

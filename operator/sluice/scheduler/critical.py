@@ -7,8 +7,13 @@ says whether anything is scheduled, and in which pools with a free slot: when
 none, the section ends there. Inside, scheduled
 task instances are read by priority weight, logical date and id with
 `FOR UPDATE SKIP LOCKED` and a batch limit, checked against pool slots and each
-DAG's maxActiveTasks, moved to `queued` with their try number bumped, and one
-`start_task` row per try goes to the outbox in the same transaction.
+DAG's maxActiveTasks, moved to `queued` with their try number bumped.
+
+The section claims for this replica what it queues (ADR 0047): up to `claim` of the
+tries go on to `running` in the same statement, owned by this replica, and come back
+with what their launch needs (the run, its DAG's namespace); the caller starts them
+after the commit. Only the rest (beyond the claim's limit, or with a claim of 0) get
+a `start_task` outbox row, for any replica's dispatcher.
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
+from sqlalchemy import Row
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
@@ -28,25 +35,40 @@ START_TASK = "start_task"
 
 
 # One round trip for the writes: each chosen instance `scheduled -> queued` with its try
-# number bumped, a task_try row, and a `start_task` outbox row per try.
+# number bumped and a task_try row, those in :claim on to `running` for this replica at
+# once (as the dispatcher's claim sets them, `dispatch._CLAIM`), and a `start_task` outbox
+# row for each of the others; it returns what a launch needs, from the run and its DAG.
 _QUEUE = Prepared(
     """
     WITH queued AS (
         UPDATE task_instance SET
-            state = :queued, try_number = try_number + 1, queued_at = :now,
-            queued_by_job_id = :job_id, start_date = NULL, end_date = NULL,
-            exit_code = NULL, reason = NULL, evidence = NULL, last_heartbeat_at = NULL
+            state = CASE WHEN id = ANY(:claim) THEN :running ELSE :queued END,
+            try_number = try_number + 1, queued_at = :now, queued_by_job_id = :job_id,
+            start_date = CASE WHEN id = ANY(:claim) THEN CAST(:now AS timestamptz) END,
+            last_heartbeat_at = CASE WHEN id = ANY(:claim) THEN CAST(:now AS timestamptz) END,
+            running_by_job_id = CASE
+                WHEN id = ANY(:claim) THEN CAST(:job_id AS integer) ELSE running_by_job_id END,
+            external_id = CASE WHEN id = ANY(:claim) THEN NULL ELSE external_id END,
+            end_date = NULL, exit_code = NULL, reason = NULL, evidence = NULL
         WHERE id = ANY(:ids) AND state = :scheduled
-        RETURNING id, try_number
+        RETURNING id, try_number, state, dag_run_id, task_id
     ), tries AS (
-        INSERT INTO task_try (task_instance_id, try_number, state, queued_at, scheduler_job_id)
-        SELECT id, try_number, :queued, :now, :job_id FROM queued
+        INSERT INTO task_try (task_instance_id, try_number, state, queued_at, start_date,
+                              scheduler_job_id, external_id)
+        SELECT id, try_number, state, :now,
+               CASE WHEN state = :running THEN CAST(:now AS timestamptz) END, :job_id,
+               CASE WHEN state = :running THEN CAST(:executor AS text) END
+        FROM queued
     ), starts AS (
         INSERT INTO outbox (kind, payload, created_at, not_before, attempts)
         SELECT :kind, jsonb_build_object('ti_id', id, 'try_number', try_number), :now, :now, 0
-        FROM queued
+        FROM queued WHERE state = :queued
     )
-    SELECT id, try_number FROM queued ORDER BY id
+    SELECT q.id, q.try_number, q.state = :running AS claimed, q.task_id, r.dag_id, r.run_id,
+           r.dag_version_id, r.logical_date, r.data_interval_start, r.data_interval_end,
+           r.conf, d.namespace
+    FROM queued q JOIN dag_run r ON r.id = q.dag_run_id JOIN dag d ON d.dag_id = r.dag_id
+    ORDER BY q.id
     """
 )
 
@@ -129,6 +151,9 @@ _READ = Prepared(
 class CriticalSectionResult:
     entered: bool
     queued: list[tuple[int, int]] = field(default_factory=list)
+    # The tries claimed for this replica (now `running`), each with what its launch needs
+    # (`dispatch.launches_of`): the caller starts them after the commit.
+    claimed: list[Row[Any]] = field(default_factory=list)
     starved_pools: set[str] = field(default_factory=set)
     room_left: bool = False  # a pool still had a free slot after the choice
 
@@ -166,9 +191,16 @@ def _choose(
 
 
 def queue_schedulable_task_instances(
-    session: Session, now: datetime, *, job_id: int | None, max_tis: int
+    session: Session,
+    now: datetime,
+    *,
+    job_id: int | None,
+    max_tis: int,
+    claim: int = 0,
+    executor_name: str | None = None,
 ) -> CriticalSectionResult:
-    """Queue what the limits allow; the caller commits (which releases the pool lock)."""
+    """Queue what the limits allow, and claim the first `claim` of them for this replica;
+    the caller commits (which releases the pool lock), then starts what it claimed."""
     try:
         locked = _LOCK_POOLS(session).all()
     except OperationalError as exc:
@@ -199,16 +231,21 @@ def queue_schedulable_task_instances(
     if not chosen:
         return result
 
-    queued = _QUEUE(
+    # Claimed in the order chosen (priority first), so a limit keeps the most urgent.
+    rows = _QUEUE(
         session,
         {
             "ids": chosen,
+            "claim": chosen[: max(claim, 0)],
             "now": now,
             "job_id": job_id,
+            "executor": executor_name,
             "kind": START_TASK,
             "scheduled": TaskState.SCHEDULED.value,
             "queued": TaskState.QUEUED.value,
+            "running": TaskState.RUNNING.value,
         },
     ).all()
-    result.queued = [(ti_id, try_number) for ti_id, try_number in queued]
+    result.queued = [(row.id, row.try_number) for row in rows]
+    result.claimed = [row for row in rows if row.claimed]
     return result

@@ -12,7 +12,7 @@ it, so another replica can always find (and adopt) a try that did start.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -97,6 +97,22 @@ def claim_task_starts(
             "running": TaskState.RUNNING.value,
         },
     ).all()
+    return launches_of(session, specs, now, claimed, planned_id)
+
+
+def launches_of(
+    session: Session,
+    specs: SpecCache,
+    now: datetime,
+    claimed: Sequence[Row[Any]],
+    planned_id: Callable[[TaskLaunch], str | None] | None = None,
+) -> list[TaskLaunch]:
+    """The launches of tries just claimed for this replica (in this transaction, still
+    open): a try whose task spec cannot be loaded fails at once, with the reason, and
+    the external id of each try whose id is known in advance is recorded.
+
+    Shared by the dispatcher's claim and the critical section's (ADR 0047).
+    """
     launches: list[TaskLaunch] = []
     unlaunchable: list[TaskEvent] = []
     for c in claimed:
@@ -108,7 +124,8 @@ def claim_task_starts(
             unlaunchable.append(TaskEvent(c.id, c.try_number, TaskState.FAILED, None, reason))
     # Failed in the same transaction, without retries (they would fail the same way): one
     # bad spec must not hold back every other try in the batch, on every replica (inv. 6).
-    apply_task_events(session, unlaunchable, specs, now, retry=False)
+    if unlaunchable:
+        apply_task_events(session, unlaunchable, specs, now, retry=False)
     if planned_id is not None:
         _record_planned_ids(session, launches, planned_id)
     return launches

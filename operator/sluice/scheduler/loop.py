@@ -24,8 +24,10 @@ statement for all of them, `probe.py`) finds them work that other replicas,
 the clock or a lost notification brought. A tick that follows a busy one so
 skips the statements that would find nothing, and an idle replica still looks
 at everything once per tick interval (with N live replicas, each once per N
-intervals: `phase_housekeeping`'s `_share_looks`). Without a waker every phase
-runs every tick.
+intervals: `phase_housekeeping`'s `_share_looks`). Without a waker phases 1 to 3
+run every tick; phase 4's claims from the outbox and alerts run when this replica
+gave them work and otherwise once per tick interval (the critical section starts
+what it queues itself, ADR 0047: the outbox holds only what others left).
 
 This module keeps what the phases share: the tick's order and its one connection,
 the notifications and the look that tell the phases, the one error policy
@@ -144,8 +146,8 @@ class SchedulerLoop:
         self.dues = ticks.Dues.starting(self.config, self.clock)
         self.runs = phase_runs.Runs(self)
         self.examine = phase_examine.Examine(self)
-        self.critical = phase_critical.Critical(self)
         self.handover = phase_handover.Handover(self)
+        self.critical = phase_critical.Critical(self, self.handover.start)
         self.housekeeping = phase_housekeeping.Housekeeping(self)
         # Told the live replicas' count when it changes (the status publisher shares its
         # own periodic looks the same way).
@@ -252,12 +254,14 @@ class SchedulerLoop:
     def _probe(self, now: datetime, report: TickReport) -> None:
         """The look once per tick interval for work no one told this replica of, for five
         steps in one statement (`probe.py`): each step with work is told. Without a
-        waker the first four run every tick, and the alerts are looked for once per
-        interval, as before."""
+        waker the first three run every tick, and the outbox's claims and alerts are
+        looked for once per interval (no statement for the look: each step's own is
+        as cheap)."""
         if not self.dues.probe(now):
             return
         self.dues.probe.ran(now)
         if self.waker is None:
+            self.dues.claims.tell()
             self.dues.alerts.tell()
             return
         steps = self.dues.told_only

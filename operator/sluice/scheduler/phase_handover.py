@@ -1,6 +1,8 @@
-"""Phase 4 of a tick, its hand-over: claim queued tries and pending alerts and hand the
-tries to the executor (`dispatch.py`), then apply the executor's reports and heartbeat
-(and fence) the tries it runs (`results.py`, `housekeeping.heartbeat_tries`).
+"""Phase 4 of a tick, its hand-over: claim the queued tries left on the outbox and
+pending alerts and hand the tries to the executor (`dispatch.py`), then apply the
+executor's reports and heartbeat (and fence) the tries it runs (`results.py`,
+`housekeeping.heartbeat_tries`). The critical section claims what it queues itself
+and starts it through `start` (ADR 0047).
 
 Every executor call is under the loop's error policy (`_executor_call`): a batch the
 executor failed to start fails with the reason, through the same reports as any other
@@ -43,24 +45,28 @@ class Handover:
 
     def tick(self, now: datetime, report: TickReport) -> None:
         with ticks.timed("dispatch"):
-            report.tasks_started = self._dispatch(now, report)
+            report.tasks_started += self._dispatch(now, report)
         with ticks.timed("executor_events"):
             report.events_applied = self._sync_executor(report)
 
     def _dispatch(self, now: datetime, report: TickReport) -> int:
         """Claim queued tries and pending alerts, a batch per transaction; act after each commit.
 
-        Queued tries are claimed when this replica queued some, when the last
-        claim came back full or failed, and otherwise once per tick interval
-        (tries other replicas queued and did not claim). Alerts are looked for
-        when this replica failed a try since its last look (it wrote the alert),
-        when the last look came back full, and otherwise once per tick interval
-        (alerts written by replicas that died since).
+        The critical section claims what it queues (ADR 0047); what is left for
+        this claim is what it queued beyond `dispatch_batch`, tries the sweep
+        queued again for a replica that died before starting them, and any other
+        writer's `start_task` rows. Queued tries are claimed when this replica
+        left some, when the last claim came back full or failed, and otherwise
+        once per tick interval (tries other replicas queued and did not claim),
+        with a waker or without. Alerts are looked for when this replica failed a
+        try since its last look (it wrote the alert), when the last look came back
+        full, and otherwise once per tick interval (alerts written by replicas that
+        died since).
         """
         loop = self.loop
         nothing: tuple[list[TaskLaunch], list[dict[str, Any]]] = ([], [])
         batch = loop.config.dispatch_batch
-        starts_wanted = loop._due(self.dues.claims, now)
+        starts_wanted = self.dues.claims(now)
         alerts_wanted = self.dues.alerts(now)
         if not starts_wanted and not alerts_wanted:
             return 0
@@ -98,7 +104,7 @@ class Handover:
                 log.warning("alert: task try failed", **alert)
             # Started only after the claim committed: at most one start per try.
             if launches:
-                self._start(launches, report)
+                self.start(launches, report)
             more_alerts = more_alerts or failed or len(alerts) >= batch  # look again next tick
             more_starts = failed or len(launches) >= batch
             started += len(launches)
@@ -110,7 +116,7 @@ class Handover:
             self.dues.alerts.ran(now, again=more_alerts)
         return started
 
-    def _start(self, launches: list[TaskLaunch], report: TickReport) -> None:
+    def start(self, launches: list[TaskLaunch], report: TickReport) -> None:
         """Hand claimed tries to the executor; if it raises, the ones it did not start fail
         with the reason.
 

@@ -83,7 +83,7 @@ class Dues:
         every = config.tick_interval
         long_ago = clock() - timedelta(seconds=every)
         return cls(
-            # These five run when told (with a waker; without one, the first four run
+            # These five run when told (with a waker; without one, the first three run
             # every tick). What no one can tell this replica of is found by one look for
             # all five once per tick interval (`probe`).
             runs=Due(math.inf, long_ago),

@@ -1,0 +1,51 @@
+"""`python -m bench.ab`: the A/B table of two code trees from a run's JSON."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from bench import ab
+
+
+def _trial(variant: str, tasks_per_s: float, *, status: str = "ok", **more: Any) -> dict[str, Any]:
+    return {
+        "side": "sluice",
+        "shape": "grid",
+        "dags": 100,
+        "tasks": 10,
+        "max_tis_per_query": 16,
+        "replicas": 1,
+        "variant": variant,
+        "status": status,
+        "tasks_per_s": tasks_per_s,
+        "active_tasks_per_s": 2 * tasks_per_s,
+        "total_cpu_ms_per_task": 1.0,
+        "statements_per_task": 10.0,
+        "replica_stats": [
+            {"busy_ticks": 10, "busy_transactions": 40, "lock_hold_ms_p50": 1.5},
+        ],
+        **more,
+    }
+
+
+def test_each_arm_is_a_row_of_medians_over_its_ok_trials_with_every_trial_counted() -> None:
+    trials = [
+        _trial("like-for-like", 300),
+        _trial("like-for-like@before", 200),
+        _trial("like-for-like", 100),
+        _trial("like-for-like", 200),
+        _trial("like-for-like@before", 0, status="timeout"),
+    ]
+    lines = ab.table(trials).splitlines()
+    assert lines[0].startswith("| scenario | tis | arm | ok/trials | tasks/s (unpause)")
+    before, after = lines[2], lines[3]  # the arm with a code tree first
+    assert before.startswith("| grid 100x10 | 16 | like-for-like@before | 1/2 | 200 (200-200)")
+    assert after.startswith("| grid 100x10 | 16 | like-for-like | 3/3 | 200 (100-300) | 400")
+    assert after.endswith("| 4.00 (4.00-4.00) | 1.50 (1.50-1.50) |")
+
+
+def test_a_trial_without_replica_stats_shows_na() -> None:
+    trial = _trial("like-for-like", 100, replica_stats=[])
+    assert math.isnan(ab.FIGURES[4][1](trial))
+    assert ab.table([trial]).splitlines()[2].endswith("| n/a | n/a |")
