@@ -116,19 +116,21 @@ class Ratio:
 def ratio(
     sluice: list[Trial], airflow: dict[tuple[str, str], list[Trial]], figure: Figure
 ) -> Ratio | None:
-    """The ratio of `figure`'s medians with its interval; None when an arm has no `ok`
-    trial with the figure (a run that did not record it)."""
-    mine = [figure(t) for t in sluice if t.ok and not math.isnan(figure(t))]
-    arms = {
-        arm: [figure(t) for t in trials if t.ok and not math.isnan(figure(t))]
-        for arm, trials in airflow.items()
-    }
-    arms = {arm: values for arm, values in arms.items() if values}
-    if not mine or not arms or any(len(v) < len(airflow[a]) for a, v in arms.items()):
+    """The ratio of `figure`'s medians over the `ok` trials, with its interval; an Airflow
+    arm without an `ok` trial is left out (as `report.peer_arm` does). None without an
+    `ok` trial on either side, or when an `ok` trial did not record the figure (a run
+    from before it was measured)."""
+    mine = [t for t in sluice if t.ok]
+    arms = {arm: [t for t in trials if t.ok] for arm, trials in airflow.items()}
+    arms = {arm: ok for arm, ok in arms.items() if ok}
+    every = [t for ok in (mine, *arms.values()) for t in ok]
+    if not mine or not arms or any(math.isnan(figure(t)) for t in every):
         return None
-    best = max(arms, key=lambda a: median(arms[a]))
-    low, high = bootstrap_interval(mine, list(arms.values()))
-    return Ratio(ratio_of_medians(mine, list(arms.values())), low, high, best)
+    values = {arm: [figure(t) for t in ok] for arm, ok in arms.items()}
+    best = max(values, key=lambda a: median(values[a]))
+    ours = [figure(t) for t in mine]
+    low, high = bootstrap_interval(ours, list(values.values()))
+    return Ratio(ratio_of_medians(ours, list(values.values())), low, high, best)
 
 
 def median_trial(trials: list[Trial]) -> Trial:
@@ -150,6 +152,8 @@ class Row:
     # and those of the Airflow arm the ratio from the first action is judged by.
     sluice_first_ms: tuple[float, float]
     airflow_first_ms: tuple[float, float]
+    trials: int = 0  # every trial of the row's arms (Sluice's and every Airflow arm's)
+    not_ok: int = 0
 
     @property
     def label(self) -> str:
@@ -187,6 +191,10 @@ def rows(trials: list[Trial], variant: str = LIKE_FOR_LIKE) -> list[Row]:
                 theirs.total_cpu_ms_per_task,
                 first_span(sluice),
                 first_span(airflow[peer]),
+                trials=len(sluice) + sum(len(ts) for ts in airflow.values()),
+                not_ok=sum(
+                    not t.ok for t in [*sluice, *(t for ts in airflow.values() for t in ts)]
+                ),
             )
         )
     order = ("no_structure", "linear", "star", "grid", "binary_tree")
@@ -240,12 +248,21 @@ def markdown(found: list[Row]) -> str:
         verdicts.insert(0, _verdict("from the first action", [r.from_first_action for r in found]))
     lines += [
         "",
-        f"Targets: {TARGET_RATIO:.0f}x the faster Airflow's tasks/s met in "
+        f"Trials: {_not_ok(found)}. Targets: {TARGET_RATIO:.0f}x the faster Airflow's tasks/s"
+        " met in "
         + "; ".join(verdicts)
         + f" (of {len(found)} scenarios; in brackets, with the whole interval above it);"
         f" CPU per task at most {TARGET_CPU_MS} ms met in {met_cpu} of {len(found)}.",
     ]
     return "\n".join(lines)
+
+
+def _not_ok(found: list[Row]) -> str:
+    total = sum(r.trials for r in found)
+    failed = sum(r.not_ok for r in found)
+    if not failed:
+        return f"{total}, every one `ok`"
+    return f"{total}, {failed} not `ok` (in no median)"
 
 
 def _verdict(measured: str, ratios: list[Ratio | None]) -> str:

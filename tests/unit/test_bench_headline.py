@@ -125,3 +125,16 @@ def test_the_settle_is_the_base_plus_a_draw_below_the_jitter() -> None:
     assert all(3.0 <= d < 4.0 for d in draws)
     assert max(draws) - min(draws) > 0.8  # spread over the idle second, not one point
     assert settle_time(Knobs(settle_s=0.5, settle_jitter_s=0.0)) == 0.5
+
+
+def test_a_trial_not_ok_is_in_no_median_and_is_counted() -> None:
+    failed = replace(_trial("airflow", 1.0, trial=9), status="timeout", tasks_per_s=math.nan)
+    trials = _arm("sluice", [400.0] * 3) + _arm("airflow", [20.0] * 3) + [failed]
+    (row,) = headline.rows(trials)
+    assert row.from_unpause.value == pytest.approx(20.0)
+    assert (row.trials, row.not_ok) == (7, 1)
+    assert "Trials: 7, 1 not `ok` (in no median)." in headline.markdown([row])
+    # An Airflow arm with no `ok` trial is left out; the faster of the others judges.
+    dead = [replace(t, status="error") for t in _arm("airflow3", [90.0] * 2)]
+    (row,) = headline.rows(trials + dead)
+    assert row.from_unpause.peer == "airflow"
