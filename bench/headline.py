@@ -110,6 +110,8 @@ class Ratio:
 
     def cell(self, *, peer: bool = False) -> str:
         named = f" ({AIRFLOW_SIDES[self.peer]})" if peer else ""
+        if math.isnan(self.low):
+            return f"{self.value:.1f}x [no interval: an arm has one trial]{named}"
         return f"{self.value:.1f}x [{self.low:.1f}-{self.high:.1f}]{named}"
 
 
@@ -129,7 +131,9 @@ def ratio(
     values = {arm: [figure(t) for t in ok] for arm, ok in arms.items()}
     best = max(values, key=lambda a: median(values[a]))
     ours = [figure(t) for t in mine]
-    low, high = bootstrap_interval(ours, list(values.values()))
+    # Resampling one trial gives that trial back: no interval, rather than a point.
+    single = min(len(ours), *(len(v) for v in values.values())) < 2
+    low, high = (math.nan, math.nan) if single else bootstrap_interval(ours, list(values.values()))
     return Ratio(ratio_of_medians(ours, list(values.values())), low, high, best)
 
 
@@ -211,7 +215,11 @@ def first_span(trials: list[Trial]) -> tuple[float, float]:
 
 def _ms(span: tuple[float, float]) -> str:
     low, high = span
-    return "-" if math.isnan(low) else f"{max(low, 0):,.0f}-{high:,.0f}"
+    if math.isnan(low):
+        return "-"
+    if round(low) == round(high):
+        return f"{max(low, 0):,.0f}"
+    return f"{max(low, 0):,.0f}-{high:,.0f}"
 
 
 def markdown(found: list[Row]) -> str:

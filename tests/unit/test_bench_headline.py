@@ -138,3 +138,11 @@ def test_a_trial_not_ok_is_in_no_median_and_is_counted() -> None:
     dead = [replace(t, status="error") for t in _arm("airflow3", [90.0] * 2)]
     (row,) = headline.rows(trials + dead)
     assert row.from_unpause.peer == "airflow"
+
+
+def test_one_trial_an_arm_has_no_interval() -> None:
+    trials = _arm("sluice", [400.0]) + _arm("airflow", [20.0, 22.0])
+    (row,) = headline.rows(trials)
+    assert row.from_unpause.value == pytest.approx(20.0)
+    assert math.isnan(row.from_unpause.low)
+    assert "20.0x [no interval: an arm has one trial] (2.10.5)" in headline.markdown([row])
