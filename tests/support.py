@@ -7,11 +7,11 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, event, select, text
+from sqlalchemy import Engine, event, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.dags import sync_dag
-from sluice.db.models import DagRun, TaskInstance
+from sluice.db.models import DagRun, SchedulerJob, TaskInstance
 from sluice.db.prepared import sql_of
 from sluice.executors.base import Inspection, TaskEvent, TaskLaunch
 from sluice.scheduler.config import SchedulerConfig
@@ -198,6 +198,16 @@ def corrupt_runs_version(sessions: sessionmaker[Session], dag_id: str) -> None:
             {"dag": dag_id},
         )
         session.commit()
+
+
+def silence_replica(session: Session, job_id: int | None, now: datetime) -> None:
+    """Make a replica look dead: its last heartbeat five minutes before `now` (the caller
+    commits)."""
+    session.execute(
+        update(SchedulerJob)
+        .where(SchedulerJob.id == job_id)
+        .values(latest_heartbeat=now - timedelta(minutes=5))
+    )
 
 
 def ti_row(session: Session, dag_id: str, task_id: str) -> TaskInstance:

@@ -13,18 +13,25 @@ from __future__ import annotations
 import os
 import signal
 import time
-from datetime import timedelta
 from pathlib import Path
 
-from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
-from sluice.db.models import SchedulerJob, TaskTry
+from sluice.db.models import TaskTry
 from sluice.executors.local import LocalExecutor
 from sluice.executors.taskrun import VIEW
 from sluice.scheduler.loop import SchedulerLoop
 from sluice.spec.states import RunState, TaskState
-from tests.support import FakeClock, make_loop, manifest, register, runs, ti_row, trigger
+from tests.support import (
+    FakeClock,
+    make_loop,
+    manifest,
+    register,
+    runs,
+    silence_replica,
+    ti_row,
+    trigger,
+)
 
 FAST = {"zombie_threshold": 10, "zombie_check_interval": 1, "scheduler_dead_after": 10}
 
@@ -57,11 +64,7 @@ def _replica_a_starts(
     # A dies: its executor forgets the try (the process lives on) and it stops heartbeating.
     a.executor._running.clear()  # type: ignore[attr-defined]
     with sessions() as session:
-        session.execute(
-            update(SchedulerJob)
-            .where(SchedulerJob.id == a.job_id)
-            .values(latest_heartbeat=clock.now - timedelta(minutes=5))
-        )
+        silence_replica(session, a.job_id, clock.now)
         session.commit()
     return clock, a, pid
 
@@ -182,11 +185,7 @@ def _replica_a_claims(
         assert ti.external_id == f"local:{VIEW}:try:{ti.id}:1"  # recorded by the claim
     executor._running.clear()  # A is gone; the process (if any) lives on
     with sessions() as session:
-        session.execute(
-            update(SchedulerJob)
-            .where(SchedulerJob.id == a.job_id)
-            .values(latest_heartbeat=clock.now - timedelta(minutes=5))
-        )
+        silence_replica(session, a.job_id, clock.now)
         session.commit()
     return clock, a
 

@@ -6,21 +6,21 @@ second transaction; the outbox stays for everything else (tries queued beyond
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from datetime import timedelta
 
-from sqlalchemy import Engine, event, select, text, update
+from sqlalchemy import Engine, event, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.db.dags import SpecCache
-from sluice.db.models import Outbox, SchedulerJob, TaskInstance, TaskTry
-from sluice.executors.base import Inspection, TaskLaunch
+from sluice.db.models import Outbox, TaskInstance, TaskTry
+from sluice.executors.base import Inspection
 from sluice.scheduler.critical import queue_schedulable_task_instances
 from sluice.scheduler.dispatch import launches_of
 from sluice.scheduler.examine import examine_running_runs
 from sluice.spec.states import TaskState
-from tests.db.test_executor_seam import FAST, PodLike, _Died
+from tests.db.test_executor_seam import FAST, _Died
+from tests.db.test_unstarted_tries import JobLike
 from tests.support import (
     T0,
     FakeClock,
@@ -29,6 +29,7 @@ from tests.support import (
     make_loop,
     manifest,
     register,
+    silence_replica,
     ti_row,
     trigger,
 )
@@ -173,33 +174,6 @@ def test_tries_beyond_the_dispatch_batch_wait_on_the_outbox(
         )
 
 
-class _DiesAtStart(PodLike):
-    """Names its tries in advance (recorded by the claim) and dies in `start`; a try it
-    does not run shows no trace, as a Job executor sees a Job never created."""
-
-    name = "joblike"
-
-    def __init__(self, *, dies: bool) -> None:
-        super().__init__()
-        self.dies = dies
-        self.hold = set()
-        self.seen = Inspection(
-            state="gone",
-            evidence={"job": "gone", "pod": "gone", "started": False},
-            restartable_within=3600.0,
-        )
-
-    def start(self, launches: Sequence[TaskLaunch]) -> None:
-        if self.dies:
-            raise _Died
-        super().start(launches)
-
-    def inspect(self, key: tuple[int, int], external_id: str | None) -> Inspection:
-        if key in self.running:
-            return Inspection(state="alive", running=True)
-        return self.seen
-
-
 def test_a_replica_that_dies_between_the_sections_commit_and_the_start_loses_nothing(
     sessions: sessionmaker[Session], engine: Engine
 ) -> None:
@@ -211,7 +185,7 @@ def test_a_replica_that_dies_between_the_sections_commit_and_the_start_loses_not
     _start_task_rows_written(sessions)
     register(sessions, manifest("dies", [{"name": "t"}]), clock.now)
     trigger(sessions, "dies", clock.now)
-    a = make_loop(sessions, _DiesAtStart(dies=True), clock, **FAST)
+    a = make_loop(sessions, JobLike(dies=True), clock, **FAST)
     with count_queries(engine) as statements:
         died = False
         try:
@@ -225,15 +199,11 @@ def test_a_replica_that_dies_between_the_sections_commit_and_the_start_loses_not
         assert (ti.state, ti.try_number, ti.running_by_job_id) == (TaskState.RUNNING, 1, a.job_id)
         assert ti.external_id == f"job-{ti.id}-1"  # recorded in the section's transaction
         assert session.execute(select(Outbox)).first() is None
-        session.execute(
-            update(SchedulerJob)
-            .where(SchedulerJob.id == a.job_id)
-            .values(latest_heartbeat=clock.now - timedelta(minutes=5))
-        )
+        silence_replica(session, a.job_id, clock.now)
         session.commit()
     assert _starts_written(sessions) == []
 
-    executor = _DiesAtStart(dies=False)
+    executor = JobLike(dies=False)
     b = make_loop(sessions, executor, clock, **FAST)
     for _ in range(6):
         assert not b.tick().errors
@@ -256,17 +226,13 @@ def test_without_proof_the_dead_replicas_claimed_try_is_a_zombie(
     clock = FakeClock()
     register(sessions, manifest("zombie", [{"name": "t"}]), clock.now)
     trigger(sessions, "zombie", clock.now)
-    a = make_loop(sessions, _DiesAtStart(dies=True), clock, **FAST)
+    a = make_loop(sessions, JobLike(dies=True), clock, **FAST)
     with suppress(_Died):
         a.tick()
     with sessions() as session:
-        session.execute(
-            update(SchedulerJob)
-            .where(SchedulerJob.id == a.job_id)
-            .values(latest_heartbeat=clock.now - timedelta(minutes=5))
-        )
+        silence_replica(session, a.job_id, clock.now)
         session.commit()
-    executor = _DiesAtStart(dies=False)
+    executor = JobLike(dies=False)
     executor.seen = Inspection(state="gone", evidence={"pod": "gone"})
     b = make_loop(sessions, executor, clock, **FAST)
     for _ in range(30):

@@ -19,13 +19,13 @@ import pytest
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from sluice.db.models import Outbox, SchedulerJob, TaskInstance, TaskTry
+from sluice.db.models import Outbox, TaskInstance, TaskTry
 from sluice.executors.base import Inspection, TaskLaunch
 from sluice.scheduler import housekeeping
 from sluice.scheduler.loop import SchedulerLoop
 from sluice.spec.states import TaskState
 from tests.db.test_executor_seam import FAST, PodLike, _Died
-from tests.support import FakeClock, make_loop, manifest, register, ti_row, trigger
+from tests.support import FakeClock, make_loop, manifest, register, silence_replica, ti_row, trigger
 
 NO_TRACE = Inspection(
     state="gone",
@@ -80,11 +80,7 @@ def _claimed_by_a_replica_that_died(
             a.job_id,
         )
         assert ti.external_id == f"job-{ti.id}-1"  # recorded by the claim
-        session.execute(
-            update(SchedulerJob)
-            .where(SchedulerJob.id == a.job_id)
-            .values(latest_heartbeat=clock.now - timedelta(minutes=5))
-        )
+        silence_replica(session, a.job_id, clock.now)
         session.commit()
     return clock, a, ti
 
