@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.metrics import AIRFLOW_SIDES, LIKE_FOR_LIKE, Trial
+from bench.metrics import AIRFLOW_SIDES, LIKE_FOR_LIKE, Trial, median_trial
 from bench.report import TARGET_CPU_MS, TARGET_RATIO
 
 PUBLISHED = Path(__file__).parent / "published"
@@ -137,11 +137,6 @@ def ratio(
     return Ratio(ratio_of_medians(ours, list(values.values())), low, high, best)
 
 
-def median_trial(trials: list[Trial]) -> Trial:
-    ordered = sorted((t for t in trials if t.ok), key=lambda t: t.tasks_per_s)
-    return ordered[(len(ordered) - 1) // 2]
-
-
 @dataclass(frozen=True)
 class Row:
     shape: str
@@ -182,7 +177,10 @@ def rows(trials: list[Trial], variant: str = LIKE_FOR_LIKE) -> list[Row]:
         # The Airflow arm the row is judged by: the faster from the first action when the
         # trials recorded it, else from the unpause.
         peer = (active or unpause).arm
+        # Both arms have an `ok` trial: `ratio` found one on each side.
         mine, theirs = median_trial(sluice), median_trial(airflow[peer])
+        assert mine is not None
+        assert theirs is not None
         found.append(
             Row(
                 shape,
