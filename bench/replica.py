@@ -14,6 +14,7 @@ started with (an A/B arm's code tree, `sluice_side.start_replicas`).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import signal
 import statistics
@@ -30,7 +31,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.cli.scheduler import STATUS_IDLE_INTERVAL
 from sluice.db.engine import make_engine, session_factory
-from sluice.db.prepared import sql_of
+from sluice.db.prepared import sql_of as _sql_of
 from sluice.db.wakeups import Waker
 from sluice.executors.kubernetes.executor import client_factory
 from sluice.executors.noop import NoopExecutor
@@ -45,6 +46,12 @@ STATUS_NAMESPACE = "bench"
 # the same texts in every tree since 2026-12-03.
 LOCK_POOLS = "FOR UPDATE OF p NOWAIT"
 QUEUE_WRITE = "INSERT INTO task_try"
+
+
+# Each statement text sent, with the SQL behind it: memoised, so that counting costs the
+# replica a dict lookup a statement whatever the tree's `sql_of` costs (before 2026-12-06 it
+# compiled the statement's text on every EXECUTE, 9% of a busy tick).
+sql_of = functools.lru_cache(maxsize=4096)(_sql_of)
 
 
 @dataclass

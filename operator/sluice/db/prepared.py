@@ -53,6 +53,7 @@ class Prepared:
     """One SQL text with `:name` parameters, run prepared where the engine allows it."""
 
     def __init__(self, sql: str) -> None:
+        self.sql = sql
         self.text = text(sql)
         compiled = self.text.compile(dialect=_DOLLAR)
         self.params: tuple[str, ...] = tuple(compiled.positiontup or ())
@@ -103,5 +104,5 @@ def sql_of(statement: str) -> str | None:
     if statement.startswith("PREPARE ") or "FROM pg_prepared_statements" in statement:
         return None
     if statement.startswith("EXECUTE "):
-        return str(_BY_NAME[statement.split()[1].split("(")[0]].text)
+        return _BY_NAME[statement.split()[1].split("(")[0]].sql
     return statement
