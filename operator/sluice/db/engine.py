@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from sluice.db import prepared
+from sluice.db import plans, prepared
 
 
 def normalize_url(url: str) -> str:
@@ -72,6 +72,7 @@ def make_engine(
         executemany_mode="values_plus_batch",
         connect_args=connect_args(url, application_name),
     )
+    plans.enable(engine)
     if prepare_statements:
         prepared.enable(engine)
     if read_only:

@@ -28,6 +28,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import ConnectionPoolEntry
 
+from sluice.db import plans
+
 # The names prepared on one DBAPI connection, in its pool entry's `info`.
 _PREPARED = "sluice_prepared"
 # Positional $n parameters, numbered once per name, by SQLAlchemy's own parser.
@@ -100,7 +102,9 @@ class Prepared:
 
 def sql_of(statement: str) -> str | None:
     """What a statement sent to Postgres runs: the SQL behind an `EXECUTE`, the statement
-    itself otherwise, None for the one-off work of preparing (for logs and tests)."""
+    itself otherwise, None for the one-off work of preparing (for logs and tests); the
+    planner settings sent in front of a statement (`plans.through_indexes`) left out."""
+    statement = plans.without_settings(statement)
     if statement.startswith("PREPARE ") or "FROM pg_prepared_statements" in statement:
         return None
     if statement.startswith("EXECUTE "):
