@@ -35,7 +35,9 @@ kept up with and the lowest fallen behind at until they are within
 `--resolution`, `--trials` 3 at each rate, a `--window` of 300 s, and every
 Airflow at both runs-examined settings, each also with runs created per loop
 tuned (`+tuned`: `max_dagruns_to_create_per_loop` = the DAG count). The arms take
-turns, trial by trial, at every step. Results go to
+turns, trial by trial, at every step; an arm's trials at a rate stop once the
+trials left cannot change its verdict (`arrival_report.decided`: of 3, two that
+agree decide it), so `--trials` is the most a rate gets. Results go to
 bench/results/arrival-<time>.json (rewritten after every trial) and, with
 `--publish NAME`, bench/published/NAME.json; `--render FILE.json ... [--markdown]`
 prints the tables again, several files merged (per-arm runs of one capacity
@@ -629,7 +631,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tis", type=int, default=512, help="tasks per critical-section query")
     parser.add_argument("--replicas", type=int, default=1)
     parser.add_argument(
-        "--trials", type=int, default=None, help="trials of each arm at each rate (1; capacity 3)"
+        "--trials",
+        type=int,
+        default=None,
+        help="at most this many trials of each arm at each rate, fewer once the rest cannot"
+        " change its verdict (1; capacity 3)",
     )
     parser.add_argument("--settle", type=float, default=Timing.settle_s)
     parser.add_argument("--lead", type=float, default=Timing.lead_s)
@@ -695,6 +701,10 @@ def main(argv: list[str] | None = None) -> int:
         "rates": rates,
         "trials": trials_per_rate,
         "rule": "a rate is kept up with when a strict majority of its ok trials kept up",
+        # An arm's trials at a rate stop once the trials left cannot change its verdict
+        # (`arrival_report.decided`), so a rate has at most `trials`; every trial that
+        # ran is in the payload's `trials`. Absent in JSON saved before: all ran.
+        "stop_once_decided": True,
         "slope_tolerance": timing.slope_tolerance,
     }
 
@@ -734,6 +744,14 @@ def main(argv: list[str] | None = None) -> int:
                 installs[side] = airflow_side.prepare(side, pg, base)
         about.update(provenance(pg, installs))
         history: dict[tuple[str, str], list[tuple[int, bool]]] = {arm: [] for arm in arms}
+
+        def run(arm: tuple[str, str], dags: int, n: int) -> ArrivalTrial:
+            trial = _one(*arm, Workload(shape, dags, tasks), base, args.replicas, n, timing, pg)
+            trials.append(trial)
+            save(complete=False)
+            console.print(arrival_report.progress_line(trial), highlight=False)
+            return trial
+
         for _round in range(rates):
             todo: dict[tuple[str, str], int] = {}
             for arm in arms:
@@ -742,17 +760,7 @@ def main(argv: list[str] | None = None) -> int:
                     todo[arm] = nxt
             if not todo:
                 break
-            done: dict[tuple[str, str], list[ArrivalTrial]] = {arm: [] for arm in todo}
-            for n in range(trials_per_rate):
-                for (side, variant), dags in todo.items():
-                    trial = _one(
-                        side, variant, Workload(shape, dags, tasks), base, args.replicas, n,
-                        timing, pg,
-                    )  # fmt: skip
-                    trials.append(trial)
-                    done[(side, variant)].append(trial)
-                    save(complete=False)
-                    console.print(arrival_report.progress_line(trial), highlight=False)
+            done = rate_round(todo, trials_per_rate, run)
             for arm, group in done.items():
                 if any(t.ok for t in group):  # a rate with no ok trial decides nothing
                     history[arm].append((todo[arm], arrival_report.group_keeps_up(group)))
@@ -767,6 +775,23 @@ def main(argv: list[str] | None = None) -> int:
     arrival_report.print_report(trials, console)
     console.print(f"results: {saved}")
     return 0 if all(t.ok for t in trials) else 1
+
+
+def rate_round(
+    todo: dict[tuple[str, str], int],
+    planned: int,
+    run: Callable[[tuple[str, str], int, int], ArrivalTrial],
+) -> dict[tuple[str, str], list[ArrivalTrial]]:
+    """One step of the search: each arm's trials at its rate (`todo`), up to `planned`,
+    the arms taking turns trial by trial (`run(arm, dags, n)` runs trial `n`). An arm
+    stops once the trials it has left cannot change its verdict
+    (`arrival_report.decided`); the others go on taking turns."""
+    done: dict[tuple[str, str], list[ArrivalTrial]] = {arm: [] for arm in todo}
+    for n in range(planned):
+        for arm, dags in todo.items():
+            if arrival_report.decided(done[arm], planned) is None:
+                done[arm].append(run(arm, dags, n))
+    return done
 
 
 def _one(

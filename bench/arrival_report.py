@@ -5,11 +5,12 @@ up and down while it falls behind (`next_dags`, by `--factor`); with a resolutio
 (`--capacity`) it then bisects between the highest rate kept up with and the lowest
 fallen behind at, geometrically, until they are within the resolution. A rate is
 kept up with when a strict majority of its `ok` trials kept up (`group_keeps_up`;
-each trial by its backlog's slope, `arrival_figures`). An arm's capacity is the
-range [highest rate kept up with, lowest fallen behind at) (`capacities`); the
-faster Airflow is the best of every Airflow arm, so its capacity lies in
-[the highest of their lower bounds, the highest of their upper bounds], and the
-capacity ratio is a range (`ratio`). The target (reported, never asserted): Sluice's
+each trial by its backlog's slope, `arrival_figures`); an arm's trials at a rate
+stop once the trials still to run cannot change that verdict (`decided`). An arm's
+capacity is the range [highest rate kept up with, lowest fallen behind at)
+(`capacities`); the faster Airflow is the best of every Airflow arm, so its capacity
+lies in [the highest of their lower bounds, the highest of their upper bounds], and
+the capacity ratio is a range (`ratio`). The target (reported, never asserted): Sluice's
 capacity at least 20x the faster Airflow's and run lag p99 < 1 s at Sluice's
 capacity rate, met only when both are (`target_verdict`).
 """
@@ -93,6 +94,28 @@ def group_keeps_up(group: list[ArrivalTrial]) -> bool:
     after an `error` trial, is not a majority). Trials not `ok` do not vote."""
     ok = [t for t in group if t.ok]
     return 2 * sum(t.keeps_up for t in ok) > len(ok)
+
+
+def decided(group: list[ArrivalTrial], planned: int) -> bool | None:
+    """`group_keeps_up`'s verdict on a rate once no further trial of the `planned` can
+    change it (None until then): the search stops an arm's trials at a rate there.
+
+    With `kept` and `behind` the `ok` trials that kept up and fell behind, and `left`
+    trials still to run, the rate is kept up with whatever they do when `kept >
+    behind + left` (every one left falls behind), and not when `kept + left <=
+    behind` (every one left keeps up: a tie is not a majority). Trials not `ok` do
+    not vote, so each one leaves one fewer to run: of 3, two that agree decide it;
+    one fallen behind and one `error` decide "not kept up"; one kept up and one
+    `error` do not. Once all `planned` ran (`left` 0), one of the two holds.
+    """
+    kept = sum(1 for t in group if t.ok and t.keeps_up)
+    behind = sum(1 for t in group if t.ok and not t.keeps_up)
+    left = max(0, planned - len(group))
+    if kept > behind + left:
+        return True
+    if kept + left <= behind:
+        return False
+    return None
 
 
 def groups(trials: list[ArrivalTrial]) -> dict[tuple[Arm, int], list[ArrivalTrial]]:

@@ -6,11 +6,19 @@ Rows are built by hand; nothing runs a scheduler or Postgres.
 
 from __future__ import annotations
 
+import itertools
 import math
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from bench.arrival import CAPACITY_ARMS, Timing, arm_knobs, parse_arms, parse_dags
+from bench.arrival import (
+    CAPACITY_ARMS,
+    Timing,
+    arm_knobs,
+    parse_arms,
+    parse_dags,
+    rate_round,
+)
 from bench.arrival_figures import (
     ERROR,
     MINUTE_END,
@@ -31,6 +39,7 @@ from bench.arrival_figures import (
 )
 from bench.arrival_report import (
     capacities,
+    decided,
     group_keeps_up,
     markdown,
     next_dags,
@@ -245,6 +254,74 @@ def test_a_rate_is_kept_up_with_when_a_majority_of_its_ok_trials_kept_up() -> No
     errored = _trial("sluice", 10, up=False, status=ERROR)
     assert group_keeps_up([up, errored])  # only ok trials vote
     assert not group_keeps_up([errored])
+
+
+# A trial's outcome: kept up, fell behind, not ok (an `error`: it does not vote).
+OUTCOMES = ("keep", "miss", "error")
+
+
+def _outcomes(seq: tuple[str, ...]) -> list[ArrivalTrial]:
+    return [
+        _trial("sluice", 10, up=o == "keep", status=ERROR if o == "error" else "ok") for o in seq
+    ]
+
+
+@pytest.mark.parametrize("planned", [1, 2, 3, 4, 5])
+def test_a_rate_is_decided_only_when_no_remaining_trials_can_change_its_verdict(
+    planned: int,
+) -> None:
+    for ran in range(planned + 1):
+        for prefix in itertools.product(OUTCOMES, repeat=ran):
+            verdict = decided(_outcomes(prefix), planned)
+            finals = {
+                group_keeps_up(_outcomes(prefix + rest))
+                for rest in itertools.product(OUTCOMES, repeat=planned - ran)
+            }
+            if ran == planned:
+                assert verdict is not None, prefix
+                assert verdict == group_keeps_up(_outcomes(prefix)), prefix
+            elif verdict is not None:
+                # Early: every completion of the remaining trials gives the same verdict,
+                # and an `ok` trial has run (a rate with none decides nothing).
+                assert finals == {verdict}, (prefix, planned)
+                # The search records the trials that ran: their own verdict is the same.
+                assert group_keeps_up(_outcomes(prefix)) == verdict, prefix
+                assert any(o != "error" for o in prefix), prefix
+            else:
+                # ... and as early as that: undecided only while the verdict can still turn.
+                assert finals == {True, False}, (prefix, planned)
+
+
+def test_of_three_trials_two_that_agree_decide_a_rate() -> None:
+    assert decided(_outcomes(("keep", "keep")), 3) is True
+    assert decided(_outcomes(("miss", "miss")), 3) is False
+    assert decided(_outcomes(("keep", "miss")), 3) is None
+    assert decided(_outcomes(("keep", "error")), 3) is None  # a third keep: 2/2; a miss: 1/2
+    assert decided(_outcomes(("miss", "error")), 3) is False  # at best a tie, 1/2
+    assert decided(_outcomes(("keep",)), 3) is None
+    assert decided([], 3) is None
+    assert decided(_outcomes(("keep",)), 1) is True
+    assert decided(_outcomes(("error",)), 1) is False  # no ok trial: the search skips the rate
+
+
+def test_a_round_stops_an_arms_trials_at_a_rate_once_decided_and_the_others_take_turns() -> None:
+    a, b, c = ("sluice", "like-for-like"), ("airflow", "defaults"), ("airflow3", "defaults")
+    script = {a: ["keep", "keep", "miss"], b: ["keep", "miss", "keep"], c: ["miss", "miss"]}
+    ran: list[tuple[tuple[str, str], int, int]] = []
+
+    def run(arm: tuple[str, str], dags: int, n: int) -> ArrivalTrial:
+        ran.append((arm, dags, n))
+        return _outcomes((script[arm][n],))[0]
+
+    done = rate_round({a: 100, b: 200, c: 300}, 3, run)
+    assert ran == [(a, 100, 0), (b, 200, 0), (c, 300, 0), (a, 100, 1), (b, 200, 1), (c, 300, 1),
+                   (b, 200, 2)]  # fmt: skip
+    assert [len(done[arm]) for arm in (a, b, c)] == [2, 3, 2]
+    assert [group_keeps_up(done[arm]) for arm in (a, b, c)] == [True, True, False]
+    # One trial a rate (the sweep): every arm runs its one, as before.
+    ran.clear()
+    assert [len(g) for g in rate_round({a: 100, c: 300}, 1, run).values()] == [1, 1]
+    assert ran == [(a, 100, 0), (c, 300, 0)]
 
 
 def test_the_markdown_shows_every_trial_with_its_status_and_the_verdict() -> None:
