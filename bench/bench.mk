@@ -16,13 +16,14 @@
 #   make bench-headline the README's headline table and docs/img/bench-headline.svg, rendered
 #                       from the committed JSON (bench/headline.py names the files)
 #   make bench-logs     the log archiver: 1,000 task logs of 1 MiB to file:// and S3 (issue 30)
+#   make bench-anatomy  where a like-for-like tick's time goes, phase by phase (in one process)
 # Extra arguments: make bench BENCH_ARGS="--shapes linear,grid --replicas 1"
 
 BENCH_ARGS ?=
 BENCH_PY := PYTHONPATH=. COLUMNS=$${COLUMNS:-220} $(BIN)/python -m bench.run
 
 .PHONY: bench bench-compare bench-smoke bench-scale bench-deps bench-k8s bench-steady bench-arrival \
-	bench-logs bench-headline
+	bench-logs bench-headline bench-anatomy
 
 $(BIN)/.bench-deps: $(BIN)/.installed
 	$(BIN)/pip install --quiet 'matplotlib>=3.8,<4'
@@ -49,6 +50,11 @@ bench-smoke: bench-deps
 #   make bench-arrival BENCH_ARGS="--dags sluice=2000,airflow=200,airflow3=200 --rates 2"
 bench-arrival: bench-deps
 	PYTHONPATH=. COLUMNS=$${COLUMNS:-220} $(BIN)/python -m bench.arrival $(BENCH_ARGS)
+
+# Where a busy tick's time goes (bench/tick_anatomy.py; bench/README.md, "A tick's anatomy").
+#   make bench-anatomy BENCH_ARGS="--shape no_structure --size 10x100 --tis 512"
+bench-anatomy: install
+	PYTHONPATH=. $(BIN)/python -m bench.tick_anatomy $(BENCH_ARGS)
 
 bench-scale: bench-deps
 	$(BENCH_PY) --scale $(BENCH_ARGS)

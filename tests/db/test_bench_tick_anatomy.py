@@ -1,0 +1,34 @@
+"""`bench.tick_anatomy` does not rot: a tiny burst through one loop, every statement of
+it counted in a phase. No timing is asserted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from bench.common import Postgres
+from bench.shapes import Workload
+
+
+@pytest.mark.db
+def test_a_tiny_burst_is_taken_apart_by_phase(tmp_path: Path) -> None:
+    from bench import tick_anatomy
+
+    pg = Postgres()
+    try:
+        explain = tmp_path / "plans.txt"
+        a = tick_anatomy.measure(pg, Workload("linear", 2, 3), 16, explain=explain)
+    finally:
+        pg.stop()
+    assert a.ticks >= 3  # a chain of three moves a task a tick
+    assert a.tasks_per_s > 0
+    phases = a.phases
+    assert phases["critical"].statements >= 3  # one section a tick that queued
+    assert phases["handover"].statements > 0  # the reports went in
+    # Every statement of the burst is in one row of the table (a phase, or outside them).
+    assert sum(p.statements for p in phases.values()) == sum(n for _, n in a.statements.values())
+    assert a.commits >= a.ticks
+    assert "duration:" in explain.read_text()  # Postgres's own plans and times
+    table = tick_anatomy.render(a)
+    for name in tick_anatomy.PHASES:
+        assert f"| {name} |" in table
