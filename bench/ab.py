@@ -30,6 +30,12 @@ def _busy(trial: dict[str, Any], what: str) -> float:
     return sum(s[what] for s in stats) / ticks if ticks else math.nan
 
 
+def _total(trial: dict[str, Any], what: str) -> float:
+    """Summed over the trial's replicas; NaN where the replicas did not count it."""
+    stats = trial.get("replica_stats") or []
+    return sum(s[what] for s in stats) if stats and all(what in s for s in stats) else math.nan
+
+
 def _hold(trial: dict[str, Any]) -> float:
     holds = [s["lock_hold_ms_p50"] for s in trial.get("replica_stats") or []]
     holds = [h for h in holds if h is not None]
@@ -42,6 +48,9 @@ FIGURES: list[tuple[str, Figure, int]] = [
     ("CPU ms/task (sched+PG)", lambda t: t["total_cpu_ms_per_task"], 2),
     ("statements/task", lambda t: t["statements_per_task"], 2),
     ("transactions/busy tick", lambda t: _busy(t, "busy_transactions"), 2),
+    # Query strings sent (round trips), BEGIN and COMMIT left out (`bench.replica --stats`).
+    ("statements sent/busy tick", lambda t: _busy(t, "busy_statements"), 2),
+    ("full collections/trial", lambda t: _total(t, "busy_full_collections"), 1),
     ("lock hold p50 ms", _hold, 2),
 ]
 

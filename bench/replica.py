@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import json
 import signal
 import statistics
@@ -63,6 +64,10 @@ class LoopStats:
     busy_ticks: int = 0
     busy_transactions: int = 0  # commits in ticks that changed something
     busy_statements: int = 0  # statements sent in those ticks (BEGIN and COMMIT excluded)
+    # The collector's full (generation 2) passes in those ticks, and all its passes' time
+    # there, in ms (ADR 0048).
+    busy_full_collections: int = 0
+    busy_collection_ms: float = 0.0
     # Each critical section that queued tasks: from its lock statement being sent to the
     # end of its commit, in ms.
     lock_holds_ms: list[float] = field(default_factory=list)
@@ -71,6 +76,9 @@ class LoopStats:
     _lock_at: float | None = None
     _queued: bool = False
     _thread: int = field(default_factory=threading.get_ident)
+    _full_collections: int = 0
+    _collection_ms: float = 0.0
+    _collecting_since: float = 0.0
 
     def watch(self, engine: Engine, sessions: sessionmaker[Session]) -> None:
         def executed(conn: object, cursor: object, statement: str, *args: object) -> None:
@@ -94,6 +102,16 @@ class LoopStats:
                 self.lock_holds_ms.append((time.perf_counter() - self._lock_at) * 1000)
             self._lock_at = None
 
+        def collected(stage: str, info: dict[str, int]) -> None:
+            if threading.get_ident() != self._thread:
+                return
+            if stage == "start":
+                self._collecting_since = time.perf_counter()
+                return
+            self._collection_ms += (time.perf_counter() - self._collecting_since) * 1000
+            self._full_collections += info["generation"] == 2
+
+        gc.callbacks.append(collected)
         event.listen(engine, "before_cursor_execute", executed)
         event.listen(engine, "commit", committed)
         event.listen(sessions, "after_commit", ended)
@@ -102,12 +120,15 @@ class LoopStats:
     def counting(self, tick: Callable[[], TickReport]) -> Callable[[], TickReport]:
         def counted() -> TickReport:
             commits, statements = self._commits, self._statements
+            full, collecting = self._full_collections, self._collection_ms
             report = tick()
             self.ticks += 1
             if report.busy:
                 self.busy_ticks += 1
                 self.busy_transactions += self._commits - commits
                 self.busy_statements += self._statements - statements
+                self.busy_full_collections += self._full_collections - full
+                self.busy_collection_ms += self._collection_ms - collecting
             return report
 
         return counted
@@ -119,6 +140,8 @@ class LoopStats:
             "busy_ticks": self.busy_ticks,
             "busy_transactions": self.busy_transactions,
             "busy_statements": self.busy_statements,
+            "busy_full_collections": self.busy_full_collections,
+            "busy_collection_ms": round(self.busy_collection_ms, 3),
             "critical_sections_queued": len(holds),
             "lock_hold_ms_p50": round(statistics.median(holds), 3) if holds else None,
             "lock_hold_ms_mean": round(statistics.fmean(holds), 3) if holds else None,

@@ -15,8 +15,9 @@ own time for it, to FILE (with its overhead: the other figures of that run are
 not comparable).
 
 Like `bench.replica`, the process freezes its heap before the unpause, as
-`SchedulerLoop.run` does (ADR 0048). The wall time is this process's and the
-server's together: on 2 cores they mostly take turns. Tasks/s here are not the
+`SchedulerLoop.run` does (ADR 0048); `--no-freeze` leaves it unfrozen. The
+wall time is this process's and the server's together: on 2 cores they mostly
+take turns. Tasks/s here are not the
 benchmark's (no separate replica process, no harness sampling): use
 `bench.run` for those, and this to see where a tick's time goes.
 """
@@ -166,7 +167,14 @@ class _Recorder:
         self.a.statements = {sql: (round(ms, 1), self._by_sql[sql]) for sql, ms in slowest}
 
 
-def measure(pg: Postgres, workload: Workload, tis: int, *, explain: Path | None = None) -> Anatomy:
+def measure(
+    pg: Postgres,
+    workload: Workload,
+    tis: int,
+    *,
+    explain: Path | None = None,
+    freeze: bool = True,
+) -> Anatomy:
     knobs = for_variant(Knobs(max_tis_per_query=tis), LIKE_FOR_LIKE, workload.dags)
     sluice_side.prepare_template(pg, knobs)
     url = pg.create("tick_anatomy", sluice_side.TEMPLATE)
@@ -175,8 +183,7 @@ def measure(pg: Postgres, workload: Workload, tis: int, *, explain: Path | None 
     anatomy = Anatomy(workload.label, tis)
     recorder = _Recorder(anatomy)
     out = explain.open("w") if explain is not None else None
-    if out is not None:
-        _explain_into(engine, out)
+    unexplain = _explain_into(engine, out) if out is not None else None
     sessions = session_factory(engine)
     with sessions() as session:
         sluice_side.register(session, workload, knobs)
@@ -195,7 +202,8 @@ def measure(pg: Postgres, workload: Workload, tis: int, *, explain: Path | None 
         loop.tick()  # registered, nothing due: what an idle replica has done before the unpause
         with checks.begin() as conn:
             conn.execute(text("UPDATE dag SET is_paused = false"))
-        gc.freeze()  # as SchedulerLoop.run does
+        if freeze:
+            gc.freeze()  # as SchedulerLoop.run does
         recorder.on = True
         began = time.perf_counter()
         while not _finished(checks, workload):
@@ -209,6 +217,8 @@ def measure(pg: Postgres, workload: Workload, tis: int, *, explain: Path | None 
         loop.close()
         engine.dispose()
         checks.dispose()
+        if unexplain is not None:
+            unexplain()
         if out is not None:
             out.close()
         pg.drop("tick_anatomy")
@@ -225,7 +235,9 @@ def _finished(checks: Engine, workload: Workload) -> bool:
     return bool(done >= workload.total_tasks)
 
 
-def _explain_into(engine: Engine, out: Any) -> None:
+def _explain_into(engine: Engine, out: Any) -> Callable[[], None]:
+    """Plans into `out`; returns what puts the notices' logger back as it was."""
+
     @event.listens_for(engine, "connect")
     def explained(dbapi_connection: Any, record: Any) -> None:
         cursor = dbapi_connection.cursor()
@@ -239,9 +251,17 @@ def _explain_into(engine: Engine, out: Any) -> None:
 
     # psycopg2's dialect logs the server's notices at INFO.
     notices = logging.getLogger("sqlalchemy.dialects.postgresql")
+    level, propagate, handler = notices.level, notices.propagate, Plans()
     notices.setLevel(logging.INFO)
-    notices.addHandler(Plans())
+    notices.addHandler(handler)
     notices.propagate = False
+
+    def undo() -> None:
+        notices.removeHandler(handler)
+        notices.setLevel(level)
+        notices.propagate = propagate
+
+    return undo
 
 
 def render(a: Anatomy, top: int = 12) -> str:
@@ -273,12 +293,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tis", type=int, default=16, help="tasks per critical-section query")
     parser.add_argument("--explain", type=Path, help="write auto_explain's plans here")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--no-freeze",
+        action="store_true",
+        help="leave the heap unfrozen, to see the full collections it costs (ADR 0048)",
+    )
     args = parser.parse_args(argv)
     dags, _, tasks = args.size.partition("x")
     workload = Workload(args.shape, int(dags), int(tasks))
     pg = Postgres()
     try:
-        anatomy = measure(pg, workload, args.tis, explain=args.explain)
+        anatomy = measure(pg, workload, args.tis, explain=args.explain, freeze=not args.no_freeze)
     finally:
         pg.stop()
     print(render(anatomy))
