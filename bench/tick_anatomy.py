@@ -14,8 +14,8 @@ collector's passes; and the statements that took longest in `execute`. With
 own time for it, to FILE (with its overhead: the other figures of that run are
 not comparable).
 
-Like `bench.replica`, the process freezes its heap before the unpause, as
-`SchedulerLoop.run` does (ADR 0048); `--no-freeze` leaves it unfrozen. The
+The collector's passes are counted as `bench.replica --stats` counts them
+(ADR 0048); `--freeze` freezes the heap before the unpause, to compare. The
 wall time is this process's and the server's together: on 2 cores they mostly
 take turns. Tasks/s here are not the
 benchmark's (no separate replica process, no harness sampling): use
@@ -173,7 +173,7 @@ def measure(
     tis: int,
     *,
     explain: Path | None = None,
-    freeze: bool = True,
+    freeze: bool = False,
 ) -> Anatomy:
     knobs = for_variant(Knobs(max_tis_per_query=tis), LIKE_FOR_LIKE, workload.dags)
     sluice_side.prepare_template(pg, knobs)
@@ -203,7 +203,7 @@ def measure(
         with checks.begin() as conn:
             conn.execute(text("UPDATE dag SET is_paused = false"))
         if freeze:
-            gc.freeze()  # as SchedulerLoop.run does
+            gc.freeze()
         recorder.on = True
         began = time.perf_counter()
         while not _finished(checks, workload):
@@ -213,7 +213,8 @@ def measure(
         recorder.on = False
     finally:
         stop()
-        gc.unfreeze()
+        if freeze:
+            gc.unfreeze()
         loop.close()
         engine.dispose()
         checks.dispose()
@@ -294,16 +295,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--explain", type=Path, help="write auto_explain's plans here")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument(
-        "--no-freeze",
+        "--freeze",
         action="store_true",
-        help="leave the heap unfrozen, to see the full collections it costs (ADR 0048)",
+        help="freeze the heap before the unpause (gc.freeze), to compare (ADR 0048)",
     )
     args = parser.parse_args(argv)
     dags, _, tasks = args.size.partition("x")
     workload = Workload(args.shape, int(dags), int(tasks))
     pg = Postgres()
     try:
-        anatomy = measure(pg, workload, args.tis, explain=args.explain, freeze=not args.no_freeze)
+        anatomy = measure(pg, workload, args.tis, explain=args.explain, freeze=args.freeze)
     finally:
         pg.stop()
     print(render(anatomy))

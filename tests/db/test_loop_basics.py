@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 from datetime import timedelta
 
 import pytest
@@ -128,19 +127,3 @@ def test_a_tick_takes_one_connection_and_a_failed_phase_gives_it_back(
         event.remove(engine, "checkout", listener)
     with sessions() as session:
         assert [r.state for r in runs(session, "one")] == [RunState.SUCCESS]
-
-
-def test_running_the_loop_freezes_what_the_process_held_as_it_started(
-    sessions: sessionmaker[Session],
-) -> None:
-    """ADR 0048: the heap the process holds as its loop starts leaves the collector's
-    full passes."""
-    loop = make_loop(sessions, ScriptedExecutor(), FakeClock(T0))
-    gc.unfreeze()
-    try:
-        assert gc.get_freeze_count() == 0
-        loop.run(lambda: True)
-        assert gc.get_freeze_count() > 0
-    finally:
-        gc.unfreeze()
-        loop.close()

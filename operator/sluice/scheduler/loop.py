@@ -49,7 +49,6 @@ liveness probes (ADR 0020).
 from __future__ import annotations
 
 import contextlib
-import gc
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -288,10 +287,6 @@ class SchedulerLoop:
     # -- running ------------------------------------------------------------------
 
     def run(self, should_stop: Callable[[], bool]) -> None:
-        # What the process holds as its loop starts (modules, clients, this loop) lives as
-        # long as it does: out of the collector's full passes, which walked it all, once
-        # or more a burst (ADR 0048).
-        gc.freeze()
         try:
             while not should_stop():
                 try:
