@@ -25,9 +25,13 @@ Figure = Callable[[dict[str, Any]], float]
 
 
 def _busy(trial: dict[str, Any], what: str) -> float:
+    """A count per busy tick over the trial's replicas; NaN where they did not count it
+    (a replica of an older harness)."""
     stats = trial.get("replica_stats") or []
     ticks = sum(s["busy_ticks"] for s in stats)
-    return sum(s[what] for s in stats) / ticks if ticks else math.nan
+    if not ticks or not all(what in s for s in stats):
+        return math.nan
+    return sum(s[what] for s in stats) / ticks
 
 
 def _total(trial: dict[str, Any], what: str) -> float:

@@ -23,7 +23,13 @@ def _trial(variant: str, tasks_per_s: float, *, status: str = "ok", **more: Any)
         "total_cpu_ms_per_task": 1.0,
         "statements_per_task": 10.0,
         "replica_stats": [
-            {"busy_ticks": 10, "busy_transactions": 40, "lock_hold_ms_p50": 1.5},
+            {
+                "busy_ticks": 10,
+                "busy_transactions": 40,
+                "busy_statements": 125,
+                "busy_full_collections": 1,
+                "lock_hold_ms_p50": 1.5,
+            },
         ],
         **more,
     }
@@ -42,7 +48,15 @@ def test_each_arm_is_a_row_of_medians_over_its_ok_trials_with_every_trial_counte
     before, after = lines[2], lines[3]  # the arm with a code tree first
     assert before.startswith("| grid 100x10 | 16 | like-for-like@before | 1/2 | 200 (200-200)")
     assert after.startswith("| grid 100x10 | 16 | like-for-like | 3/3 | 200 (100-300) | 400")
-    assert after.endswith("| 4.00 (4.00-4.00) | 1.50 (1.50-1.50) |")
+    assert after.endswith(
+        "| 4.00 (4.00-4.00) | 12.50 (12.50-12.50) | 1.0 (1.0-1.0) | 1.50 (1.50-1.50) |"
+    )
+
+
+def test_a_replica_of_an_older_harness_shows_na_for_what_it_did_not_count() -> None:
+    older = {"busy_ticks": 10, "busy_transactions": 40, "lock_hold_ms_p50": 1.5}
+    row = ab.table([_trial("like-for-like", 100, replica_stats=[older])]).splitlines()[2]
+    assert row.endswith("| 4.00 (4.00-4.00) | n/a | n/a | 1.50 (1.50-1.50) |")
 
 
 def test_a_trial_without_replica_stats_shows_na() -> None:
