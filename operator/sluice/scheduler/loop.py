@@ -24,10 +24,11 @@ statement for all of them, `probe.py`) finds them work that other replicas,
 the clock or a lost notification brought. A tick that follows a busy one so
 skips the statements that would find nothing, and an idle replica still looks
 at everything once per tick interval (with N live replicas, each once per N
-intervals: `phase_housekeeping`'s `_share_looks`). Without a waker phases 1 to 3
-run every tick; phase 4's claims from the outbox and alerts run when this replica
-gave them work and otherwise once per tick interval (the critical section starts
-what it queues itself, ADR 0047: the outbox holds only what others left).
+intervals: `phase_housekeeping`'s `_share_looks`). Without a waker phases 2 and 3
+run every tick; phase 1 runs when told, on the tick after an idle one and once per
+tick interval (ADR 0049); phase 4's claims from the outbox and alerts run when this
+replica gave them work and otherwise once per tick interval (the critical section
+starts what it queues itself, ADR 0047: the outbox holds only what others left).
 
 This module keeps what the phases share: the tick's order and its one connection,
 the notifications and the look that tell the phases, the one error policy
@@ -166,6 +167,10 @@ class SchedulerLoop:
         )
         if report.database_answered and not report.errors:
             self._last_errors.clear()  # a good tick ends every series of errors
+        if self.waker is None and not report.busy:
+            # Without a waker phase 1 looks on the tick after an idle one: what other
+            # processes changed meanwhile (an unpause, a manual run) shows up there.
+            self.dues.runs.tell()
         if self.on_change is not None and (report.busy or self._changed):
             try:
                 self.on_change()
@@ -254,13 +259,14 @@ class SchedulerLoop:
     def _probe(self, now: datetime, report: TickReport) -> None:
         """The look once per tick interval for work no one told this replica of, for five
         steps in one statement (`probe.py`): each step with work is told. Without a
-        waker the first three run every tick, and the outbox's claims and alerts are
-        looked for once per interval (no statement for the look: each step's own is
-        as cheap)."""
+        waker phases 2 and 3 run every tick, and phase 1, the outbox's claims and the
+        alerts are looked for once per interval (no statement for the look: each
+        step's own is as cheap)."""
         if not self.dues.probe(now):
             return
         self.dues.probe.ran(now)
         if self.waker is None:
+            self.dues.runs.tell()
             self.dues.claims.tell()
             self.dues.alerts.tell()
             return
@@ -325,7 +331,8 @@ class SchedulerLoop:
 
     def _due(self, due: Due, now: datetime) -> bool:
         """Without a waker, a step runs every tick: nothing would tell it what other
-        processes changed (an unpause, a manual run) before the next tick interval."""
+        processes changed (an unpause, a manual run) before the next tick interval.
+        (Phase 1 without a waker has its own rule, `phase_runs.Runs.due`.)"""
         return self.waker is None or due(now)
 
     def _transaction(

@@ -4,7 +4,9 @@ each its own short transaction, while a time budget lasts (ADR 0023).
 
 With a `Waker` the phase runs only when something may have changed (`due`): a
 notification came, its last pass came back full, this replica ended a run, a
-schedule fell due, or the look once per tick interval found it work. It tells
+schedule fell due, or the look once per tick interval found it work. Without
+one, the same, with the look replaced by a pass after every idle tick and once
+per tick interval (ADR 0049). It tells
 phase 2 of the runs it started and phase 3 of the first tasks it scheduled, both
 in the same tick.
 """
@@ -37,15 +39,23 @@ class Runs:
     def due(self, now: datetime) -> bool:
         """Does phase 1 have anything new to look at?
 
-        Without a waker, always. With one: when a notification came (a DAG
-        registered or unpaused, a run inserted or ended), when the last phase 1
-        came back full or this replica ended a run, and otherwise when the loop's
-        look once per tick interval (`SchedulerLoop._probe`) finds a schedule fallen due or a queued
+        With a waker: when a notification came (a DAG registered or unpaused, a
+        run inserted or ended), when the last phase 1 came back full or this
+        replica ended a run, and otherwise when the loop's look once per tick
+        interval (`SchedulerLoop._probe`) finds a schedule fallen due or a queued
         run (anything a notification missed). A busy replica so skips two queries
         per tick that would find nothing.
+
+        Without one (ADR 0049): on the tick after an idle one (where what other
+        processes changed, an unpause or a manual run, shows up, as before), when
+        the last phase 1 came back full or this replica ended a run, when a
+        schedule fell due, and once per tick interval within a burst. A burst's
+        ticks so skip three reads that would find nothing.
         """
         if self.next_due is not None and now >= self.next_due:
             return True  # a schedule fell due (the idle wait ended for it)
+        if self.loop.waker is None:
+            return self.dues.runs(now)
         return self.loop._due(self.dues.runs, now)
 
     def _create_and_start_runs(self, now: datetime, report: TickReport) -> None:
