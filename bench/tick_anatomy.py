@@ -9,7 +9,9 @@ every task succeeded, on an embedded Postgres. It prints, for the ticks of the
 burst: each phase's wall time, the part of it spent inside the driver's
 `execute` (Postgres's work plus the round trip), and its statements (each one
 round trip; `BEGIN` and `COMMIT` are not statements here); the commits; the
-collector's passes; and the statements that took longest in `execute`. With
+collector's passes; the statements that took longest in `execute`; and the
+prepared statements Postgres planned anew on most calls (`pg_prepared_statements`'
+custom plans: a plan made on every call, where a generic one is made once). With
 `--explain FILE`, `auto_explain` writes each statement's plan, with Postgres's
 own time for it, to FILE (with its overhead: the other figures of that run are
 not comparable).
@@ -83,6 +85,10 @@ class Anatomy:
     )
     # Time in `execute` and count, per statement (its SQL's first 100 characters).
     statements: dict[str, tuple[float, int]] = field(default_factory=dict)
+    # Each prepared statement's plans on the loop's connection after the burst
+    # (`pg_prepared_statements`): generic (planned once, kept) and custom (planned anew
+    # on that call), by its SQL's first 100 characters.
+    plans: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 class _Recorder:
@@ -211,6 +217,7 @@ def measure(
             anatomy.ticks += 1
         anatomy.wall_s = round(time.perf_counter() - began, 3)
         recorder.on = False
+        anatomy.plans = _plans(sessions)
     finally:
         stop()
         if freeze:
@@ -226,6 +233,22 @@ def measure(
     anatomy.tasks_per_s = round(workload.total_tasks / anatomy.wall_s, 1)
     recorder.finish()
     return anatomy
+
+
+def _plans(sessions: Any) -> dict[str, tuple[int, int]]:
+    """The plans of the statements prepared on the loop's connection (the pool's one)."""
+    with sessions() as session:
+        rows = session.execute(
+            text(
+                "SELECT name, generic_plans, custom_plans FROM pg_prepared_statements"
+                " ORDER BY custom_plans DESC, name"
+            )
+        ).all()
+    found = {}
+    for row in rows:
+        sql = sql_of(f"EXECUTE {row.name}") if row.name.startswith("sluice_") else row.name
+        found[" ".join((sql or row.name).split())[:100]] = (row.generic_plans, row.custom_plans)
+    return found
 
 
 def _finished(checks: Engine, workload: Workload) -> bool:
@@ -284,6 +307,16 @@ def render(a: Anatomy, top: int = 12) -> str:
     lines += ["", "| ms in execute | count | statement |", "|---|---|---|"]
     for sql, (ms, count) in list(a.statements.items())[:top]:
         lines.append(f"| {ms:.1f} | {count} | `{sql}` |")
+    planned = [(sql, g, c) for sql, (g, c) in a.plans.items() if c > 5]
+    if planned:
+        lines += [
+            "",
+            "Planned anew on most calls (custom plans after the first five):",
+            "",
+            "| generic plans | custom plans | statement |",
+            "|---|---|---|",
+        ]
+        lines += [f"| {g} | {c} | `{sql}` |" for sql, g, c in planned]
     return "\n".join(lines)
 
 

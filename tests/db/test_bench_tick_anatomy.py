@@ -30,6 +30,9 @@ def test_a_tiny_burst_is_taken_apart_by_phase(tmp_path: Path) -> None:
     assert sum(p.statements for p in phases.values()) == sum(n for _, n in a.statements.values())
     assert a.commits >= a.ticks
     assert "duration:" in explain.read_text()  # Postgres's own plans and times
+    # The prepared statements' plans, read back from the loop's connection.
+    assert a.plans
+    assert all(generic + custom > 0 for generic, custom in a.plans.values())
     # The notices' logger is as it was: later statements log nowhere near the closed file.
     notices = logging.getLogger("sqlalchemy.dialects.postgresql")
     assert notices.handlers == []
