@@ -47,8 +47,11 @@ CAPTIONS = {
         " Still different by design: a Sluice report is one set-based statement that"
         " also decides the tasks it makes ready (ADR 0008), where Airflow's loop takes"
         " each task's executor event on its own and decides downstream tasks in a"
-        " later loop (its mini scheduler never runs: no task process runs); and"
-        " Sluice prepares its hot statements (ADR 0010)."
+        " later loop (its mini scheduler never runs: no task process runs);"
+        " Sluice prepares its hot statements (ADR 0010); and, since ADR 0049 (after"
+        " the 2026-12-05 publication), Sluice's phase 1 (run creation) runs within a"
+        " burst only when told or once per tick interval, where Airflow's loop looks"
+        " for due DAGs on every loop."
     ),
     DEFAULTS: (
         "Sluice at its defaults: up to 8 critical-section queries per tick while they"
