@@ -31,7 +31,6 @@ import gc
 import json
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -100,8 +99,7 @@ class _Recorder:
         self.on = False
         self._sent = 0.0
         self._gc_at = 0.0
-        self._by_sql: Counter[str] = Counter()
-        self._time: dict[str, float] = {}
+        self._by_sql: dict[str, tuple[float, int]] = {}  # ms in execute, count
 
     def watch(self, engine: Engine) -> Callable[[], None]:
         def before(conn: object, cursor: object, statement: str, *args: object) -> None:
@@ -112,8 +110,8 @@ class _Recorder:
                 return
             spent = (time.perf_counter() - self._sent) * 1000
             sql = " ".join((sql_of(statement) or "(prepare)").split())[:100]
-            self._time[sql] = self._time.get(sql, 0.0) + spent
-            self._by_sql[sql] += 1
+            ms, count = self._by_sql.get(sql, (0.0, 0))
+            self._by_sql[sql] = (ms + spent, count + 1)
             phase = self.a.phases[self.phase or OUTSIDE]
             phase.execute_ms += spent
             phase.statements += 1
@@ -169,8 +167,8 @@ class _Recorder:
             part.tick = timed
 
     def finish(self) -> None:
-        slowest = sorted(self._time.items(), key=lambda kv: -kv[1])
-        self.a.statements = {sql: (round(ms, 1), self._by_sql[sql]) for sql, ms in slowest}
+        slowest = sorted(self._by_sql.items(), key=lambda kv: -kv[1][0])
+        self.a.statements = {sql: (round(ms, 1), count) for sql, (ms, count) in slowest}
 
 
 def measure(
