@@ -78,6 +78,9 @@ def test_rows_judge_the_faster_airflow_and_count_the_targets() -> None:
     assert "| linear 10x100, 16/query | 19.5x [18.2-21.0] (2.10.5) | " in table
     assert "met in 0 (0) by the median ratio from the first action; 0 (0)" in table
     assert "(of 1 scenarios;" in table
+    # Sluice's lag p50 (its median trial's: 20 ms) is a column, and its target counted.
+    assert table.splitlines()[2].endswith(" | 1.50 | 1.50 | 20 |")
+    assert "lag p50 under 50 ms met in 1 of 1." in table
 
 
 def test_the_readme_headline_is_what_the_committed_json_renders() -> None:
@@ -138,6 +141,14 @@ def test_a_trial_not_ok_is_in_no_median_and_is_counted() -> None:
     dead = [replace(t, status="error") for t in _arm("airflow3", [90.0] * 2)]
     (row,) = headline.rows(trials + dead)
     assert row.from_unpause.peer == "airflow"
+
+
+def test_the_plot_draws_both_ratios(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    trials = _arm("sluice", [400.0, 410.0]) + _arm("airflow", [20.0, 21.0])
+    svg = headline.plot(headline.rows(trials), tmp_path / "plot.svg").read_text()
+    assert "from the first action" in svg
+    assert "from the unpause" in svg
 
 
 def test_one_trial_an_arm_has_no_interval() -> None:

@@ -51,16 +51,29 @@ def test_the_headline_shows_exactly_the_tables_its_command_prints(
     assert shown == printed
 
 
-def test_the_headline_files_are_whole_runs_of_one_clean_commit() -> None:
+def _planned_trials(command: str) -> int:
+    """The trials of each arm a `--compare` command asked for (`--trials`, else 5)."""
+    found = re.search(r"--trials[ =](\d+)", command)
+    return int(found.group(1)) if found else run.TRIALS["compare"]
+
+
+def test_the_headline_files_are_whole_runs_of_one_clean_commit_on_one_machine() -> None:
     saved = [json.loads((ROOT / name).read_text()) for name in _headline_files()]
     assert {s["commit"] for s in saved} == {saved[0]["commit"]}, "one commit for every shape"
+    assert all(s["machine"] == saved[0]["machine"] for s in saved), "one machine"
     for s in saved:
         assert s["complete"] is True, s["command"]
         assert s["dirty"] is False, s["command"]
         assert Path(s["scheduler_code"]).parts[-2:] == ("operator", "sluice"), s["command"]
-        # Every planned trial is there, whatever its status: 5 of each arm in each scenario.
+        # Every planned trial is there, whatever its status: as many of each arm in each
+        # scenario as the command asked for.
         arms = Counter(
             (t["side"], t["variant"], t["shape"], t["dags"], t["tasks"], t["max_tis_per_query"])
             for t in s["trials"]
         )
-        assert set(arms.values()) == {5}, (s["command"], arms)
+        assert set(arms.values()) == {_planned_trials(s["command"])}, (s["command"], arms)
+
+
+def test_planned_trials_come_from_the_command() -> None:
+    assert _planned_trials("python -m bench.run --compare --replicas 1 --shapes grid") == 5
+    assert _planned_trials("python -m bench.run --compare --trials 3 --shapes grid") == 3
