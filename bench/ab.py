@@ -7,7 +7,9 @@ unpause and from the first action (`metrics.Trial.active_tasks_per_s`), total CP
 per task (scheduler + Postgres), statements per task (pg_stat_statements, BEGIN
 and COMMIT included), and from the replicas' own counts (`bench.replica.LoopStats`)
 the transactions per busy tick and the critical section's lock hold (each trial's
-median over its sections that queued tasks).
+median over its sections that queued tasks), and for the production arm
+(`sluice:production`, any Sluice variant is a row) when the DagRun objects
+showed every run's end and the replicas' CPU until then after the makespan.
 """
 
 from __future__ import annotations
@@ -56,6 +58,10 @@ FIGURES: list[tuple[str, Figure, int]] = [
     ("statements sent/busy tick", lambda t: _busy(t, "busy_statements"), 2),
     ("full collections/trial", lambda t: _total(t, "busy_full_collections"), 1),
     ("lock hold p50 ms", _hold, 2),
+    # The production arm's (`sluice:production`): when every DagRun object showed its
+    # run's end, and the replicas' CPU between the makespan's end and then.
+    ("DagRuns final, s after t0", lambda t: t.get("status_final_s", math.nan), 2),
+    ("replica CPU after makespan, s", lambda t: t.get("cpu_after_makespan_s", math.nan), 3),
 ]
 
 

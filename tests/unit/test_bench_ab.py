@@ -49,17 +49,31 @@ def test_each_arm_is_a_row_of_medians_over_its_ok_trials_with_every_trial_counte
     assert before.startswith("| grid 100x10 | 16 | like-for-like@before | 1/2 | 200 (200-200)")
     assert after.startswith("| grid 100x10 | 16 | like-for-like | 3/3 | 200 (100-300) | 400")
     assert after.endswith(
-        "| 4.00 (4.00-4.00) | 12.50 (12.50-12.50) | 1.0 (1.0-1.0) | 1.50 (1.50-1.50) |"
+        "| 4.00 (4.00-4.00) | 12.50 (12.50-12.50) | 1.0 (1.0-1.0) | 1.50 (1.50-1.50) | n/a | n/a |"
     )
 
 
 def test_a_replica_of_an_older_harness_shows_na_for_what_it_did_not_count() -> None:
     older = {"busy_ticks": 10, "busy_transactions": 40, "lock_hold_ms_p50": 1.5}
     row = ab.table([_trial("like-for-like", 100, replica_stats=[older])]).splitlines()[2]
-    assert row.endswith("| 4.00 (4.00-4.00) | n/a | n/a | 1.50 (1.50-1.50) |")
+    assert row.endswith("| 4.00 (4.00-4.00) | n/a | n/a | 1.50 (1.50-1.50) | n/a | n/a |")
 
 
 def test_a_trial_without_replica_stats_shows_na() -> None:
     trial = _trial("like-for-like", 100, replica_stats=[])
     assert math.isnan(ab.FIGURES[4][1](trial))
     assert ab.table([trial]).splitlines()[2].endswith("| n/a | n/a |")
+
+
+def test_the_production_arm_shows_when_its_dagruns_were_final() -> None:
+    trials = [
+        _trial("production", 100, status_final_s=1.25, cpu_after_makespan_s=0.04),
+        _trial("production", 120, status_final_s=1.75, cpu_after_makespan_s=0.06),
+        _trial("like-for-like", 130, status_final_s=None),
+    ]
+    rows = ab.table(trials).splitlines()
+    assert rows[0].endswith("| DagRuns final, s after t0 | replica CPU after makespan, s |")
+    (production,) = [r for r in rows if "| production |" in r]
+    assert production.endswith("| 1.50 (1.25-1.75) | 0.050 (0.040-0.060) |")
+    (bare,) = [r for r in rows if "| like-for-like |" in r]
+    assert bare.endswith("| n/a | n/a |")
