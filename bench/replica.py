@@ -149,6 +149,25 @@ class LoopStats:
         }
 
 
+def scheduler_loop(
+    sessions: sessionmaker[Session],
+    config: SchedulerConfig,
+    waker: Waker | None,
+    publisher: StatusPublisher | None,
+) -> SchedulerLoop:
+    """The replica's loop, with the no-op executor, wired to the status publisher (the
+    production arm) as `sluice scheduler` wires it: the loop wakes the publisher when
+    the outbox may have rows, and tells it the live replicas' count."""
+    return SchedulerLoop(
+        sessions,
+        NoopExecutor(),
+        config,
+        waker=waker,
+        on_change=None if publisher is None else publisher.wake,
+        on_replicas=None if publisher is None else publisher.share,
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.replica")
     parser.add_argument("url")
@@ -229,7 +248,7 @@ def main(argv: list[str] | None = None) -> None:
             idle_interval=STATUS_IDLE_INTERVAL,
         )
         publisher.start()
-    loop = SchedulerLoop(sessions, NoopExecutor(), config, waker=waker)
+    loop = scheduler_loop(sessions, config, waker, publisher)
     if args.stats is not None:
         loop.tick = stats.counting(loop.tick)  # type: ignore[method-assign]
     print(f"ready job={loop.job_id}", flush=True)
