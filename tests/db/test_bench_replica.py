@@ -17,9 +17,8 @@ def test_the_production_arm_wires_the_publisher_as_sluice_scheduler_does(
     sessions: sessionmaker[Session],
 ) -> None:
     """Its loop wakes the status publisher when the outbox may have rows and tells it the
-    live replicas' count; unwired, the publisher only looked once per idle interval, and
-    every run's DagRun object showed its end 25-29 s after the unpause, in trials whose
-    runs had all ended within 1.6 s."""
+    live replicas' count; unwired, the publisher looked only once per idle interval or
+    when a row it had deferred came due."""
     publisher = create_autospec(StatusPublisher, instance=True)
     loop = scheduler_loop(sessions, SchedulerConfig(), None, publisher)
     try:
