@@ -39,7 +39,7 @@ from sluice.executors.noop import NoopExecutor
 from sluice.logs import configure_logging
 from sluice.scheduler.config import SchedulerConfig
 from sluice.scheduler.loop import SchedulerLoop, TickReport, utcnow
-from sluice.status.publisher import StatusPublisher
+from sluice.status.publisher import StatusPublisher, loop_hooks
 
 STATUS_NAMESPACE = "bench"
 
@@ -156,15 +156,13 @@ def scheduler_loop(
     publisher: StatusPublisher | None,
 ) -> SchedulerLoop:
     """The replica's loop, with the no-op executor, wired to the status publisher (the
-    production arm) as `sluice scheduler` wires it: the loop wakes the publisher when
-    the outbox may have rows, and tells it the live replicas' count."""
+    production arm) as `sluice scheduler` wires it (`loop_hooks`)."""
     return SchedulerLoop(
         sessions,
         NoopExecutor(),
         config,
         waker=waker,
-        on_change=None if publisher is None else publisher.wake,
-        on_replicas=None if publisher is None else publisher.share,
+        **loop_hooks(publisher),
     )
 
 

@@ -42,7 +42,7 @@ from sluice.scheduler.config import SchedulerConfig
 from sluice.scheduler.contact import HeartbeatRecording
 from sluice.scheduler.loop import SchedulerLoop, utcnow
 from sluice.scheduler.retention import LogRetention
-from sluice.status.publisher import DEFAULT_HISTORY_LIMIT, StatusPublisher
+from sluice.status.publisher import DEFAULT_HISTORY_LIMIT, StatusPublisher, loop_hooks
 
 _defaults = SchedulerConfig()
 log = structlog.get_logger("sluice.scheduler")
@@ -425,8 +425,7 @@ def scheduler(
                 clock=clock,
                 waker=waker,
                 health=health,
-                on_change=None if publisher is None else publisher.wake,
-                on_replicas=None if publisher is None else publisher.share,
+                **loop_hooks(publisher),
                 recording=None if task_api is None else recording,
             )
 

@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 import structlog
 import urllib3
@@ -112,6 +112,21 @@ class Counts:
     held: int = 0  # objects whose rows waited out the object's backoff, by cycle
     dropped: int = 0  # publications refused for good (refusals.py): rows deleted
     pruned: int = 0  # DagRun objects of ended runs deleted beyond the history limit
+
+
+class LoopHooks(TypedDict):
+    on_change: Callable[[], None] | None
+    on_replicas: Callable[[int], None] | None
+
+
+def loop_hooks(publisher: StatusPublisher | None) -> LoopHooks:
+    """The scheduler loop's hooks for a replica's publisher (none without one): the loop
+    wakes it when the outbox may have rows, and tells it the live replicas' count. One
+    place, so `sluice scheduler` and the benchmark's replica wire it alike."""
+    return LoopHooks(
+        on_change=None if publisher is None else publisher.wake,
+        on_replicas=None if publisher is None else publisher.share,
+    )
 
 
 class StatusPublisher:
