@@ -818,18 +818,31 @@ def _one(
 
 
 def _render(files: list[str], *, markdown: bool, console: Console) -> int:
+    """One file's report; with several, each file's (a sitting, ADR 0050), then each Sluice
+    arm's ratio across them. A `--capacity` file's target is judged against every Airflow
+    arm of `CAPACITY_ARMS`."""
     from bench.run import measured_on
 
-    trials: list[ArrivalTrial] = []
+    expected = tuple(arm for arm in parse_arms(CAPACITY_ARMS) if arm[0] != "sluice")
+    sittings = []
     for path in files:
         saved = json.loads(Path(path).read_text())
+        trials = [ArrivalTrial.from_dict(t) for t in saved["trials"]]
+        wanted = expected if saved.get("search", {}).get("capacity") else ()
         print(f"`{saved['command']}` ({measured_on(saved)})")
-        trials += [ArrivalTrial.from_dict(t) for t in saved["trials"]]
-    if markdown:
-        print()
-        print(arrival_report.markdown(trials))
-        return 0
-    arrival_report.print_report(trials, console)
+        if markdown:
+            print()
+            print(arrival_report.markdown(trials, wanted))
+            print()
+        else:
+            arrival_report.print_report(trials, console, wanted)
+        sittings.append((arrival_report.Sitting(Path(path).stem, trials), bool(wanted)))
+    if len(sittings) > 1:
+        capacity = all(wanted for _, wanted in sittings)
+        lines = arrival_report.paired_lines([s for s, _ in sittings], expected if capacity else ())
+        print("Across the files (each a sitting, ADR 0050):")
+        for line in lines:
+            print(f"- {line}" if markdown else line)
     return 0
 
 

@@ -240,6 +240,12 @@ class Ratio:
     airflow_high: int | None
     airflow_high_arm: Arm | None
     open_arms: tuple[Arm, ...]  # Airflow arms that never fell behind: no upper bound
+    peers: tuple[Arm, ...] = ()  # every Airflow arm it is against
+
+    @property
+    def against(self) -> str:
+        """ "the faster Airflow", or the one Airflow arm when there is only one."""
+        return _arm(self.peers[0]) if len(self.peers) == 1 else "the faster Airflow"
 
     @property
     def low(self) -> float | None:
@@ -268,6 +274,7 @@ def ratio(sluice: Capacity, found: list[Capacity]) -> Ratio:
         airflow_high=high.behind if high else None,
         airflow_high_arm=high.arm if high else None,
         open_arms=open_arms,
+        peers=tuple(c.arm for c in peers),
     )
 
 
@@ -306,12 +313,12 @@ def ratio_line(r: Ratio) -> str:
     if r.airflow_low is None and r.airflow_high is not None:
         why.append("no Airflow arm kept up at any rate tried")
     airflow = (
-        f"the faster Airflow's capacity in [{_n(r.airflow_low)}, {_n(r.airflow_high)})"
+        f"{r.against}'s capacity in [{_n(r.airflow_low)}, {_n(r.airflow_high)})"
         f" runs/min (lower bound: {_arm(r.airflow_low_arm)}; upper: {_arm(r.airflow_high_arm)})"
     )
     note = f" ({'; '.join(why)})" if why else ""
     return (
-        f"ratio, {_arm(r.sluice.arm)} / the faster Airflow: {_x(r.low)} to {_x(r.high)};"
+        f"ratio, {_arm(r.sluice.arm)} / {r.against}: {_x(r.low)} to {_x(r.high)};"
         f" Sluice's capacity in [{_n(r.sluice.kept)}, {_n(r.sluice.behind)}) runs/min, {airflow}"
         f"{note}"
     )
@@ -321,31 +328,49 @@ def _n(dags: int | None) -> str:
     return "?" if dags is None else f"{dags:,}"
 
 
-def target_verdict(r: Ratio) -> str:
+def target_verdict(r: Ratio, unmeasured: tuple[Arm, ...] = ()) -> str:
     """Met only when both halves are: the ratio's lower bound >= 20, and run lag p99 < 1
     s in every `ok` trial at Sluice's capacity rate (the highest it kept up with).
-    Otherwise MISSED, with each half that is not met and why."""
-    s = r.sluice
+    Otherwise MISSED, with each half that is not met and why. `unmeasured`: Airflow
+    arms the target is judged against that these trials do not have (ADR 0050): the
+    rate half is not judged on a subset of them."""
+    return _verdict(r.sluice.arm, r.low, unmeasured, [r.sluice])
+
+
+def _verdict(
+    arm: Arm, low: float | None, unmeasured: tuple[Arm, ...], sluices: list[Capacity]
+) -> str:
+    """`target_verdict` for a ratio whose lower end is `low`, with Sluice's capacity
+    measured in each of `sluices` (one per sitting): the lag half is judged at each
+    one's capacity rate."""
     misses, holds = [], []
-    if r.low is None:
+    if unmeasured:
+        misses.append(f"rate: not judged, {_unmeasured(unmeasured)}")
+    elif low is None:
         misses.append("rate: not shown (the ratio has no lower bound; see the ratio's line)")
-    elif r.low < TARGET_RATIO:
-        misses.append(f"rate: the ratio's lower bound is {r.low:.1f}x < {TARGET_RATIO:.0f}x")
+    elif low < TARGET_RATIO:
+        misses.append(f"rate: the ratio's lower bound is {low:.1f}x < {TARGET_RATIO:.0f}x")
     else:
-        holds.append(f"rate: the ratio's lower bound is {r.low:.1f}x")
-    if s.kept is None:
+        holds.append(f"rate: the ratio's lower bound is {low:.1f}x")
+    if any(s.kept is None for s in sluices):
         misses.append("lag: no capacity rate to judge it at")
     else:
-        lag = (
-            f"p99 {s.lag_p99_worst_ms:,.0f} ms in the worst of {s.lag_trials} trials at"
-            f" {s.kept:,} runs/min (median {s.lag_p99_ms:,.0f})"
-        )
-        if s.lag_p99_worst_ms < TARGET_P99_MS:
-            holds.append(f"lag: {lag}")
+        worst = max(s.lag_p99_worst_ms for s in sluices)
+        if len(sluices) == 1:
+            s = sluices[0]
+            lag = (
+                f"p99 {s.lag_p99_worst_ms:,.0f} ms in the worst of {s.lag_trials} trials at"
+                f" {s.kept:,} runs/min (median {s.lag_p99_ms:,.0f})"
+            )
         else:
-            misses.append(f"lag: {lag}")
+            each = ", ".join(f"{s.lag_p99_worst_ms:,.0f} at {s.kept:,}" for s in sluices)
+            lag = (
+                f"p99 {worst:,.0f} ms in the worst trial at the sittings' capacity rates"
+                f" (worst p99 ms at runs/min: {each})"
+            )
+        (holds if worst < TARGET_P99_MS else misses).append(f"lag: {lag}")
     head = (
-        f"target for {_arm(s.arm)} (capacity >= {TARGET_RATIO:.0f}x the faster Airflow's,"
+        f"target for {_arm(arm)} (capacity >= {TARGET_RATIO:.0f}x the faster Airflow's,"
         " run lag p99 < 1 s at that rate)"
     )
     if not misses:
@@ -354,9 +379,21 @@ def target_verdict(r: Ratio) -> str:
     return f"{head}: MISSED ({'; '.join(misses)}{held})"
 
 
-def capacity_lines(trials: list[ArrivalTrial]) -> list[str]:
-    """Per arm its capacity range, then per Sluice arm the ratio and the target."""
+def _unmeasured(arms: tuple[Arm, ...]) -> str:
+    return f"{len(arms)} Airflow arm(s) not measured yet: {', '.join(_arm(a) for a in arms)}"
+
+
+def missing_arms(trials: list[ArrivalTrial], expected: tuple[Arm, ...]) -> tuple[Arm, ...]:
+    """The `expected` Airflow arms that no `ok` trial of `trials` measured."""
+    have = {(t.side, t.variant) for t in trials if t.ok}
+    return tuple(a for a in expected if a[0] in AIRFLOW_SIDES and a not in have)
+
+
+def capacity_lines(trials: list[ArrivalTrial], expected: tuple[Arm, ...] = ()) -> list[str]:
+    """Per arm its capacity range, then per Sluice arm the ratio and the target (not
+    judged on the rate while an `expected` Airflow arm is missing)."""
     found = capacities(trials)
+    unmeasured = missing_arms(trials, expected)
     lines = []
     old = [t for t in trials if t.ok and t.criterion != SLOPE]
     if old:
@@ -388,13 +425,78 @@ def capacity_lines(trials: list[ArrivalTrial]) -> list[str]:
     for s in (c for c in found if c.arm[0] == "sluice"):
         r = ratio(s, found)
         lines.append(ratio_line(r))
-        lines.append(target_verdict(r))
+        lines.append(target_verdict(r, unmeasured))
         if s.p99_under_target is not None and r.airflow_high:
             lines.append(
                 f"{_arm(s.arm)}: run lag p99 < 1 s in every trial up to {s.p99_under_target:,}"
                 f" runs/min ({s.p99_under_target / r.airflow_high:.1f}x the faster Airflow's"
                 " upper bound)"
             )
+    return lines
+
+
+@dataclass(frozen=True)
+class Sitting:
+    """One file's trials: arms interleaved on one machine in one command (ADR 0050)."""
+
+    name: str
+    trials: list[ArrivalTrial]
+
+
+def paired_lines(sittings: list[Sitting], expected: tuple[Arm, ...] = ()) -> list[str]:
+    """Across sittings (ADR 0050): each pairs Sluice with Airflow arms on one machine,
+    and Sluice over the faster Airflow is the smallest of the sittings' ratios, so it
+    lies in [the smallest of their lower ends, the smallest of their upper ends]. The
+    lower end needs every sitting's; the target's rate half needs every `expected`
+    Airflow arm measured beside Sluice. Airflow arms in a sitting without Sluice are
+    left out, and named."""
+    lines = []
+    sluice_arms = sorted(
+        {(t.side, t.variant) for s in sittings for t in s.trials if t.side == "sluice"}
+    )
+    for arm in sluice_arms:
+        paired: list[tuple[str, Ratio]] = []
+        alone: list[tuple[str, Arm]] = []
+        for sitting in sittings:
+            found = capacities(sitting.trials)
+            mine = next((c for c in found if c.arm == arm), None)
+            peers = [c.arm for c in found if c.arm[0] in AIRFLOW_SIDES]
+            if mine is None:
+                alone += [(sitting.name, a) for a in peers]
+            elif peers:
+                paired.append((sitting.name, ratio(mine, found)))
+        measured = {(t.side, t.variant) for s in sittings for t in s.trials if t.ok}
+        covered = {
+            (t.side, t.variant)
+            for s in sittings
+            if any((t.side, t.variant) == arm for t in s.trials)
+            for t in s.trials
+            if t.ok
+        }
+        unmeasured = tuple(a for a in expected if a[0] in AIRFLOW_SIDES and a not in covered)
+        if not paired:
+            lines.append(f"{_arm(arm)}: no sitting pairs it with an Airflow arm")
+            continue
+        lows = [r.low for _, r in paired]
+        highs = [r.high for _, r in paired if r.high is not None]
+        low = None if any(x is None for x in lows) else min(x for x in lows if x is not None)
+        high = min(highs) if highs else None
+        each = "; ".join(
+            f"{name}: {_x(r.low)} to {_x(r.high)} (Sluice [{_n(r.sluice.kept)},"
+            f" {_n(r.sluice.behind)}), Airflow [{_n(r.airflow_low)}, {_n(r.airflow_high)}))"
+            for name, r in paired
+        )
+        lines.append(
+            f"ratio across {len(paired)} sitting(s), {_arm(arm)} / the faster Airflow:"
+            f" {_x(low)} to {_x(high)}, the smallest of each sitting's: {each}"
+        )
+        left_out = sorted({a for _, a in alone if a not in covered and a in measured})
+        if left_out:
+            lines.append(
+                f"left out of {_arm(arm)}'s ratio (no {_arm(arm)} beside them): "
+                + ", ".join(_arm(a) for a in left_out)
+            )
+        lines.append(_verdict(arm, low, unmeasured, [r.sluice for _, r in paired]))
     return lines
 
 
@@ -517,18 +619,18 @@ def trials_table(trials: list[ArrivalTrial]) -> Table:
     return table
 
 
-def summary_lines(trials: list[ArrivalTrial]) -> list[str]:
-    return capacity_lines(trials)
+def summary_lines(trials: list[ArrivalTrial], expected: tuple[Arm, ...] = ()) -> list[str]:
+    return capacity_lines(trials, expected)
 
 
-def markdown(trials: list[ArrivalTrial]) -> str:
+def markdown(trials: list[ArrivalTrial], expected: tuple[Arm, ...] = ()) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for _, group in groups(trials).items():
         lines += ["| " + " | ".join(_row(t)) + " |" for t in group]
     lines += ["", "| " + " | ".join(CAPACITY_COLUMNS) + " |", "|" + "---|" * len(CAPACITY_COLUMNS)]
     lines += ["| " + " | ".join(_capacity_row(c)) + " |" for c in capacities(trials)]
     lines.append("")
-    lines += [f"- {line}" for line in summary_lines(trials)]
+    lines += [f"- {line}" for line in summary_lines(trials, expected)]
     statements = statement_lines(trials)
     if statements:
         lines += [
@@ -554,8 +656,10 @@ def statement_lines(trials: list[ArrivalTrial], limit: int = 4) -> list[str]:
     return lines
 
 
-def print_report(trials: list[ArrivalTrial], console: Console) -> None:
+def print_report(
+    trials: list[ArrivalTrial], console: Console, expected: tuple[Arm, ...] = ()
+) -> None:
     console.print(trials_table(trials))
     console.print(capacity_table(trials))
-    for line in summary_lines(trials):
+    for line in summary_lines(trials, expected):
         console.print(line, soft_wrap=True, highlight=False)

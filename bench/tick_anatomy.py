@@ -22,6 +22,11 @@ wall time is this process's and the server's together: on 2 cores they mostly
 take turns. Tasks/s here are not the
 benchmark's (no separate replica process, no harness sampling): use
 `bench.run` for those, and this to see where a tick's time goes.
+
+`--capture` turns on status capture (ADR 0017: the triggers that enqueue a run's
+changes for the status publisher, on in every cluster install) without a
+publisher, to see what the triggers add to each phase; with `--explain` the
+triggers' own statements are explained too.
 """
 
 from __future__ import annotations
@@ -178,6 +183,7 @@ def measure(
     *,
     explain: Path | None = None,
     freeze: bool = False,
+    capture: bool = False,
 ) -> Anatomy:
     knobs = for_variant(Knobs(max_tis_per_query=tis), LIKE_FOR_LIKE, workload.dags)
     sluice_side.prepare_template(pg, knobs)
@@ -187,7 +193,7 @@ def measure(
     anatomy = Anatomy(workload.label, tis)
     recorder = _Recorder(anatomy)
     out = explain.open("w") if explain is not None else None
-    unexplain = _explain_into(engine, out) if out is not None else None
+    unexplain = _explain_into(engine, out, nested=capture) if out is not None else None
     sessions = session_factory(engine)
     with sessions() as session:
         sluice_side.register(session, workload, knobs)
@@ -205,6 +211,8 @@ def measure(
     try:
         loop.tick()  # registered, nothing due: what an idle replica has done before the unpause
         with checks.begin() as conn:
+            if capture:  # what a status publisher does as it starts (ADR 0017)
+                conn.execute(text("INSERT INTO status_sink (id) VALUES (1)"))
             conn.execute(text("UPDATE dag SET is_paused = false"))
         if freeze:
             gc.freeze()
@@ -257,13 +265,16 @@ def _finished(checks: Engine, workload: Workload) -> bool:
     return bool(done >= workload.total_tasks)
 
 
-def _explain_into(engine: Engine, out: Any) -> Callable[[], None]:
-    """Plans into `out`; returns what puts the notices' logger back as it was."""
+def _explain_into(engine: Engine, out: Any, *, nested: bool = False) -> Callable[[], None]:
+    """Plans into `out` (`nested`: the statements of triggers and functions too);
+    returns what puts the notices' logger back as it was."""
 
     @event.listens_for(engine, "connect")
     def explained(dbapi_connection: Any, record: Any) -> None:
         cursor = dbapi_connection.cursor()
         cursor.execute(_EXPLAIN_SETTINGS)
+        if nested:
+            cursor.execute("SET auto_explain.log_nested_statements = on")
         cursor.close()
         dbapi_connection.commit()
 
@@ -326,6 +337,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--explain", type=Path, help="write auto_explain's plans here")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument(
+        "--capture",
+        action="store_true",
+        help="status capture on (ADR 0017's triggers), as in a cluster install",
+    )
+    parser.add_argument(
         "--freeze",
         action="store_true",
         help="freeze the heap before the unpause (gc.freeze), to compare (ADR 0048)",
@@ -335,7 +351,9 @@ def main(argv: list[str] | None = None) -> int:
     workload = Workload(args.shape, int(dags), int(tasks))
     pg = Postgres()
     try:
-        anatomy = measure(pg, workload, args.tis, explain=args.explain, freeze=args.freeze)
+        anatomy = measure(
+            pg, workload, args.tis, explain=args.explain, freeze=args.freeze, capture=args.capture
+        )
     finally:
         pg.stop()
     print(render(anatomy))

@@ -40,3 +40,18 @@ def test_a_tiny_burst_is_taken_apart_by_phase(tmp_path: Path) -> None:
     table = tick_anatomy.render(a)
     for name in tick_anatomy.PHASES:
         assert f"| {name} |" in table
+
+
+@pytest.mark.db
+def test_with_capture_the_status_triggers_run_and_are_explained(tmp_path: Path) -> None:
+    from bench import tick_anatomy
+
+    pg = Postgres()
+    try:
+        explain = tmp_path / "plans.txt"
+        tick_anatomy.measure(pg, Workload("linear", 2, 3), 16, explain=explain, capture=True)
+    finally:
+        pg.stop()
+    # The task trigger got past its "is a publisher there" check and inserted, and its
+    # plan was written beside the loop's (the triggers' statements are nested ones).
+    assert "Query Text: INSERT INTO status_outbox (dag_run_id)" in explain.read_text()

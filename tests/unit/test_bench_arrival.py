@@ -38,12 +38,14 @@ from bench.arrival_figures import (
     task_lags_ms,
 )
 from bench.arrival_report import (
+    Sitting,
     capacities,
     decided,
     group_keeps_up,
     markdown,
     next_dags,
     nice,
+    paired_lines,
     ratio,
     target_verdict,
 )
@@ -619,6 +621,106 @@ def test_the_markdown_has_the_capacity_table_ratio_and_verdict() -> None:
     assert any(
         "run lag p99 < 1 s in every trial up to 4,000 runs/min (9.8x" in line for line in lines
     )
+
+
+def _sluice_between(kept: int, behind: int, p99: float = 30_000) -> list[ArrivalTrial]:
+    return [
+        *_at("sluice", kept, [True] * 2, [p99] * 2),
+        *_at("sluice", behind, [False] * 2, [1] * 2),
+    ]
+
+
+def _airflow_between(side: str, variant: str, kept: int, behind: int) -> list[ArrivalTrial]:
+    return [
+        *_at(side, kept, [True] * 2, [1] * 2, variant=variant),
+        *_at(side, behind, [False] * 2, [1] * 2, variant=variant),
+    ]
+
+
+LFL_TUNED = "like-for-like+tuned"
+
+
+def test_across_sittings_the_ratio_is_the_smallest_of_each_sittings_ratio() -> None:
+    # ADR 0050: each sitting pairs Sluice with one Airflow arm on its own machine.
+    one = Sitting(
+        "a", [*_sluice_between(8_000, 11_000), *_airflow_between("airflow", LFL_TUNED, 320, 400)]
+    )
+    two = Sitting(
+        "b", [*_sluice_between(9_400, 11_000), *_airflow_between("airflow3", LFL_TUNED, 300, 380)]
+    )
+    lines = paired_lines([one, two])
+    # a: [8,000/400, 11,000/320] = [20.0, 34.4]; b: [24.7, 36.7]; the smallest of each end.
+    assert lines[0].startswith(
+        "ratio across 2 sitting(s), Sluice like-for-like / the faster Airflow: 20.0x to 34.4x"
+    )
+    assert "a: 20.0x to 34.4x (Sluice [8,000, 11,000), Airflow [320, 400))" in lines[0]
+    assert lines[-1].startswith("target for Sluice like-for-like")
+    assert "holds: rate: the ratio's lower bound is 20.0x" in lines[-1]
+    # One sitting whose Airflow never fell behind: no lower end across the sittings.
+    open_two = Sitting(
+        "b",
+        [
+            *_sluice_between(9_400, 11_000),
+            *_at("airflow3", 300, [True] * 2, [1] * 2, variant=LFL_TUNED),
+        ],
+    )
+    assert ": ? to 34.4x," in paired_lines([one, open_two])[0]
+
+
+def test_across_sittings_the_rate_is_not_judged_until_every_airflow_arm_is_measured() -> None:
+    one = Sitting(
+        "a", [*_sluice_between(8_000, 11_000), *_airflow_between("airflow", LFL_TUNED, 320, 400)]
+    )
+    expected = (("airflow", LFL_TUNED), ("airflow3", LFL_TUNED))
+    verdict = paired_lines([one], expected)[-1]
+    assert "MISSED (rate: not judged, 1 Airflow arm(s) not measured yet: Airflow 3.3.2" in verdict
+    # An Airflow arm measured without Sluice beside it is left out of the ratio, and named.
+    alone = Sitting("c", _airflow_between("airflow3", LFL_TUNED, 300, 380))
+    lines = paired_lines([one, alone], expected)
+    assert (
+        "left out of Sluice like-for-like's ratio (no Sluice like-for-like beside them):"
+        in lines[1]
+    )
+    assert "not measured yet: Airflow 3.3.2" in lines[-1]
+    # The same within one file: a capacity file with one Airflow arm names it, and the
+    # target's rate half waits for the others.
+    text = markdown(one.trials, expected)
+    assert f"- ratio, Sluice like-for-like / Airflow 2.10.5 {LFL_TUNED}: 20.0x to 34.4x" in text
+    assert "rate: not judged, 1 Airflow arm(s) not measured yet" in text
+
+
+def test_across_sittings_the_lag_half_is_judged_in_every_sitting() -> None:
+    fast = Sitting(
+        "a",
+        [
+            *_sluice_between(8_000, 11_000, p99=900),
+            *_airflow_between("airflow", LFL_TUNED, 320, 400),
+        ],
+    )
+    slow = Sitting(
+        "b",
+        [
+            *_sluice_between(9_400, 11_000, p99=1_500),
+            *_airflow_between("airflow3", LFL_TUNED, 300, 380),
+        ],
+    )
+    verdict = paired_lines([fast, slow])[-1]
+    assert "MISSED" in verdict
+    assert "lag: p99 1,500 ms in the worst trial at the sittings' capacity rates" in verdict
+    assert "900 at 8,000, 1,500 at 9,400" in verdict
+    met = paired_lines(
+        [
+            fast,
+            Sitting(
+                "b",
+                [
+                    *_sluice_between(9_400, 11_000, p99=900),
+                    *_airflow_between("airflow3", LFL_TUNED, 300, 380),
+                ],
+            ),
+        ]
+    )
+    assert ": met (rate: the ratio's lower bound is 20.0x; lag: p99 900 ms" in met[-1]
 
 
 def test_capacity_arms_are_each_airflow_at_both_runs_examined_settings_and_tuned() -> None:
