@@ -66,12 +66,13 @@ def test_the_chart_installs_runs_a_dag_through_a_scheduler_pod_kill_and_uninstal
         assert not rel.can_i(account, *args), (account, what)
 
     # A DAG whose tasks run while a scheduler pod that holds a running try is killed, twice.
-    # Three layers of four, each waiting on the one before: a layer starts only once the
-    # killed replica's tries before it were adopted and ended, so there are tries
-    # running to kill the second time. Twelve tasks side by side could all end within
-    # the ten seconds after the first kill, the killed replica's while it was not yet
-    # seen dead, leaving none: the likeliest cause of this wait's intermittent timeout
-    # (2026-12-06, 2026-12-07), not confirmed by a dump of one.
+    # Three layers of four, each waiting on the one before. A killed replica's tries are
+    # adopted only once it is seen dead (--scheduler-dead-after 30 s, then a zombie check
+    # within 10 s); twelve 8 s tasks side by side could all have ended by then, the live
+    # replicas' too, leaving no try running on a live replica to kill the second time:
+    # the likeliest cause of this wait's intermittent timeout (2026-12-06, 2026-12-07),
+    # not confirmed by a dump of one. With layers, the next one starts only once the
+    # killed replica's tries were adopted, on the live replicas.
     dag = f"chart-{rel.name}"
     layers = [[f"t{layer * 4 + i}" for i in range(4)] for layer in range(3)]
     tasks = [
