@@ -89,9 +89,12 @@ class Dag(Base):
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
 
     __table_args__ = (
+        # In phase 1's order (`runs._DUE_DAGS`: ORDER BY next_run_after, dag_id LIMIT n):
+        # DAGs on one cron are due at the same instant (migration 0019).
         Index(
             "ix_dag_due",
             "next_run_after",
+            "dag_id",
             postgresql_where=text(
                 "NOT is_paused AND is_active AND next_run_after IS NOT NULL"
                 " AND broken_reason IS NULL"
