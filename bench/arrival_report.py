@@ -454,26 +454,23 @@ def paired_lines(sittings: list[Sitting], expected: tuple[Arm, ...] = ()) -> lis
     sluice_arms = sorted(
         {(t.side, t.variant) for s in sittings for t in s.trials if t.side == "sluice"}
     )
+    found_in = [(sitting, capacities(sitting.trials)) for sitting in sittings]
+    measured = {(t.side, t.variant) for s in sittings for t in s.trials if t.ok}
     for arm in sluice_arms:
         paired: list[tuple[str, Ratio]] = []
-        alone: list[tuple[str, Arm]] = []
-        for sitting in sittings:
-            found = capacities(sitting.trials)
+        alone: list[Arm] = []
+        beside: list[ArrivalTrial] = []  # every trial of the sittings that have this arm
+        for sitting, found in found_in:
             mine = next((c for c in found if c.arm == arm), None)
             peers = [c.arm for c in found if c.arm[0] in AIRFLOW_SIDES]
             if mine is None:
-                alone += [(sitting.name, a) for a in peers]
-            elif peers:
+                alone += peers
+                continue
+            beside += sitting.trials
+            if peers:
                 paired.append((sitting.name, ratio(mine, found)))
-        measured = {(t.side, t.variant) for s in sittings for t in s.trials if t.ok}
-        covered = {
-            (t.side, t.variant)
-            for s in sittings
-            if any((t.side, t.variant) == arm for t in s.trials)
-            for t in s.trials
-            if t.ok
-        }
-        unmeasured = tuple(a for a in expected if a[0] in AIRFLOW_SIDES and a not in covered)
+        covered = {(t.side, t.variant) for t in beside if t.ok}
+        unmeasured = missing_arms(beside, expected)
         if not paired:
             lines.append(f"{_arm(arm)}: no sitting pairs it with an Airflow arm")
             continue
@@ -490,7 +487,7 @@ def paired_lines(sittings: list[Sitting], expected: tuple[Arm, ...] = ()) -> lis
             f"ratio across {len(paired)} sitting(s), {_arm(arm)} / the faster Airflow:"
             f" {_x(low)} to {_x(high)}, the smallest of each sitting's: {each}"
         )
-        left_out = sorted({a for _, a in alone if a not in covered and a in measured})
+        left_out = sorted({a for a in alone if a not in covered and a in measured})
         if left_out:
             lines.append(
                 f"left out of {_arm(arm)}'s ratio (no {_arm(arm)} beside them): "
