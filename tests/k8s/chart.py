@@ -176,8 +176,8 @@ class Release:
         """No try of `dag` has two Jobs; with `run` (the DagRun object a test waited for),
         each of its `tasks` task instances has a Job.
 
-        Only that run's task instances are counted: the tests' DAGs are hourly, so a test
-        that crosses the hour sees a second run. (A try that fails as a zombie or could
+        Only that run's task instances are counted: a DAG of a test's own may make more
+        than one run. (A try that fails as a zombie or could
         not start has its Job deleted, hence no count without a run.)
         """
         tries = self.tries_started(dag)

@@ -98,8 +98,8 @@ class Fleet:
             assert replica.alive(), f"{replica.name} exited:\n{replica.output()}"
 
     def tis(self, dag_id: str) -> dict[str, TaskInstance]:
-        """The task instances of `dag_id`'s first run, the one `run_state` reads (the DAGs
-        are hourly: a test that crosses the hour sees a second run)."""
+        """The task instances of `dag_id`'s first run, the one `run_state` reads (a DAG
+        of a test's own may make more than one)."""
         first_run = select(func.min(DagRun.id)).where(DagRun.dag_id == dag_id).scalar_subquery()
         with self.sessions() as session:
             rows = session.execute(
@@ -173,15 +173,16 @@ class Fleet:
 
 
 def dag_manifest(name: str, tasks: list[dict[str, Any]]) -> str:
-    """A DAG running `sh -c ARGS` tasks, hourly, no catchup (busybox: `Fleet.add_dag`
-    swaps in the cluster's own image)."""
+    """A DAG running `sh -c ARGS` tasks, one run (`@once`: an hourly DAG made a second run
+    when a test crossed the hour; busybox: `Fleet.add_dag` swaps in the cluster's own
+    image)."""
     return json.dumps(
         {
             "apiVersion": "sluice.io/v1alpha1",
             "kind": "DAG",
             "metadata": {"name": name},
             "spec": {
-                "schedule": "@hourly",
+                "schedule": "@once",
                 "startDate": "2026-12-01T00:00:00Z",
                 "catchup": False,
                 "defaults": {"image": "busybox:1.36", "command": ["sh", "-c"]},

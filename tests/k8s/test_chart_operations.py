@@ -131,7 +131,7 @@ def test_a_deleted_task_pod_is_retried_and_a_bad_image_fails_with_its_reason(
     selector = f"sluice.io/ti={ti},sluice.io/try=1"
     rel.k("delete", "pod", "-l", selector, "--grace-period=0", "--force")
 
-    # That try's run (the DAG is hourly: a test crossing the hour sees a second run).
+    # That try's run.
     run_id = rel.sql(
         f"SELECT r.run_id FROM dag_run r JOIN task_instance ti ON ti.dag_run_id = r.id"
         f" WHERE ti.id = {ti}"

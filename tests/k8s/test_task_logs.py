@@ -18,6 +18,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -189,9 +190,23 @@ def _select_task_api(rel: Release, component: str) -> None:
     rel.k("patch", f"service/{rel.fullname}-task-api", "--type=merge", "-p", patch)
 
 
-def _kept_pod(rel: Release, dag: str, task: str) -> dict[str, object]:
-    (pod,) = rel.json("pods", "-l", f"sluice.io/dag={dag},sluice.io/task={task}")["items"]
-    return pod  # type: ignore[no-any-return]
+def _stopped_pod(rel: Release, dag: str, task: str) -> dict[str, Any]:
+    """The try's one pod, once its kubelet has stopped it (DeadlineExceeded). The run may
+    end before that: the scheduler patches the pod's deadline after it ends the try, and
+    the kubelet acts on the patch at its next sync of the pod."""
+    seen: list[dict[str, Any]] = []
+
+    def stopped() -> dict[str, Any] | None:
+        pods = rel.json("pods", "-l", f"sluice.io/dag={dag},sluice.io/task={task}")["items"]
+        seen[:] = pods
+        if len(pods) == 1 and pods[0]["status"].get("reason") == "DeadlineExceeded":
+            return pods[0]  # type: ignore[no-any-return]
+        return None
+
+    try:
+        return wait_for(f"{dag}/{task}'s pod stopped (DeadlineExceeded)", stopped, 60, every=1)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {[pod['status'] for pod in seen]}") from None
 
 
 def test_a_zombies_partial_log_is_archived_from_its_stopped_pod(rel: Release) -> None:
@@ -218,8 +233,7 @@ def test_a_zombies_partial_log_is_archived_from_its_stopped_pod(rel: Release) ->
     assert run["status"]["state"] == "failed", run["status"]
     ((reason,),) = rel.sql(f"SELECT reason FROM task_instance WHERE dag_id = '{dag}'")
     assert reason.startswith("zombie"), reason
-    pod = _kept_pod(rel, dag, "stuck")
-    assert pod["status"]["reason"] == "DeadlineExceeded", pod["status"]  # type: ignore[index]
+    _stopped_pod(rel, dag, "stuck")
     state = wait_for("the log archived", lambda: _log_state(rel, dag, "stuck"), 120, every=2)
     assert state[0] == "archived", state
     rel.k("delete", "jobs", "-l", f"sluice.io/dag={dag}", "--wait=true")
@@ -234,8 +248,7 @@ def test_a_timed_out_tries_pod_is_stopped_and_its_log_archived(rel: Release) -> 
     rel.apply(dag_manifest(dag, [{"name": "slow", "args": [script], "executionTimeout": "5s"}]))
     run = rel.wait_run(dag, timeout=300)
     assert run["status"]["state"] == "failed", run["status"]
-    pod = _kept_pod(rel, dag, "slow")
-    assert pod["status"]["reason"] == "DeadlineExceeded", pod["status"]  # type: ignore[index]
+    _stopped_pod(rel, dag, "slow")
     state = wait_for("the log archived", lambda: _log_state(rel, dag, "slow"), 120, every=2)
     assert state[0] == "archived", state
     shown = _logs(rel, dag, "--run", _run_id(rel, dag), "--task", "slow")
