@@ -1,6 +1,6 @@
 """Steady state (issue 14): runs arriving every minute, Sluice against Airflow 2.10.5 and 3.3.2.
 
-`python -m bench.arrival [--arms ...] [--dags SIDE=N,...] [--rates K] ...`
+`python -m bench.arrival [--arms ...] [--dags SIDE=N,...] [--rates K|SIDE=K,...] ...`
 
 Every DAG (`--shape`, `--tasks` 10) is on `* * * * *` with catchup, so `--dags` N
 DAGs make N runs due at every minute boundary: an arrival rate of N runs (N x
@@ -29,7 +29,8 @@ is kept up with when a majority of its `ok` trials kept up.
 
 The sweep: each arm starts at its `--dags` and doubles (`--factor`) while it keeps
 up, halves while it falls behind, and stops once it has a rate it kept up with
-and one it did not, or after `--rates` rates. `--capacity` measures each arm's
+and one it did not, or after `--rates` rates (per side with `SIDE=K`: an arm at
+one rate beside another's search). `--capacity` measures each arm's
 capacity instead: the same bracketing, then bisection between the highest rate
 kept up with and the lowest fallen behind at until they are within
 `--resolution`, `--trials` 3 at each rate, a `--window` of 300 s, and every
@@ -575,22 +576,26 @@ def arm_knobs(base: Knobs, variant: str, dags: int) -> Knobs:
     return knobs
 
 
-def parse_dags(value: str, sides: list[str]) -> dict[str, int]:
+def per_side(value: str, sides: list[str], flag: str = "--dags") -> dict[str, int]:
     """`100` (every side) or `sluice=2000,airflow=200,...` (a side left out: the first
-    number given)."""
+    number given): `--dags`, and `--rates`."""
     found: dict[str, int] = {}
     plain: int | None = None
     for item in value.split(","):
         side, eq, number = item.partition("=")
-        if not eq:
-            plain = int(side)
-            continue
-        if side not in SIDES:
-            raise SystemExit(f"--dags {item!r}: the side is one of {', '.join(SIDES)}")
-        found[side] = int(number)
+        if eq and side not in SIDES:
+            raise SystemExit(f"{flag} {item!r}: the side is one of {', '.join(SIDES)}")
+        try:
+            n = int(number if eq else side)
+        except ValueError:
+            raise SystemExit(f"{flag} {value!r}: a number, or SIDE=N,...") from None
+        if eq:
+            found[side] = n
+        else:
+            plain = n
     default = plain if plain is not None else next(iter(found.values()), None)
     if default is None:
-        raise SystemExit(f"--dags {value!r}: a number of DAGs")
+        raise SystemExit(f"{flag} {value!r}: a number, or SIDE=N,...")
     return {side: found.get(side, default) for side in sides}
 
 
@@ -603,7 +608,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dags", default="100", help="starting DAGs per arm: N or SIDE=N,...")
     parser.add_argument(
-        "--rates", type=int, default=None, help="at most this many rates per arm (3; capacity 8)"
+        "--rates",
+        default=None,
+        help="at most this many rates per arm: N or SIDE=N,... (3; capacity 8). With"
+        " --dags, SIDE=1 tries one side at one rate beside another's search",
     )
     parser.add_argument("--factor", type=float, default=2.0)
     parser.add_argument(
@@ -674,18 +682,19 @@ def main(argv: list[str] | None = None) -> int:
         slope_tolerance=args.slope_tolerance,
     )  # fmt: skip
     arms = parse_arms(args.arms or (CAPACITY_ARMS if capacity else ARMS))
-    rates = args.rates if args.rates is not None else 8 if capacity else 3
+    rates = args.rates if args.rates is not None else "8" if capacity else "3"
     trials_per_rate = args.trials if args.trials is not None else 3 if capacity else 1
     resolution = args.resolution if capacity else None
     tasks, shape = args.tasks, args.shape
     if args.smoke:
         arms = [("sluice", LIKE_FOR_LIKE)]
-        args.dags, rates, tasks, args.tis, trials_per_rate = "3", 1, 4, 16, 1
+        args.dags, rates, tasks, args.tis, trials_per_rate = "3", "1", 4, 16, 1
         timing = Timing(0.5, 1.0, 0.0, 6.0, 60.0, window_at_first_due=True)
     if not args.smoke and timing.window_s % PERIOD_S:
         # Tasks/s over part of a minute would count one minute's runs over less than one.
         raise SystemExit(f"--window {timing.window_s:g}: a whole number of minutes (60, 120, ...)")
-    start = parse_dags(args.dags, [side for side, _ in arms])
+    start = per_side(args.dags, [side for side, _ in arms])
+    most = per_side(rates, [side for side, _ in arms], "--rates")
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     saved = RESULTS / f"arrival-{stamp}.json"
@@ -698,7 +707,7 @@ def main(argv: list[str] | None = None) -> int:
         "start": start,
         "factor": args.factor,
         "resolution": resolution,
-        "rates": rates,
+        "rates": most,
         "trials": trials_per_rate,
         "rule": "a rate is kept up with when a strict majority of its ok trials kept up",
         # An arm's trials at a rate stop once the trials left cannot change its verdict
@@ -752,14 +761,10 @@ def main(argv: list[str] | None = None) -> int:
             console.print(arrival_report.progress_line(trial), highlight=False)
             return trial
 
-        for _round in range(rates):
-            todo: dict[tuple[str, str], int] = {}
-            for arm in arms:
-                nxt = arrival_report.next_dags(history[arm], start[arm[0]], args.factor, resolution)
-                if nxt is not None:
-                    todo[arm] = nxt
-            if not todo:
-                break
+        steps = dict.fromkeys(arms, 0)
+        while todo := search_step(history, steps, start, most, args.factor, resolution):
+            for arm in todo:
+                steps[arm] += 1
             done = rate_round(todo, trials_per_rate, run)
             for arm, group in done.items():
                 if any(t.ok for t in group):  # a rate with no ok trial decides nothing
@@ -775,6 +780,28 @@ def main(argv: list[str] | None = None) -> int:
     arrival_report.print_report(trials, console)
     console.print(f"results: {saved}")
     return 0 if all(t.ok for t in trials) else 1
+
+
+def search_step(
+    history: dict[tuple[str, str], list[tuple[int, bool]]],
+    steps: dict[tuple[str, str], int],
+    start: dict[str, int],
+    most: dict[str, int],
+    factor: float,
+    resolution: float | None,
+) -> dict[tuple[str, str], int]:
+    """The search's next step: each arm's next rate (`arrival_report.next_dags`), for
+    the arms whose search goes on and that have taken fewer than their side's `most`
+    `steps` (a step whose trials all failed is one, though it decides nothing and is
+    not in `history`). Empty: the search is done."""
+    todo = {}
+    for arm, tried in history.items():
+        if steps[arm] >= most[arm[0]]:
+            continue
+        nxt = arrival_report.next_dags(tried, start[arm[0]], factor, resolution)
+        if nxt is not None:
+            todo[arm] = nxt
+    return todo
 
 
 def rate_round(

@@ -16,8 +16,9 @@ from bench.arrival import (
     Timing,
     arm_knobs,
     parse_arms,
-    parse_dags,
+    per_side,
     rate_round,
+    search_step,
 )
 from bench.arrival_figures import (
     ERROR,
@@ -345,11 +346,31 @@ def test_the_markdown_shows_every_trial_with_its_status_and_the_verdict() -> Non
 
 
 def test_dags_per_side() -> None:
-    assert parse_dags("100", ["sluice", "airflow"]) == {"sluice": 100, "airflow": 100}
-    both = parse_dags("sluice=2000,airflow=200", ["sluice", "airflow", "airflow3"])
+    assert per_side("100", ["sluice", "airflow"]) == {"sluice": 100, "airflow": 100}
+    both = per_side("sluice=2000,airflow=200", ["sluice", "airflow", "airflow3"])
     assert both == {"sluice": 2000, "airflow": 200, "airflow3": 2000}
-    with pytest.raises(SystemExit, match="the side is one of"):
-        parse_dags("spark=1", ["sluice"])
+    with pytest.raises(SystemExit, match="--dags 'spark=1': the side is one of"):
+        per_side("spark=1", ["sluice"])
+    with pytest.raises(SystemExit, match="--rates 'sluice=1,x': a number, or SIDE=N"):
+        per_side("sluice=1,x", ["sluice"], "--rates")
+
+
+def test_one_side_tries_one_rate_while_the_other_searches() -> None:
+    """`--rates sluice=8,airflow=1 --dags sluice=8000,airflow=640`: the Airflow arm at
+    640 only (its trials there, whatever they show); Sluice's search goes on."""
+    sluice, airflow = ("sluice", "like-for-like"), ("airflow", "like-for-like")
+    history: dict[tuple[str, str], list[tuple[int, bool]]] = {sluice: [], airflow: []}
+    steps = {sluice: 0, airflow: 0}
+    start, most = {"sluice": 8000, "airflow": 640}, {"sluice": 8, "airflow": 1}
+    todo = search_step(history, steps, start, most, 2.0, 0.3)
+    assert todo == {sluice: 8000, airflow: 640}
+    steps = {sluice: 1, airflow: 1}
+    history = {sluice: [(8000, True)], airflow: [(640, False)]}
+    assert search_step(history, steps, start, most, 2.0, 0.3) == {sluice: 16000}
+    # A step whose trials all failed is still a step: the cap bounds a failing arm.
+    assert search_step({sluice: [], airflow: []}, steps, start, most, 2.0, 0.3) == {sluice: 8000}
+    steps = {sluice: 8, airflow: 1}
+    assert search_step(history, steps, start, most, 2.0, 0.3) == {}
 
 
 # --- the capacity measurement (issue 36): slope, bisection, ranges, verdict ---
