@@ -80,3 +80,20 @@ def test_turned_off_the_same_sql_runs_as_plain_text(plain: Engine) -> None:
     with Session(plain) as session:
         assert _run(session) == [("default", 128)]
         assert session.execute(text(_NAMES)).scalars().all() == []
+
+
+@pytest.mark.parametrize("prepare", [True, False], ids=["prepared", "plain"])
+def test_explain_gives_the_plan_the_statement_runs_with(
+    engine: Engine, plain: Engine, prepare: bool
+) -> None:
+    """Prepared: the plan of its `EXECUTE` (a generic one when forced, with `$n` in
+    place of the arguments), the statement not run; plain: the text's own plan."""
+    params = {"least": 0, "names": ["default"], "extra": [None]}
+    with Session(engine if prepare else plain) as session:
+        session.execute(text("SET LOCAL plan_cache_mode = force_generic_plan"))
+        plan = _POOLS.explain(session, params)
+        assert "slot_pool" in plan, plan
+        assert ("slots >= $2" in plan) is prepare, plan
+        names = session.execute(text(_NAMES)).scalars().all()
+        assert names == ([_POOLS.name] if prepare else [])
+        assert _run(session) == [("default", 128)]  # and it runs after, as prepared

@@ -9,7 +9,6 @@ import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from sluice.db import prepared
 from sluice.db.dags import SpecCache, set_paused
 from sluice.db.models import DagRun
 from sluice.scheduler import runs as runs_module
@@ -433,10 +432,7 @@ def test_the_due_dags_are_read_in_the_index_order_however_many_fall_due_together
         session.execute(text("SET LOCAL plan_cache_mode = force_generic_plan"))
         params = {"now": T0 + timedelta(hours=2), "limit": 10, "seen": ["d10"]}
         due = runs_module._DUE_DAGS(session, params).all()
-        execute = prepared._EXECUTE[runs_module._DUE_DAGS.name]
-        plan = "\n".join(
-            row[0] for row in session.connection().exec_driver_sql(f"EXPLAIN {execute}", params)
-        )
+        plan = runs_module._DUE_DAGS.explain(session, params)
     # The first ten in the index's order, the one phase 1 has just seen left out.
     expected = sorted(f"d{i}" for i in range(3_000) if i != 10)[:10]
     assert [d.dag_id for d in due] == expected

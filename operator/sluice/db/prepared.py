@@ -70,11 +70,7 @@ class Prepared:
         prepared = connection.connection.info.get(_PREPARED)
         if prepared is None:  # preparing is off for this engine
             return session.execute(self.text, dict(params or {}))
-        if self.name not in prepared:
-            connection.exec_driver_sql(self._prepare)
-            if self.name not in _EXECUTE:
-                _EXECUTE[self.name] = self._execute_text(connection)
-            prepared.add(self.name)
+        self._ready(connection, prepared)
         try:
             result: CursorResult[Any] = connection.exec_driver_sql(
                 _EXECUTE[self.name], dict(params or {}) or ()
@@ -86,6 +82,30 @@ class Prepared:
                 prepared.clear()
             raise
         return result
+
+    def explain(self, session: Session, params: Mapping[str, Any] | None = None) -> str:
+        """Postgres's plan for this statement as `__call__` runs it (`EXPLAIN EXECUTE`:
+        the prepared plan, generic or custom as the session's `plan_cache_mode` has it;
+        the plain text's plan when preparing is off), for tests and benchmarks. Prepares
+        it on the session's connection first if need be, without running it."""
+        connection = session.connection()
+        prepared = connection.connection.info.get(_PREPARED)
+        if prepared is None:
+            rows = session.execute(text(f"EXPLAIN {self.sql}"), dict(params or {}))
+        else:
+            self._ready(connection, prepared)
+            rows = connection.exec_driver_sql(
+                f"EXPLAIN {_EXECUTE[self.name]}", dict(params or {}) or ()
+            )
+        return "\n".join(row[0] for row in rows)
+
+    def _ready(self, connection: Any, prepared: set[str]) -> None:
+        """Prepared on this connection, and its `EXECUTE` text known."""
+        if self.name not in prepared:
+            connection.exec_driver_sql(self._prepare)
+            if self.name not in _EXECUTE:
+                _EXECUTE[self.name] = self._execute_text(connection)
+            prepared.add(self.name)
 
     def _execute_text(self, connection: Any) -> str:
         if not self.params:
