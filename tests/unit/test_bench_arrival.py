@@ -769,3 +769,38 @@ def test_tuned_arms_create_a_whole_minutes_runs_in_one_loop() -> None:
     assert (defaults.runs_examined, defaults.runs_created) == (20, 400)
     assert arm_knobs(base, "defaults", 400).runs_created is None  # Airflow's own 10
     assert arm_knobs(base, "defaults+tuned", 5).runs_created == 10
+
+
+def test_an_untuned_arms_check_at_one_rate_bounds_the_ratio_from_below() -> None:
+    """ADR 0050's check that an untuned arm is no faster than its tuned twin: Sluice at
+    the rate it kept up with beside the twin, the untuned arm at the twin's upper bound,
+    3 trials each at most (`--rates sluice=1,airflow=1`). Fallen behind there, it bounds
+    the ratio's lower end as the twin does, and counts as measured; the sitting adds no
+    upper end."""
+    tuned = Sitting(
+        "a", [*_sluice_between(11_000, 13_000), *_airflow_between("airflow", LFL_TUNED, 540, 640)]
+    )
+    check = Sitting(
+        "b",
+        [
+            *_at("sluice", 11_000, [True] * 2, [1] * 2),
+            *_at("airflow", 640, [False] * 2, [1] * 2, variant="like-for-like"),
+        ],
+    )
+    expected = (("airflow", LFL_TUNED), ("airflow", "like-for-like"))
+    lines = paired_lines([tuned, check], expected)
+    assert lines[0].startswith(
+        "ratio across 2 sitting(s), Sluice like-for-like / the faster Airflow: 17.2x to 24.1x"
+    )
+    assert "b: 17.2x to ? (Sluice [11,000, ?), Airflow [?, 640))" in lines[0]
+    assert "not measured yet" not in lines[-1]
+    assert "rate: the ratio's lower bound is 17.2x < 20x" in lines[-1]
+    # Kept up with at the twin's upper bound: it may be the faster, and nothing bounds it.
+    faster = Sitting(
+        "b",
+        [
+            *_at("sluice", 11_000, [True] * 2, [1] * 2),
+            *_at("airflow", 640, [True] * 2, [1] * 2, variant="like-for-like"),
+        ],
+    )
+    assert ": ? to 24.1x," in paired_lines([tuned, faster], expected)[0]
