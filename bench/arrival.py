@@ -725,8 +725,6 @@ def main(argv: list[str] | None = None) -> int:
             "complete": complete,
             "cores": os.cpu_count(),
             "loadavg_at_end": os.getloadavg(),
-            # Sluice-only replica switches for A/B runs (bench/sluice_side.py).
-            "sluice_replica_args": os.environ.get("SLUICE_BENCH_REPLICA_ARGS", ""),
             **about,
             "knobs": asdict(base),
             "timing": asdict(timing),

@@ -19,6 +19,7 @@ import gc
 import json
 import signal
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -204,8 +205,17 @@ def main(argv: list[str] | None = None) -> None:
         help="run the status publisher against this cluster, as a chart install does"
         " (the production arm: status capture and publishing on)",
     )
+    parser.add_argument(
+        "--switch-interval",
+        type=float,
+        metavar="SECONDS",
+        help="sys.setswitchinterval (Python's default 0.005): how long a thread (the status"
+        " publisher's) may hold the interpreter while the loop waits for it, for A/B runs",
+    )
     parser.add_argument("--stats", type=Path, help="write the replica's LoopStats here at exit")
     args = parser.parse_args(argv)
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
     configure_logging("warning")
 
     stopping = False

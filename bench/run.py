@@ -232,6 +232,8 @@ def provenance(pg: Postgres | None, airflow: dict[str, dict[str, Any]]) -> dict[
         "commit": git("rev-parse", "HEAD"),
         "scheduler_code": str(scheduler_code()),
         "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        # Sluice-only replica switches for A/B runs (bench/replica.py, sluice_side.py).
+        "sluice_replica_args": os.environ.get("SLUICE_BENCH_REPLICA_ARGS", ""),
         "versions": {
             "python": platform.python_version(),
             "postgres": postgres,
