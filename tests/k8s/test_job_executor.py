@@ -279,7 +279,8 @@ def test_a_killed_replicas_job_is_adopted_not_started_again(fleet: Fleet) -> Non
     ti = fleet.wait_task("adopt", "t", lambda t: t.state == "running", "the try running")
     assert ti.running_by_job_id == doomed.job_id
     fleet.follow(f"{names.TI_LABEL}={ti.id}", manifest.SIDECAR)
-    (job,) = fleet.jobs(f"{names.TI_LABEL}={ti.id}")
+    # The try is `running` from its claim, committed before its Job is created (ADR 0047).
+    (job,) = wait_for("its Job", lambda: fleet.jobs(f"{names.TI_LABEL}={ti.id}"), 60, every=0.5)
     doomed_label = job["metadata"]["labels"][names.REPLICA_LABEL]  # its watch selects on it
     survivor = fleet.start("survivor", sync=False)
     doomed.kill9()
