@@ -593,9 +593,8 @@ def per_side(value: str, sides: list[str], flag: str = "--dags") -> dict[str, in
             found[side] = n
         else:
             plain = n
-    default = plain if plain is not None else next(iter(found.values()), None)
-    if default is None:
-        raise SystemExit(f"{flag} {value!r}: a number, or SIDE=N,...")
+    # Every item set one or the other (or raised): `found` is not empty when `plain` is None.
+    default = plain if plain is not None else next(iter(found.values()))
     return {side: found.get(side, default) for side in sides}
 
 
