@@ -804,3 +804,52 @@ def test_an_untuned_arms_check_at_one_rate_bounds_the_ratio_from_below() -> None
         ],
     )
     assert ": ? to 24.1x," in paired_lines([tuned, faster], expected)[0]
+
+
+def test_two_untuned_checks_of_different_sides_share_one_sitting_and_its_sluice() -> None:
+    """ADR 0050: the checks of two untuned arms on different sides may run as one sitting,
+    Sluice at a rate it kept up with beside both twins and each arm at its own twin's
+    upper bound (`--dags sluice=11000,airflow=640,airflow3=550 --rates
+    sluice=1,airflow=1,airflow3=1`). Both fallen behind, the sitting's lower end is
+    Sluice's rate over the larger of the two bounds, and both arms count as measured."""
+    twins = [
+        Sitting(
+            "a",
+            [*_sluice_between(11_000, 13_000), *_airflow_between("airflow", LFL_TUNED, 540, 640)],
+        ),
+        Sitting(
+            "b",
+            [*_sluice_between(13_000, 16_500), *_airflow_between("airflow3", LFL_TUNED, 450, 550)],
+        ),
+    ]
+    check = Sitting(
+        "c",
+        [
+            *_at("sluice", 11_000, [True] * 2, [1] * 2),
+            *_at("airflow", 640, [False] * 2, [1] * 2),
+            *_at("airflow3", 550, [False] * 2, [1] * 2),
+        ],
+    )
+    expected = (
+        ("airflow", LFL_TUNED),
+        ("airflow", "like-for-like"),
+        ("airflow3", LFL_TUNED),
+        ("airflow3", "like-for-like"),
+    )
+    lines = paired_lines([*twins, check], expected)
+    # a: [17.2, 24.1]; b: [23.6, 36.7]; c: [11,000/640, ?) = [17.2, ?).
+    assert lines[0].startswith(
+        "ratio across 3 sitting(s), Sluice like-for-like / the faster Airflow: 17.2x to 24.1x"
+    )
+    assert "c: 17.2x to ? (Sluice [11,000, ?), Airflow [?, 640))" in lines[0]
+    assert "not measured yet" not in lines[-1]
+    # One of them kept up at its twin's bound: it may be the faster; the check bounds nothing.
+    faster = Sitting(
+        "c",
+        [
+            *_at("sluice", 11_000, [True] * 2, [1] * 2),
+            *_at("airflow", 640, [False] * 2, [1] * 2),
+            *_at("airflow3", 550, [True] * 2, [1] * 2),
+        ],
+    )
+    assert "c: ? to ?" in paired_lines([*twins, faster], expected)[0]
