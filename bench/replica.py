@@ -212,6 +212,12 @@ def main(argv: list[str] | None = None) -> None:
         help="sys.setswitchinterval (Python's default 0.005): how long a thread (the status"
         " publisher's) may hold the interpreter while the loop waits for it, for A/B runs",
     )
+    parser.add_argument(
+        "--freeze",
+        action="store_true",
+        help="gc.freeze() once the loop and the publisher are set up: the startup heap (the"
+        " Kubernetes client's classes among it) is left out of every collection, for A/B runs",
+    )
     parser.add_argument("--stats", type=Path, help="write the replica's LoopStats here at exit")
     args = parser.parse_args(argv)
     if args.switch_interval is not None:
@@ -259,6 +265,8 @@ def main(argv: list[str] | None = None) -> None:
     loop = scheduler_loop(sessions, config, waker, publisher)
     if args.stats is not None:
         loop.tick = stats.counting(loop.tick)  # type: ignore[method-assign]
+    if args.freeze:
+        gc.freeze()
     print(f"ready job={loop.job_id}", flush=True)
     try:
         loop.run(lambda: stopping)
