@@ -214,9 +214,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--freeze",
-        action="store_true",
-        help="gc.freeze() once the loop and the publisher are set up: the startup heap (the"
-        " Kubernetes client's classes among it) is left out of every collection, for A/B runs",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="gc.freeze() once the loop and the publisher are set up, as `sluice scheduler`"
+        " does (ADR 0052): the startup heap (the Kubernetes client's classes among it) is left"
+        " out of every collection; --no-freeze for A/B runs",
     )
     parser.add_argument("--stats", type=Path, help="write the replica's LoopStats here at exit")
     args = parser.parse_args(argv)
@@ -266,6 +268,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.stats is not None:
         loop.tick = stats.counting(loop.tick)  # type: ignore[method-assign]
     if args.freeze:
+        gc.collect()
         gc.freeze()
     print(f"ready job={loop.job_id}", flush=True)
     try:

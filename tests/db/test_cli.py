@@ -7,6 +7,7 @@ signal handlers and configures logging for the whole interpreter).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -607,6 +608,29 @@ def test_scheduler_dags_syncs_a_dag_of_its_own_namespace(
     namespace, version = _owner(sessions)
     assert namespace == "team-a"
     assert version != owned_by_team_a[1]  # the file's spec is the new version
+
+
+def test_scheduler_freezes_its_startup_heap_before_the_loop(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full collection would walk everything set up before the loop (the Kubernetes
+    client's models among it) inside the critical section (ADR 0052)."""
+    from sluice.cli import scheduler as scheduler_cli
+
+    frozen_at_run: list[int] = []
+
+    def run(self: object, until: object) -> None:
+        frozen_at_run.append(gc.get_freeze_count())
+
+    monkeypatch.setattr(scheduler_cli.SchedulerLoop, "run", run)
+    gc.unfreeze()
+    try:
+        result = sluice("scheduler", "--executor", "noop", "--database-url", db_url, "--no-migrate")
+    finally:
+        gc.unfreeze()
+    assert result.exit_code == 0, result.output
+    assert len(frozen_at_run) == 1
+    assert frozen_at_run[0] > 0
 
 
 def test_standalone_does_not_take_a_namespace_s_dag(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import signal
 import time
 from collections.abc import Callable
@@ -432,6 +433,12 @@ def scheduler(
         if not until_reachable("registering the replica", register, stopped):
             return
         assert loop is not None
+        # What is set up by now (the Kubernetes client's models and classes among it) lives
+        # as long as the replica: left out of every collection, a full collection no longer
+        # walks it, in the critical section or anywhere else (ADR 0052). Garbage of the setup
+        # is collected first: frozen, a cycle would never be freed.
+        gc.collect()
+        gc.freeze()
         loop.run(stopped)
     finally:
         if loop is not None:
