@@ -1,4 +1,4 @@
-"""An A/B of two code trees, as a table: `python -m bench.ab FILE.json [FILE.json ...]`.
+"""An A/B of two code trees, as a table: `python -m bench.ab [LABEL=]FILE.json ...`.
 
 For runs of `bench.run` whose Sluice arms name code trees (`--code LABEL=DIR`,
 arms `sluice:VARIANT@LABEL`): per scenario and arm, the median of each figure
@@ -10,6 +10,10 @@ the transactions per busy tick and the critical section's lock hold (each trial'
 median over its sections that queued tasks), and for the production arm
 (`sluice:production`, any Sluice variant is a row) when the DagRun objects
 showed every run's end and the replicas' CPU until then after the makespan.
+
+`LABEL=FILE` puts " [LABEL]" after each of that file's arms: the A/B of a replica
+setting (`SLUICE_BENCH_REPLICA_ARGS`), run as alternating commands of one tree, one
+file each, gets a row per setting.
 """
 
 from __future__ import annotations
@@ -95,13 +99,22 @@ def table(trials: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def labelled(given: str) -> tuple[str, str]:
+    """`LABEL=FILE` -> (LABEL, FILE); a plain FILE (or one whose name has "=") -> ("", FILE)."""
+    label, sep, name = given.partition("=")
+    if not sep or Path(given).exists() or "/" in label:
+        return "", given
+    return label, name
+
+
 def main(argv: list[str] | None = None) -> int:
     files = sys.argv[1:] if argv is None else argv
     if not files:
         print(__doc__)
         return 2
     trials = []
-    for name in files:
+    for given in files:
+        label, name = labelled(given)
         saved = json.loads(Path(name).read_text())
         trees = ", ".join(
             f"{label} = {tree['commit'][:10]}" + (" (dirty)" if tree["dirty"] else "")
@@ -113,7 +126,11 @@ def main(argv: list[str] | None = None) -> int:
             + (f"; {trees}" if trees else "")
             + ")"
         )
-        trials += saved["trials"]
+        if label:
+            print(f"  ({label}: {name})")
+        trials += [
+            {**t, "variant": f"{t['variant']} [{label}]"} if label else t for t in saved["trials"]
+        ]
     print()
     print(table(trials))
     return 0

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any
 
+import pytest
 from bench import ab
 
 
@@ -77,3 +80,24 @@ def test_the_production_arm_shows_when_its_dagruns_were_final() -> None:
     assert production.endswith("| 1.50 (1.25-1.75) | 0.050 (0.040-0.060) |")
     (bare,) = [r for r in rows if "| like-for-like |" in r]
     assert bare.endswith("| n/a | n/a |")
+
+
+def test_a_labelled_file_s_arms_are_rows_of_their_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name, rate in (("off", 100), ("on", 300)):
+        saved = {"command": "bench.run", "when": "now", "commit": "0" * 40, "dirty": False}
+        (tmp_path / f"{name}.json").write_text(
+            json.dumps({**saved, "trials": [_trial("production", rate)]})
+        )
+    assert ab.main([f"off={tmp_path / 'off.json'}", f"on={tmp_path / 'on.json'}"]) == 0
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| grid")]
+    assert [r.split(" | ")[2:5] for r in rows] == [
+        ["production [off]", "1/1", "100 (100-100)"],
+        ["production [on]", "1/1", "300 (300-300)"],
+    ]
+
+
+def test_a_file_name_with_an_equals_sign_is_a_file() -> None:
+    assert ab.labelled("runs/a=b.json") == ("", "runs/a=b.json")
+    assert ab.labelled("off=runs/a.json") == ("off", "runs/a.json")
