@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     trials = []
     for given in files:
-        label, name = labelled(given)
+        tag, name = labelled(given)
         saved = json.loads(Path(name).read_text())
         trees = ", ".join(
             f"{label} = {tree['commit'][:10]}" + (" (dirty)" if tree["dirty"] else "")
@@ -126,10 +126,10 @@ def main(argv: list[str] | None = None) -> int:
             + (f"; {trees}" if trees else "")
             + ")"
         )
-        if label:
-            print(f"  ({label}: {name})")
+        if tag:
+            print(f"  ({tag}: {name})")
         trials += [
-            {**t, "variant": f"{t['variant']} [{label}]"} if label else t for t in saved["trials"]
+            {**t, "variant": f"{t['variant']} [{tag}]"} if tag else t for t in saved["trials"]
         ]
     print()
     print(table(trials))
