@@ -100,7 +100,8 @@ def table(trials: list[dict[str, Any]]) -> str:
 
 
 def labelled(given: str) -> tuple[str, str]:
-    """`LABEL=FILE` -> (LABEL, FILE); a plain FILE (or one whose name has "=") -> ("", FILE)."""
+    """`LABEL=FILE` -> (LABEL, FILE); anything else -> ("", it): no "=", an existing file,
+    or a "/" before the first "=" (a path whose file name has one)."""
     label, sep, name = given.partition("=")
     if not sep or Path(given).exists() or "/" in label:
         return "", given

@@ -31,7 +31,7 @@ from typing import Any
 from sqlalchemy import Engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
-from sluice.cli.scheduler import STATUS_IDLE_INTERVAL
+from sluice.cli.scheduler import STATUS_IDLE_INTERVAL, freeze_startup_heap
 from sluice.db.engine import make_engine, session_factory
 from sluice.db.prepared import sql_of as _sql_of
 from sluice.db.wakeups import Waker
@@ -268,8 +268,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.stats is not None:
         loop.tick = stats.counting(loop.tick)  # type: ignore[method-assign]
     if args.freeze:
-        gc.collect()
-        gc.freeze()
+        freeze_startup_heap()
     print(f"ready job={loop.job_id}", flush=True)
     try:
         loop.run(lambda: stopping)

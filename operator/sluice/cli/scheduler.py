@@ -433,12 +433,7 @@ def scheduler(
         if not until_reachable("registering the replica", register, stopped):
             return
         assert loop is not None
-        # What is set up by now (the Kubernetes client's models and classes among it) lives
-        # as long as the replica: left out of every collection, a full collection no longer
-        # walks it, in the critical section or anywhere else (ADR 0052). Garbage of the setup
-        # is collected first: frozen, a cycle would never be freed.
-        gc.collect()
-        gc.freeze()
+        freeze_startup_heap()
         loop.run(stopped)
     finally:
         if loop is not None:
@@ -470,6 +465,15 @@ def _log_source(chosen: object, settings: KubernetesSettings | None, log_dir: Pa
     if settings is not None:
         return PodLogs(client.CoreV1Api(api_client_factory(settings)()))
     return FileLogs(lambda r: log_file(log_dir, r.dag_id, r.run_id, r.task_id, r.try_number))
+
+
+def freeze_startup_heap() -> None:
+    """Leave what is set up by now (the Kubernetes client's models and classes among it,
+    all of it living as long as the replica) out of every collection, so that a full
+    collection no longer walks it, in the critical section or anywhere else (ADR 0052).
+    The setup's garbage is collected first: frozen, a cycle would never be freed."""
+    gc.collect()
+    gc.freeze()
 
 
 def until_reachable(
