@@ -7,9 +7,11 @@ unpause and from the first action (`metrics.Trial.active_tasks_per_s`), total CP
 per task (scheduler + Postgres), statements per task (pg_stat_statements, BEGIN
 and COMMIT included), and from the replicas' own counts (`bench.replica.LoopStats`)
 the transactions per busy tick and the critical section's lock hold (each trial's
-median over its sections that queued tasks), and for the production arm
-(`sluice:production`, any Sluice variant is a row) when the DagRun objects
-showed every run's end and the replicas' CPU until then after the makespan.
+median over its sections that queued tasks), what Postgres wrote (WAL per task,
+and the shares of row updates that were HOT and that went to a new page:
+`metrics.Writes`), and for the production arm (`sluice:production`, any Sluice
+variant is a row) when the DagRun objects showed every run's end and the
+replicas' CPU until then after the makespan.
 
 `LABEL=FILE` puts " [LABEL]" after each of that file's arms: the A/B of a replica
 setting (`SLUICE_BENCH_REPLICA_ARGS`), run as alternating commands of one tree, one
@@ -26,6 +28,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from bench.metrics import update_shares
 
 Figure = Callable[[dict[str, Any]], float]
 
@@ -62,6 +66,11 @@ FIGURES: list[tuple[str, Figure, int]] = [
     ("statements sent/busy tick", lambda t: _busy(t, "busy_statements"), 2),
     ("full collections/trial", lambda t: _total(t, "busy_full_collections"), 1),
     ("lock hold p50 ms", _hold, 2),
+    # What Postgres wrote (`metrics.Writes`, from 2026-12-07): WAL per task, and the share
+    # of row updates that were HOT (no index entry) and that went to another page.
+    ("WAL KB/task", lambda t: t.get("wal_bytes_per_task", math.nan) / 1024, 2),
+    ("HOT % of updates", lambda t: update_shares(t.get("updates") or {})[0], 0),
+    ("new-page % of updates", lambda t: update_shares(t.get("updates") or {})[1], 0),
     # The production arm's (`sluice:production`): when every DagRun object showed its
     # run's end, and the replicas' CPU between the makespan's end and then.
     ("DagRuns final, s after t0", lambda t: t.get("status_final_s", math.nan), 2),

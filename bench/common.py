@@ -4,6 +4,7 @@ and the measured part of a trial (`measure`: t0 and the wait, taken the same way
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -26,6 +27,7 @@ from bench.metrics import (
     CpuSample,
     StatementTotals,
     Trial,
+    Writes,
     read_task_times,
     summarize,
 )
@@ -334,6 +336,38 @@ def unpause_all(engine: Engine) -> datetime:
     return t0
 
 
+def read_writes(engine: Engine) -> Writes:
+    """The server's WAL position and the database's per-table update counts (`Writes`)."""
+    with engine.connect() as conn:
+        wal = conn.execute(text(f"SELECT {HARNESS_MARK} pg_current_wal_lsn() - '0/0'")).scalar_one()
+        rows = conn.execute(
+            text(
+                f"SELECT {HARNESS_MARK} relname, n_tup_upd, n_tup_hot_upd, n_tup_newpage_upd"
+                " FROM pg_stat_user_tables"
+            )
+        ).all()
+    return Writes(wal_bytes=int(wal), updates={r[0]: (r[1], r[2], r[3]) for r in rows})
+
+
+def writes_settled(engine: Engine, before: Writes, timeout: float = 10.0) -> Writes:
+    """`Writes` since `before`, once the schedulers' connections have closed: a backend
+    hands its table counts to the statistics only now and then, and at its exit. The
+    harness's own pooled connections are closed first; after `timeout` it reads anyway."""
+    engine.dispose()
+    others = text(
+        f"SELECT {HARNESS_MARK} count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+    )
+
+    def closed() -> bool:
+        with engine.connect() as conn:
+            return bool(conn.execute(others).scalar_one() == 0)
+
+    with contextlib.suppress(TimeoutError):
+        wait_for(closed, timeout, "the schedulers' connections to close")
+    return read_writes(engine).since(before)
+
+
 def wait_for_runs(engine: Engine, expected: int, timeout: float) -> str | None:
     """Wait until `expected` runs exist and none is queued or running; an error if not."""
     poll = text(
@@ -362,6 +396,7 @@ class Measured:
     settle_s: float  # how long the schedulers idled before t0 (the base plus the draw)
     statements_end: datetime  # the database's clock when the statement counts were read
     published_at: datetime | None  # when `published` said every object was final
+    writes_before: Writes  # read just before t0
 
 
 def settle_time(knobs: Knobs, rng: random.Random | None = None) -> float:
@@ -398,6 +433,7 @@ def measure(
     sampler.start()
     try:
         pg.reset_statements()
+        writes_before = read_writes(engine)
         t0 = unpause_all(engine)
         error = wait_for_runs(engine, expected_runs, timeout)
         statements = pg.statement_totals(database)
@@ -417,6 +453,7 @@ def measure(
         settle_s=settle_s,
         statements_end=ended,
         published_at=published_at,
+        writes_before=writes_before,
     )
 
 
@@ -454,6 +491,7 @@ def measured_trial(
     )
     errors = [measured.timeout] if measured.timeout else []
     stop_processes(procs)
+    writes = writes_settled(engine, measured.writes_before)
     rows, failed = read_task_times(engine, task_times)
     first = first_action(engine, first_run)
     if failed:
@@ -473,6 +511,7 @@ def measured_trial(
         samples=measured.samples,
         statements=measured.statements,
         statements_unavailable=pg.statements_unavailable,
+        writes=writes,
         timed_out=measured.timeout is not None,
         failed=failed,
         errors=errors,

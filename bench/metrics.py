@@ -85,6 +85,43 @@ class StatementTotals:
     ms: float
 
 
+@dataclass(frozen=True)
+class Writes:
+    """What a database wrote, from one point to another: WAL bytes (the server's, so
+    everything running on it then) and, per table, its row updates, those that were
+    heap-only (HOT: no index entry written) and those whose new version went to
+    another page (pg_stat_user_tables' n_tup_upd, n_tup_hot_upd, n_tup_newpage_upd)."""
+
+    wal_bytes: int
+    updates: dict[str, tuple[int, int, int]]
+
+    def since(self, before: Writes) -> Writes:
+        """The difference from `before`, keeping the tables that were updated."""
+        zero = (0, 0, 0)
+        updates = {
+            table: delta
+            for table, now in self.updates.items()
+            if (delta := _minus(now, before.updates.get(table, zero)))[0] > 0
+        }
+        return Writes(wal_bytes=self.wal_bytes - before.wal_bytes, updates=updates)
+
+
+def _minus(a: tuple[int, int, int], b: tuple[int, int, int]) -> tuple[int, int, int]:
+    return (a[0] - b[0], a[1] - b[1], a[2] - b[2])
+
+
+def update_shares(updates: dict[str, Any]) -> tuple[float, float]:
+    """Over every table: the share of row updates that were HOT, and that went to a new
+    page, each in percent; NaN for a trial without the counts (or without updates)."""
+    total = sum(u[0] for u in updates.values())
+    if not total:
+        return NAN, NAN
+    return (
+        100 * sum(u[1] for u in updates.values()) / total,
+        100 * sum(u[2] for u in updates.values()) / total,
+    )
+
+
 def cpu_at(samples: list[CpuSample], at: datetime) -> CpuSample:
     """The cumulative CPU at `at`, linear between the samples around it (clamped to
     the first and last sample)."""
@@ -199,6 +236,10 @@ class Trial:
     # Sluice only, from 2026-12-06: each replica's own counts (`bench.replica.LoopStats`:
     # ticks, transactions and statements of its busy ticks, the pool lock's hold times).
     replica_stats: list[dict[str, Any]] = field(default_factory=list)
+    # From 2026-12-07 (issue 36), `Writes` from the unpause until the schedulers stopped:
+    # WAL bytes per expected task, and each table's [updates, HOT, to a new page].
+    wal_bytes_per_task: float = NAN
+    updates: dict[str, list[int]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -275,6 +316,7 @@ def summarize(
     published_at: datetime | None = None,
     statements: StatementTotals | None = None,
     statements_unavailable: str = "",
+    writes: Writes | None = None,
     timed_out: bool = False,
     failed: int = 0,
     errors: list[str] | None = None,
@@ -329,6 +371,8 @@ def summarize(
         statement_rows_per_task=per_task(statements.rows, 2) if statements else NAN,
         statement_ms_per_task=per_task(statements.ms) if statements else NAN,
         statements_unavailable="" if statements else statements_unavailable,
+        wal_bytes_per_task=per_task(writes.wal_bytes, 1) if writes else NAN,
+        updates={t: list(u) for t, u in writes.updates.items()} if writes else {},
         variant=variant,
         knobs=dict(knobs or {}),
         settle_s=round(settle_s, 3),

@@ -58,6 +58,13 @@ def test_a_tiny_sluice_trial_runs_every_task(
     assert 0 < trial.active_makespan_s <= trial.makespan_s + 0.05
     assert trial.statements_window_s >= trial.makespan_s
     assert math.isnan(trial.status_final_s)
+    # What Postgres wrote, read once the replicas' connections closed (each hands its
+    # counts over at its exit): every task instance queued, running, then ended.
+    assert trial.wal_bytes_per_task > 0
+    updates, hot, newpage = trial.updates["task_instance"]
+    assert updates >= 3 * workload.total_tasks
+    assert 0 <= hot + newpage <= updates
+    assert trial.updates["task_try"][0] >= workload.total_tasks
 
 
 @pytest.mark.db

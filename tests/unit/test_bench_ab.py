@@ -52,20 +52,35 @@ def test_each_arm_is_a_row_of_medians_over_its_ok_trials_with_every_trial_counte
     assert before.startswith("| grid 100x10 | 16 | like-for-like@before | 1/2 | 200 (200-200)")
     assert after.startswith("| grid 100x10 | 16 | like-for-like | 3/3 | 200 (100-300) | 400")
     assert after.endswith(
-        "| 4.00 (4.00-4.00) | 12.50 (12.50-12.50) | 1.0 (1.0-1.0) | 1.50 (1.50-1.50) | n/a | n/a |"
+        "| 4.00 (4.00-4.00) | 12.50 (12.50-12.50) | 1.0 (1.0-1.0) | 1.50 (1.50-1.50)"
+        " | n/a | n/a | n/a | n/a | n/a |"
     )
 
 
 def test_a_replica_of_an_older_harness_shows_na_for_what_it_did_not_count() -> None:
     older = {"busy_ticks": 10, "busy_transactions": 40, "lock_hold_ms_p50": 1.5}
     row = ab.table([_trial("like-for-like", 100, replica_stats=[older])]).splitlines()[2]
-    assert row.endswith("| 4.00 (4.00-4.00) | n/a | n/a | 1.50 (1.50-1.50) | n/a | n/a |")
+    assert row.endswith(
+        "| 4.00 (4.00-4.00) | n/a | n/a | 1.50 (1.50-1.50) | n/a | n/a | n/a | n/a | n/a |"
+    )
 
 
 def test_a_trial_without_replica_stats_shows_na() -> None:
     trial = _trial("like-for-like", 100, replica_stats=[])
     assert math.isnan(ab.FIGURES[4][1](trial))
     assert ab.table([trial]).splitlines()[2].endswith("| n/a | n/a |")
+
+
+def test_what_postgres_wrote_is_wal_per_task_and_the_shares_of_hot_and_new_page_updates() -> None:
+    # [updates, HOT, to a new page] per table: 300 updates, 150 HOT, 30 to a new page.
+    updates = {"task_instance": [200, 50, 30], "task_try": [100, 100, 0]}
+    trials = [
+        _trial("like-for-like", 100, wal_bytes_per_task=2048.0, updates=updates),
+        _trial("like-for-like", 100, wal_bytes_per_task=4096.0, updates=updates),
+    ]
+    head, _, row = ab.table(trials).splitlines()
+    assert "| WAL KB/task | HOT % of updates | new-page % of updates |" in head
+    assert row.endswith("| 3.00 (2.00-4.00) | 50 (50-50) | 10 (10-10) | n/a | n/a |")
 
 
 def test_the_production_arm_shows_when_its_dagruns_were_final() -> None:

@@ -17,12 +17,14 @@ from bench.metrics import (
     StatementTotals,
     TaskTimes,
     Trial,
+    Writes,
     failed_trial,
     lags_ms,
     median_trial,
     statuses,
     summarize,
     tasks_per_s_range,
+    update_shares,
 )
 from bench.report import (
     cpu_floor_s,
@@ -102,6 +104,29 @@ def test_statements_are_per_expected_task_or_unavailable_with_the_reason() -> No
     missing = _summarize(workload, rows, statements_unavailable="not loaded")
     assert math.isnan(missing.statements_per_task)
     assert missing.statements_unavailable == "not loaded"
+
+
+def test_what_postgres_wrote_is_the_difference_since_t0_per_expected_task() -> None:
+    workload = Workload("no_structure", 2, 5)
+    before = Writes(wal_bytes=1_000, updates={"task_instance": (7, 1, 2), "dag": (3, 3, 0)})
+    after = Writes(
+        wal_bytes=21_480,
+        updates={"task_instance": (37, 1, 12), "dag": (3, 3, 0), "task_try": (10, 10, 0)},
+    )
+    writes = after.since(before)
+    # The tables updated since t0 only, with their counts since then.
+    assert writes.updates == {"task_instance": (30, 0, 10), "task_try": (10, 10, 0)}
+    trial = _summarize(workload, _rows(workload, 10), writes=writes)
+    assert trial.wal_bytes_per_task == 2048.0
+    assert trial.updates == {"task_instance": [30, 0, 10], "task_try": [10, 10, 0]}
+    # 40 updates: 10 HOT, 10 to a new page.
+    assert update_shares(trial.updates) == (25.0, 25.0)
+    timed_out = _summarize(workload, _rows(workload, 6), writes=writes, timed_out=True)
+    assert math.isnan(timed_out.wal_bytes_per_task)  # per task only for an ok trial
+    without = _summarize(workload, _rows(workload, 10))
+    assert math.isnan(without.wal_bytes_per_task)
+    assert without.updates == {}
+    assert all(math.isnan(x) for x in update_shares(without.updates))
 
 
 def test_a_timed_out_trial_is_kept_with_what_it_finished_and_no_rate() -> None:
