@@ -293,11 +293,7 @@ class TaskInstance(Base):
         Index("ix_ti_needs_eval", "dag_run_id", postgresql_where=text("needs_eval")),
         Index("ix_ti_retry", "next_retry_at", postgresql_where=text("state = 'up_for_retry'")),
         Index("ix_ti_queued", "queued_at", postgresql_where=text("state = 'queued'")),
-        Index(
-            "ix_ti_running_heartbeat",
-            "last_heartbeat_at",
-            postgresql_where=text("state = 'running'"),
-        ),
+        # No index holds `last_heartbeat_at`: a heartbeat is then heap-only (migration 0021).
         Index("ix_ti_dag_task", "dag_id", "task_id", "logical_date"),
         Index("ix_ti_stopping", "id", postgresql_where=text("stopping_since IS NOT NULL")),
         # Room on each page for a row's next version (migration 0020, ADR 0053).
