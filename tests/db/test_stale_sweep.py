@@ -183,3 +183,55 @@ def test_adopting_never_moves_a_tries_heartbeat_back(sessions: sessionmaker[Sess
         ).one()
     assert owner == me
     assert beat == T0
+
+
+@pytest.mark.parametrize("self_beating", [True, False])
+def test_the_sweep_reads_the_running_tries_through_an_index_not_the_whole_table(
+    sessions: sessionmaker[Session], self_beating: bool
+) -> None:
+    """No index holds the heartbeat (migration 0021: a heartbeat is then heap-only), so
+    the sweep reads the running instances through `ix_ti_occupying` and keeps the stale
+    ones: on 20,000 instances, 500 running and fresh, it finds none and reads
+    `task_instance` through an index only (the backend's own scan counts)."""
+    register(sessions, manifest("many", [{"name": "t"}]))
+    trigger(sessions, "many", T0)
+    with sessions() as session:
+        me = _replica(session, 0)
+        columns = ", ".join(
+            session.execute(
+                text(
+                    "SELECT column_name FROM information_schema.columns"
+                    " WHERE table_name = 'task_instance' AND column_name NOT IN"
+                    " ('id', 'task_id', 'state', 'last_heartbeat_at', 'running_by_job_id')"
+                )
+            ).scalars()
+        )
+        session.execute(
+            text(
+                f"INSERT INTO task_instance ({columns}, task_id, state, last_heartbeat_at,"
+                " running_by_job_id)"
+                f" SELECT {columns}, 't' || g,"
+                " CASE WHEN g <= 500 THEN 'running' ELSE 'success' END,"
+                " CASE WHEN g <= 500 THEN CAST(:now AS timestamptz) END,"
+                " CASE WHEN g <= 500 THEN CAST(:me AS int) END"
+                " FROM task_instance, generate_series(1, 20000) AS g"
+            ),
+            {"now": T0, "me": me},
+        )
+        session.commit()
+        session.execute(text("ANALYZE task_instance"))
+        session.commit()
+        executor = PodsPending() if self_beating else ScriptedExecutor()
+        scans = text(
+            "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables"
+            " WHERE relname = 'task_instance'"
+        )
+        # This backend's counts not yet handed over (they may span earlier transactions).
+        seq_before, idx_before = session.execute(scans).one()
+        plan = housekeeping.plan_stale_tries(
+            session, SpecCache(), executor, T0, job_id=me, threshold=60, dead_after=30
+        )
+        seq, idx = session.execute(scans).one()
+    assert (plan.events, plan.adoptions, plan.kill) == ([], [], {})
+    assert seq - seq_before == 0
+    assert idx - idx_before >= 1
