@@ -449,13 +449,36 @@ def paired_lines(sittings: list[Sitting], expected: tuple[Arm, ...] = ()) -> lis
     lies in [the smallest of their lower ends, the smallest of their upper ends]. The
     lower end needs every sitting's; the target's rate half needs every `expected`
     Airflow arm measured beside Sluice. Airflow arms in a sitting without Sluice are
-    left out, and named."""
+    left out, and named; so is an Airflow arm that never fell behind in a sitting (a
+    check it kept up in) where another sitting bounds it (its search)."""
     lines = []
     sluice_arms = sorted(
         {(t.side, t.variant) for s in sittings for t in s.trials if t.side == "sluice"}
     )
     found_in = [(sitting, capacities(sitting.trials)) for sitting in sittings]
     measured = {(t.side, t.variant) for s in sittings for t in s.trials if t.ok}
+    # An Airflow arm that never fell behind in one sitting (a check it kept up in) but did
+    # in another (the search that check called for, ADR 0050) is taken from the latter:
+    # the open one says nothing of the ratio, and would leave it without a lower end.
+    bounded = {
+        c.arm for _, found in found_in for c in found
+        if c.arm[0] in AIRFLOW_SIDES and c.behind is not None
+    }  # fmt: skip
+    standing_in: list[str] = []
+    for sitting, found in found_in:
+        for c in found:
+            if c.arm[0] in AIRFLOW_SIDES and c.behind is None and c.arm in bounded:
+                standing_in.append(f"{_arm(c.arm)} ({sitting.name})")
+    found_in = [
+        (
+            sitting,
+            [
+                c for c in found
+                if not (c.arm[0] in AIRFLOW_SIDES and c.behind is None and c.arm in bounded)
+            ],
+        )
+        for sitting, found in found_in
+    ]  # fmt: skip
     for arm in sluice_arms:
         paired: list[tuple[str, Ratio]] = []
         alone: list[Arm] = []
@@ -487,6 +510,11 @@ def paired_lines(sittings: list[Sitting], expected: tuple[Arm, ...] = ()) -> lis
             f"ratio across {len(paired)} sitting(s), {_arm(arm)} / the faster Airflow:"
             f" {_x(low)} to {_x(high)}, the smallest of each sitting's: {each}"
         )
+        if standing_in:
+            lines.append(
+                "left out of a sitting's ratio (it never fell behind there, and another"
+                " sitting bounds it): " + ", ".join(standing_in)
+            )
         left_out = sorted({a for a in alone if a not in covered and a in measured})
         if left_out:
             lines.append(

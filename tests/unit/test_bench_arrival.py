@@ -853,3 +853,37 @@ def test_two_untuned_checks_of_different_sides_share_one_sitting_and_its_sluice(
         ],
     )
     assert "c: ? to ?" in paired_lines([*twins, faster], expected)[0]
+
+
+def test_a_search_stands_in_for_the_check_its_arm_kept_up_in() -> None:
+    """ADR 0050: an untuned arm that kept up at its check needs a search of its own. Once
+    a sitting bounds it, the check's open arm is left out of the check's ratio (named),
+    and the check still bounds the ratio through its other arm, fallen behind."""
+    twin = Sitting(
+        "a", [*_sluice_between(11_000, 13_000), *_airflow_between("airflow", LFL_TUNED, 540, 640)]
+    )
+    check = Sitting(
+        "b",
+        [
+            *_at("sluice", 11_000, [True] * 2, [1] * 2),
+            *_at("airflow", 450, [False] * 2, [1] * 2, variant="defaults"),
+            *_at("airflow3", 300, [True] * 2, [1] * 2, variant="defaults"),
+        ],
+    )
+    expected = (("airflow", LFL_TUNED), ("airflow", "defaults"), ("airflow3", "defaults"))
+    assert ": ? to 24.1x," in paired_lines([twin, check], expected)[0]
+    search = Sitting(
+        "c", [*_sluice_between(8_666, 11_000), *_airflow_between("airflow3", "defaults", 240, 300)]
+    )
+    lines = paired_lines([twin, check, search], expected)
+    # a: [17.2, 24.1]; b, without Airflow 3.3.2: [11,000/450, ?) = [24.4, ?); c: [28.9, 45.8].
+    assert lines[0].startswith(
+        "ratio across 3 sitting(s), Sluice like-for-like / the faster Airflow: 17.2x to 24.1x"
+    )
+    assert "b: 24.4x to ? (Sluice [11,000, ?), Airflow [?, 450))" in lines[0]
+    assert "c: 28.9x to 45.8x" in lines[0]
+    assert lines[1] == (
+        "left out of a sitting's ratio (it never fell behind there, and another sitting"
+        " bounds it): Airflow 3.3.2 defaults (b)"
+    )
+    assert "rate: the ratio's lower bound is 17.2x < 20x" in lines[-1]
