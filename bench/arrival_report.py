@@ -464,21 +464,18 @@ def paired_lines(sittings: list[Sitting], expected: tuple[Arm, ...] = ()) -> lis
         c.arm for _, found in found_in for c in found
         if c.arm[0] in AIRFLOW_SIDES and c.behind is not None
     }  # fmt: skip
-    standing_in: list[str] = []
-    for sitting, found in found_in:
-        for c in found:
-            if c.arm[0] in AIRFLOW_SIDES and c.behind is None and c.arm in bounded:
-                standing_in.append(f"{_arm(c.arm)} ({sitting.name})")
-    found_in = [
-        (
-            sitting,
-            [
-                c for c in found
-                if not (c.arm[0] in AIRFLOW_SIDES and c.behind is None and c.arm in bounded)
-            ],
-        )
+    def searched_elsewhere(c: Capacity) -> bool:
+        return c.arm[0] in AIRFLOW_SIDES and c.behind is None and c.arm in bounded
+
+    standing_in = [
+        f"{_arm(c.arm)} ({sitting.name})"
         for sitting, found in found_in
-    ]  # fmt: skip
+        for c in found
+        if searched_elsewhere(c)
+    ]
+    found_in = [
+        (sitting, [c for c in found if not searched_elsewhere(c)]) for sitting, found in found_in
+    ]
     for arm in sluice_arms:
         paired: list[tuple[str, Ratio]] = []
         alone: list[Arm] = []
