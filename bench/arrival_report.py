@@ -464,6 +464,7 @@ def paired_lines(sittings: list[Sitting], expected: tuple[Arm, ...] = ()) -> lis
         c.arm for _, found in found_in for c in found
         if c.arm[0] in AIRFLOW_SIDES and c.behind is not None
     }  # fmt: skip
+
     def searched_elsewhere(c: Capacity) -> bool:
         return c.arm[0] in AIRFLOW_SIDES and c.behind is None and c.arm in bounded
 
