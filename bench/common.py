@@ -4,7 +4,6 @@ and the measured part of a trial (`measure`: t0 and the wait, taken the same way
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import shutil
@@ -349,10 +348,10 @@ def read_writes(engine: Engine) -> Writes:
     return Writes(wal_bytes=int(wal), updates={r[0]: (r[1], r[2], r[3]) for r in rows})
 
 
-def writes_settled(engine: Engine, before: Writes, timeout: float = 10.0) -> Writes:
-    """`Writes` since `before`, once the schedulers' connections have closed: a backend
-    hands its table counts to the statistics only now and then, and at its exit. The
-    harness's own pooled connections are closed first; after `timeout` it reads anyway."""
+def alone(engine: Engine, timeout: float = 10.0) -> bool:
+    """Close `engine`'s pooled connections and wait until no other client is connected to
+    its database: a backend hands its table counts to the statistics only now and then,
+    and at its exit. After `timeout` it returns anyway: False."""
     engine.dispose()
     others = text(
         f"SELECT {HARNESS_MARK} count(*) FROM pg_stat_activity WHERE datname = current_database()"
@@ -363,8 +362,16 @@ def writes_settled(engine: Engine, before: Writes, timeout: float = 10.0) -> Wri
         with engine.connect() as conn:
             return bool(conn.execute(others).scalar_one() == 0)
 
-    with contextlib.suppress(TimeoutError):
+    try:
         wait_for(closed, timeout, "the schedulers' connections to close")
+    except TimeoutError:
+        return False
+    return True
+
+
+def writes_settled(engine: Engine, before: Writes, timeout: float = 10.0) -> Writes:
+    """`Writes` since `before`, once the schedulers' connections have closed (`alone`)."""
+    alone(engine, timeout)
     return read_writes(engine).since(before)
 
 

@@ -9,9 +9,9 @@ HOT too where its page has room.
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
+from bench.common import alone, read_writes
 from sqlalchemy import Engine, text
 
 from sluice.api.heartbeats import ACCEPTED, record_heartbeats
@@ -30,51 +30,12 @@ from tests.support import (
 )
 
 TASKS = 400
-SCHEDULER = "sluice-test-burst"
-
-
-def _updates(engine: Engine, table: str) -> tuple[int, int, int]:
-    with engine.connect() as conn:
-        row = conn.execute(
-            text(
-                "SELECT n_tup_upd, n_tup_hot_upd, n_tup_newpage_upd FROM pg_stat_user_tables"
-                " WHERE relname = :t"
-            ),
-            {"t": table},
-        ).one()
-    return (row[0], row[1], row[2])
-
-
-def _closed(engine: Engine, scheduler: Engine) -> None:
-    """Close `scheduler`'s connections and wait until their backends are gone: a backend
-    hands its counts to the statistics as it exits."""
-    scheduler.dispose()
-    deadline = time.monotonic() + 10
-    left = text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :name")
-    while True:
-        with engine.connect() as conn:
-            if conn.execute(left, {"name": SCHEDULER}).scalar_one() == 0:
-                return
-        assert time.monotonic() < deadline, "the scheduler's backends did not exit"
-        time.sleep(0.05)
-
-
-def _counted(
-    engine: Engine, table: str, before: tuple[int, int, int], updates: int
-) -> tuple[int, ...]:
-    """The table's counts since `before`, once `updates` of them have reached the
-    statistics (a backend hands its counts over at its exit)."""
-    deadline = time.monotonic() + 10
-    while (after := _updates(engine, table))[0] - before[0] < updates:
-        assert time.monotonic() < deadline, f"{table}'s updates were not counted: {after}"
-        time.sleep(0.1)
-    return tuple(a - b for a, b in zip(after, before, strict=True))
 
 
 def _burst(db_url: str, executor: ScriptedExecutor) -> Engine:
     """TASKS tasks of one run, all claimed in one tick; the scheduler's engine (its own,
     so that closing it ends its backends, which hand their counts over)."""
-    scheduler = make_engine(db_url, application_name=SCHEDULER)
+    scheduler = make_engine(db_url)
     sessions = session_factory(scheduler)
     with sessions() as session:
         session.execute(text("UPDATE slot_pool SET slots = :n"), {"n": TASKS})
@@ -88,9 +49,11 @@ def _burst(db_url: str, executor: ScriptedExecutor) -> Engine:
 
 
 def test_a_burst_of_tries_ends_in_heap_only_updates(db_url: str, engine: Engine) -> None:
-    before = _updates(engine, "task_try")
-    _closed(engine, _burst(db_url, ScriptedExecutor()))
-    updates, hot, newpage = _counted(engine, "task_try", before, TASKS)
+    before = read_writes(engine)
+    _burst(db_url, ScriptedExecutor()).dispose()
+    # Read once the scheduler's backends have exited, handing their counts over.
+    assert alone(engine), "the scheduler's backends did not exit"
+    updates, hot, newpage = read_writes(engine).since(before).updates["task_try"]
     assert updates == TASKS  # each try's end
     # Most are HOT (some pages' last rows find no room: the try's row grows when it ends).
     assert hot >= 0.8 * TASKS, (updates, hot, newpage)
@@ -99,11 +62,12 @@ def test_a_burst_of_tries_ends_in_heap_only_updates(db_url: str, engine: Engine)
 def test_running_tries_heartbeats_are_heap_only(db_url: str, engine: Engine) -> None:
     executor = ScriptedExecutor()
     executor.hold.update(f"t{i}" for i in range(TASKS))  # every try stays running
-    _closed(engine, _burst(db_url, executor))
+    _burst(db_url, executor).dispose()
     keys = [launch.key for launch in executor.started]
     assert len(keys) == TASKS
-    before = _updates(engine, "task_instance")
-    beating = make_engine(db_url, application_name=SCHEDULER)
+    assert alone(engine), "the scheduler's backends did not exit"  # counts handed over
+    before = read_writes(engine)
+    beating = make_engine(db_url)
     with session_factory(beating)() as session:
         for beat in range(1, 4):  # three rounds, as pods heartbeat every few seconds
             verdicts = record_heartbeats(session, keys, T0 + timedelta(seconds=10 * beat))
@@ -111,8 +75,9 @@ def test_running_tries_heartbeats_are_heap_only(db_url: str, engine: Engine) -> 
             assert set(verdicts.values()) == {ACCEPTED}
         running = session.query(TaskInstance).filter_by(state=TaskState.RUNNING).count()
     assert running == TASKS
-    _closed(engine, beating)
-    updates, hot, newpage = _counted(engine, "task_instance", before, 3 * TASKS)
+    beating.dispose()
+    assert alone(engine), "the heartbeating backends did not exit"
+    updates, hot, newpage = read_writes(engine).since(before).updates["task_instance"]
     assert updates == 3 * TASKS
     # The first round finds room left by the fillfactor, the next ones the room that
     # pruning the earlier versions frees (an index on the heartbeat made every one non-HOT).
