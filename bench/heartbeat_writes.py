@@ -33,6 +33,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import Engine, text
+from sqlalchemy.orm import Session
 
 from bench.common import Postgres, read_writes, writes_settled
 from bench.metrics import update_shares
@@ -63,6 +64,38 @@ class _Beating:
         return []
 
 
+def copy_task_instance(
+    session: Session, instances: int, running: int, *, owner: int, at: datetime
+) -> None:
+    """The database's one task instance copied to `instances` rows in one statement
+    (task ids `t1`...), the original removed: the first `running` are running at try 1,
+    heartbeated at `at` and owned by replica `owner`; the rest succeeded."""
+    (original,) = session.execute(text("SELECT id FROM task_instance")).scalars()
+    columns = ", ".join(
+        session.execute(
+            text(
+                "SELECT column_name FROM information_schema.columns"
+                " WHERE table_name = 'task_instance' AND column_name NOT IN"
+                " ('id', 'task_id', 'state', 'try_number', 'last_heartbeat_at',"
+                " 'running_by_job_id')"
+            )
+        ).scalars()
+    )
+    session.execute(
+        text(
+            f"INSERT INTO task_instance ({columns}, task_id, state, try_number,"
+            " last_heartbeat_at, running_by_job_id)"
+            f" SELECT {columns}, 't' || g,"
+            " CASE WHEN g <= :running THEN 'running' ELSE 'success' END, 1,"
+            " CASE WHEN g <= :running THEN CAST(:at AS timestamptz) END,"
+            " CASE WHEN g <= :running THEN CAST(:owner AS int) END"
+            " FROM task_instance, generate_series(1, :n) AS g"
+        ),
+        {"running": running, "owner": owner, "at": at, "n": instances},
+    )
+    session.execute(text("DELETE FROM task_instance WHERE id = :id"), {"id": original})
+
+
 def _template(pg: Postgres, instances: int, running: int) -> tuple[int, list[tuple[int, int]]]:
     """One DAG of one task and one run, its task instance copied to `instances` rows;
     the first `running` are running, owned by a live replica. Returns the replica's
@@ -88,29 +121,7 @@ def _template(pg: Postgres, instances: int, running: int) -> tuple[int, list[tup
                 " VALUES ('bench', 1, 'running', now(), now()) RETURNING id"
             )
         ).scalar_one()
-        columns = ", ".join(
-            session.execute(
-                text(
-                    "SELECT column_name FROM information_schema.columns"
-                    " WHERE table_name = 'task_instance' AND column_name NOT IN"
-                    " ('id', 'task_id', 'state', 'try_number', 'last_heartbeat_at',"
-                    " 'running_by_job_id')"
-                )
-            ).scalars()
-        )
-        session.execute(
-            text(
-                f"INSERT INTO task_instance ({columns}, task_id, state, try_number,"
-                " last_heartbeat_at, running_by_job_id)"
-                f" SELECT {columns}, 't' || g,"
-                " CASE WHEN g <= :running THEN 'running' ELSE 'success' END, 1,"
-                " CASE WHEN g <= :running THEN now() END,"
-                " CASE WHEN g <= :running THEN CAST(:job AS int) END"
-                " FROM task_instance, generate_series(1, :n) AS g"
-            ),
-            {"running": running, "job": job, "n": instances},
-        )
-        session.execute(text("DELETE FROM task_instance WHERE task_id = 't'"))
+        copy_task_instance(session, instances, running, owner=job, at=now)
         keys = [
             (row[0], row[1])
             for row in session.execute(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
+from bench.heartbeat_writes import copy_task_instance
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -197,27 +198,7 @@ def test_the_sweep_reads_the_running_tries_through_an_index_not_the_whole_table(
     trigger(sessions, "many", T0)
     with sessions() as session:
         me = _replica(session, 0)
-        columns = ", ".join(
-            session.execute(
-                text(
-                    "SELECT column_name FROM information_schema.columns"
-                    " WHERE table_name = 'task_instance' AND column_name NOT IN"
-                    " ('id', 'task_id', 'state', 'last_heartbeat_at', 'running_by_job_id')"
-                )
-            ).scalars()
-        )
-        session.execute(
-            text(
-                f"INSERT INTO task_instance ({columns}, task_id, state, last_heartbeat_at,"
-                " running_by_job_id)"
-                f" SELECT {columns}, 't' || g,"
-                " CASE WHEN g <= 500 THEN 'running' ELSE 'success' END,"
-                " CASE WHEN g <= 500 THEN CAST(:now AS timestamptz) END,"
-                " CASE WHEN g <= 500 THEN CAST(:me AS int) END"
-                " FROM task_instance, generate_series(1, 20000) AS g"
-            ),
-            {"now": T0, "me": me},
-        )
+        copy_task_instance(session, 20_000, 500, owner=me, at=T0)
         session.commit()
         session.execute(text("ANALYZE task_instance"))
         session.commit()
